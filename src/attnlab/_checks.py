@@ -1,0 +1,93 @@
+"""Input checks shared by every mechanism: clear ``ValueError`` messages.
+
+Each message names what was given and what was expected, so a call can be
+fixed from the message alone. Checks that need to look at tensor *values*
+(NaN in a bias) are skipped while ``torch.compile`` or an exporter traces the
+code, where data-dependent Python branches are not allowed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def shape(t: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in t.shape) + ")"
+
+
+def tracing() -> bool:
+    """True inside torch.compile, torch.jit tracing or ONNX export."""
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and compiler.is_compiling():
+        return True
+    if torch.jit.is_tracing() or torch.jit.is_scripting():
+        return True
+    onnx = getattr(torch, "onnx", None)
+    return bool(onnx is not None and onnx.is_in_onnx_export())
+
+
+def tensor(name: str, t: object, min_dim: int = 1) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if t.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimensions; got shape {shape(t)}")
+    return t
+
+
+def features_match(what: str, q: torch.Tensor, k: torch.Tensor) -> None:
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"{what} needs query and key feature sizes to match: query {shape(q)} has d={q.shape[-1]}, "
+            f"key {shape(k)} has d={k.shape[-1]} (use the 'general', 'additive' or 'concat' score "
+            "for different sizes)"
+        )
+
+
+def param(name: str, t: object, expected: tuple[int, ...], meaning: str) -> torch.Tensor:
+    """A parameter must have exactly the expected shape (torch.nn.Linear layout)."""
+    t = tensor(name, t, min_dim=1)
+    if tuple(t.shape) != tuple(expected):
+        exp = "(" + ", ".join(str(e) for e in expected) + ")"
+        raise ValueError(f"{name} must have shape {exp} ({meaning}); got {shape(t)}")
+    return t
+
+
+def leading_broadcast(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Size:
+    """The broadcast of the batch dimensions (all but the last two)."""
+    try:
+        return torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+    except RuntimeError:
+        given = ", ".join(f"{n} {shape(t)}" for n, t in zip(names, tensors))
+        raise ValueError(
+            f"batch dimensions (all but the last two) do not broadcast: {given}"
+        ) from None
+
+
+def mask(m: object, scores_shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
+    """A mask must be bool or floating and broadcast to the scores' shape (..., q, k)."""
+    if not isinstance(m, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor (bool or float); got {type(m).__name__}")
+    if m.dtype != torch.bool and not m.is_floating_point():
+        raise ValueError(
+            f"mask must be bool (True = may attend) or floating (an additive bias); got dtype {m.dtype}. "
+            "Convert an integer mask with mask.bool() after checking its polarity"
+        )
+    target = tuple(scores_shape)
+    try:
+        ok = tuple(torch.broadcast_shapes(m.shape, target)) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        hint = ""
+        if m.dim() == 2 and len(target) >= 3 and m.shape[0] == target[0] and m.shape[1] == target[-1]:
+            hint = " A (b, k) padding mask must be given as (b, 1, 1, k): attnlab.masks.as_key_mask(mask)."
+        raise ValueError(
+            f"mask of shape {shape(m)} does not broadcast to the scores' shape "
+            f"({', '.join(map(str, target))}) = (..., q, k).{hint}"
+        )
+    if m.is_floating_point() and not tracing() and bool(torch.isnan(m).any()):
+        raise ValueError("float mask (additive bias) contains NaN; use -inf for positions that may not be attended")
+    return m
+
+
+__all__: list[str] = []

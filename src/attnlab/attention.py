@@ -1,0 +1,183 @@
+"""``attention()``: score → masked softmax → weighted sum, with a fast and a reference path.
+
+    e = score(q, k)          (..., q, k)      e.g. qᵀk/√d, vᵀ tanh(W_q q + W_k k)
+    α = softmax(e + mask)    (..., q, k)      rows sum to 1 (0 where fully masked)
+    c = α v                  (..., q, d_v)    the context vectors
+
+Shape legend: ``b`` batch, ``h`` heads, ``q`` query length, ``k`` key length,
+``d`` features. Tensors are batch-first; any leading dimensions broadcast.
+
+Two paths compute the same numbers:
+
+* the **fast path** calls ``torch.nn.functional.scaled_dot_product_attention``
+  (a fused kernel). It runs when the weights are not asked for, the score is
+  ``"dot"`` or ``"scaled_dot"`` and no trace is recording;
+* the **reference path** computes each step in plain tensor algebra, returns
+  the weights on request and records every step while ``attnlab.trace()`` is
+  active. It is the source of truth that the fast path is tested against.
+
+Masks follow the library convention (``attnlab.masks``): bool True = may
+attend, float = additive bias. A query row that may attend nothing gets zero
+weights and a zero output, with zero gradients, on both paths. Keys and values
+at masked positions never influence an output, even when they are NaN or inf
+(a non-finite key or value that a query *may* attend makes that output NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks, masks, scores
+from .softmax import _row_fix, masked_softmax
+from .trace import active, record
+
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+FUSED_SCORES = ("dot", "scaled_dot")
+
+
+def _resolve_score(score: str | ScoreFn, scale: float | None) -> ScoreFn:
+    if callable(score):
+        if scale is not None:
+            raise ValueError("scale applies to score='scaled_dot' only; a callable score scales itself")
+        return score
+    if score == "dot":
+        if scale is not None:
+            raise ValueError("scale applies to score='scaled_dot'; got score='dot' with scale set")
+        return scores.dot
+    if score == "scaled_dot":
+        return lambda q, k: scores.scaled_dot(q, k, scale)
+    raise ValueError(
+        f"score must be 'dot', 'scaled_dot' or a callable (q, k) -> scores; got {score!r}. "
+        "For general, additive or concat scores pass e.g. functools.partial(attnlab.scores.additive, ...)"
+    )
+
+
+def _validate(query, key, value, score) -> torch.Size:
+    _checks.tensor("query", query, 2), _checks.tensor("key", key, 2), _checks.tensor("value", value, 2)
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same length k: key {_checks.shape(key)} has k={key.shape[-2]}, "
+            f"value {_checks.shape(value)} has k={value.shape[-2]}"
+        )
+    lead = _checks.leading_broadcast(("query", "key", "value"), (query, key, value))
+    if isinstance(score, str) and score in FUSED_SCORES:
+        _checks.features_match(f"the {score} score", query, key)
+    return torch.Size((*lead, query.shape[-2], key.shape[-2]))
+
+
+def _nonfinite(key: torch.Tensor, value: torch.Tensor) -> bool:
+    return not (bool(torch.isfinite(key).all()) and bool(torch.isfinite(value).all()))
+
+
+def _fast(query, key, value, mask, is_causal, scale, dropout_p) -> torch.Tensor:
+    dead = None
+    if mask is not None:
+        mask, dead = _row_fix(mask, -1)
+    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    query = query.expand(*lead, *query.shape[-2:])
+    key = key.expand(*lead, *key.shape[-2:])
+    value = value.expand(*lead, *value.shape[-2:])
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
+    if dead is not None:
+        out = out.masked_fill(dead, 0.0)
+    return out
+
+
+def _reference(query, key, value, score_fn, mask, dropout_p, sanitise) -> tuple[torch.Tensor, torch.Tensor]:
+    attend = masks.allowed(mask) if mask is not None else None
+    if sanitise:
+        bad_k = ~torch.isfinite(key).all(-1)  # (..., k)
+        bad_v = ~torch.isfinite(value)  # (..., k, d_v)
+        key = key.masked_fill(bad_k.unsqueeze(-1), 0.0)
+        value = value.masked_fill(bad_v, 0.0)
+
+    e = score_fn(query, key)  # (..., q, k)
+    if sanitise:
+        e = e.masked_fill(attend & bad_k.unsqueeze(-2), float("nan"))
+    if mask is not None and active():
+        masked = e.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else e + mask
+        n_out = int((~attend).expand(masked.shape).sum())
+        record(
+            "masked_scores",
+            "e_ij ← −∞ where the mask forbids j" if mask.dtype == torch.bool else "e_ij ← e_ij + bias_ij",
+            masked,
+            latex=r"e_{ij} \leftarrow -\infty \text{ where masked}",
+            note=f"{n_out} of {masked.numel()} scores masked",
+        )
+
+    weights = masked_softmax(e, mask)  # (..., q, k)
+    record(
+        "weights",
+        "α_ij = exp(e_ij) / Σ_j' exp(e_ij')",
+        weights,
+        latex=r"\alpha_{ij} = \frac{\exp(e_{ij})}{\sum_{j'} \exp(e_{ij'})}",
+    )
+    w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    context = w.to(value.dtype) @ value  # (..., q, d_v)
+    if sanitise:
+        hit = (attend.to(value.dtype) @ bad_v.to(value.dtype)) > 0  # a non-finite value was attended
+        context = context.masked_fill(hit, float("nan"))
+    record("context", "c_i = Σ_j α_ij v_j", context, latex=r"c_i = \sum_j \alpha_{ij} v_j")
+    return context, weights
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    score: str | ScoreFn = "scaled_dot",
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attend from ``query`` to ``key``/``value``.
+
+    Args:
+        query: (..., q, d_q).
+        key: (..., k, d_k).
+        value: (..., k, d_v).
+        score: ``"scaled_dot"`` (default, qᵀk/√d), ``"dot"`` (qᵀk), or a callable
+            ``(q, k) -> (..., q, k)`` such as ``partial(attnlab.scores.additive, w_q=..., ...)``.
+        mask: bool (True = may attend) or float (additive bias), broadcastable to
+            the scores (..., q, k). A (b, k) padding mask is passed as (b, 1, 1, k).
+        causal: also apply the bottom-right-aligned causal mask ``attnlab.masks.causal``.
+        scale: the factor of ``"scaled_dot"``; default 1/√d_q.
+        dropout_p: dropout on the weights (applied whenever > 0: pass 0 in eval).
+        need_weights: return the weights (..., q, k) (before dropout) as well.
+
+    Returns:
+        ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None.
+    """
+    scores_shape = _validate(query, key, value, score)
+    score_fn = _resolve_score(score, scale)
+    if mask is not None:
+        _checks.mask(mask, scores_shape)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
+
+    q_len, k_len = scores_shape[-2], scores_shape[-1]
+    fused_causal = causal and mask is None and q_len == k_len
+    if causal and not fused_causal:
+        mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
+
+    sanitise = mask is not None and not _checks.tracing() and _nonfinite(key, value)
+    use_fast = not need_weights and isinstance(score, str) and not active() and not sanitise
+    if use_fast:
+        s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
+        return _fast(query, key, value, mask, fused_causal, s, dropout_p), None
+
+    if fused_causal:
+        mask = masks.causal(q_len, k_len, device=query.device)
+    context, weights = _reference(query, key, value, score_fn, mask, dropout_p, sanitise)
+    return context, (weights if need_weights else None)
+
+
+__all__ = ["attention"]

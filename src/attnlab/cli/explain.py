@@ -1,0 +1,51 @@
+"""``attnlab explain MECHANISM --example NAME | --file FILE.toml``: a step-by-step walkthrough."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..explain import builtin_names, check_all, load, render, run
+from ..explain.examples import MECHANISMS
+from . import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="walk through a mechanism step by step with its actual numbers",
+        description="Compute a worked example with attnlab and print every step: "
+        "scores, weights, context, each with its formula and numbers. "
+        "Claims written in the example are checked against the computed values.",
+    )
+    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))}")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--example", help="a built-in example (see --list)")
+    src.add_argument("--file", help="a worked-example TOML file")
+    p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
+    p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
+    p.set_defaults(func=run_explain)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    if args.list:
+        for name in builtin_names():
+            ex = load(name)
+            print(f"{name:<28} {ex.mechanism:<12} {ex.title}")
+        return 0
+    if not args.mechanism:
+        raise UsageError("give a MECHANISM (e.g. 'additive'), or --list to see the examples")
+    if args.mechanism not in MECHANISMS:
+        raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
+    if not (0 <= args.digits <= 12):
+        raise UsageError(f"--digits must be between 0 and 12; got {args.digits}")
+    if not (args.example or args.file):
+        choices = [n for n in builtin_names() if load(n).mechanism == args.mechanism]
+        if not choices:
+            raise UsageError(f"no built-in example for {args.mechanism!r}; pass --file FILE.toml")
+        args.example = choices[0]
+    ex = load(args.file or args.example)
+    if ex.mechanism != args.mechanism:
+        raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {args.mechanism!r}")
+    trace = run(ex)
+    print(render(ex, trace, check_all(ex, trace), digits=args.digits), end="")
+    return 0

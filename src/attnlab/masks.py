@@ -1,0 +1,99 @@
+"""Masks: one convention for the whole library.
+
+* A **bool** mask means **True = may attend**, False = masked out.
+* A **float** mask is an additive bias on the scores (``-inf`` = masked out).
+* Masks broadcast against the scores ``(b, h, q, k)`` by PyTorch's rules, so a
+  ``(b, k)`` padding mask is given as ``(b, 1, 1, k)`` (``as_key_mask``); a
+  mask that does not broadcast to the scores raises ``ValueError``.
+
+``causal`` is aligned bottom-right: query i of a block of q queries at the end
+of k keys may attend keys ``j <= i + (k - q)``. With ``q == k`` this is the
+usual lower triangle; with ``q < k`` (cached decoding: the new queries come
+after the cached keys) the last query sees every key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import _checks
+
+
+def padding(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:
+    """(b,) lengths → (b, k) bool mask, True on the first ``lengths[i]`` (real) tokens."""
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be a 1-d tensor of integers; got shape {_checks.shape(lengths)} dtype {lengths.dtype}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0; got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    k = longest if max_len is None else int(max_len)
+    if k < longest:
+        raise ValueError(f"max_len={k} is shorter than the longest length {longest}")
+    return torch.arange(k, device=lengths.device) < lengths.unsqueeze(-1)  # (b, k)
+
+
+def as_key_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(b, k) key mask → (b, 1, 1, k), broadcastable to scores (b, h, q, k)."""
+    if mask.dim() != 2:
+        raise ValueError(f"as_key_mask expects a (b, k) mask; got shape {_checks.shape(mask)}")
+    return mask[:, None, None, :]
+
+
+def causal(q_len: int, k_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """(q, k) bool mask, True where key j may be attended by query i: j <= i + (k - q)."""
+    k_len = q_len if k_len is None else k_len
+    if q_len < 0 or k_len < 0:
+        raise ValueError(f"lengths must be >= 0; got q_len={q_len}, k_len={k_len}")
+    i = torch.arange(q_len, device=device).unsqueeze(-1)
+    j = torch.arange(k_len, device=device)
+    return j <= i + (k_len - q_len)  # (q, k)
+
+
+def to_bias(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A bool mask as an additive bias: 0 where True, -inf where False (float masks pass through)."""
+    if mask.dtype == torch.bool:
+        zero = torch.zeros((), dtype=dtype, device=mask.device)
+        return torch.where(mask, zero, torch.tensor(float("-inf"), dtype=dtype, device=mask.device))
+    return mask.to(dtype)
+
+
+def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Combine masks (``None`` entries are ignored).
+
+    All bool: logical AND (a key may be attended only if every mask allows it).
+    Any float: bool masks become ``0 / -inf`` biases and all are added.
+    The result broadcasts the inputs; shapes that do not broadcast raise ``ValueError``.
+    """
+    given = [m for m in masks if m is not None]
+    if not given:
+        return None
+    for m in given:
+        if m.dtype != torch.bool and not m.is_floating_point():
+            raise ValueError(f"masks must be bool or floating; got dtype {m.dtype}")
+    try:
+        torch.broadcast_shapes(*(m.shape for m in given))
+    except RuntimeError:
+        raise ValueError(
+            "masks do not broadcast together: " + ", ".join(_checks.shape(m) for m in given)
+        ) from None
+    if all(m.dtype == torch.bool for m in given):
+        out = given[0]
+        for m in given[1:]:
+            out = out & m
+        return out
+    dtype = next(m.dtype for m in given if m.is_floating_point())
+    out = to_bias(given[0], dtype)
+    for m in given[1:]:
+        out = out + to_bias(m, dtype)
+    return out
+
+
+def allowed(mask: torch.Tensor) -> torch.Tensor:
+    """Where a mask lets a query attend: the bool mask itself, or ``bias > -inf`` for a float mask."""
+    return mask if mask.dtype == torch.bool else mask > float("-inf")
+
+
+__all__ = ["padding", "as_key_mask", "causal", "combine", "to_bias", "allowed"]

@@ -1,0 +1,10 @@
+"""attnlab.nn: modules that own parameters and call ``attnlab.functional``.
+
+Importing this package imports every module file, which fills the registry
+behind ``attnlab.create``.
+"""
+
+from .dot import DotProductAttention
+from .registry import available, create, register
+
+__all__ = ["DotProductAttention", "available", "create", "register"]

@@ -1,0 +1,56 @@
+"""Parameter-free dot-product attention as a module (Luong "dot"; Vaswani's scaled dot).
+
+    α = softmax(q kᵀ · scale + mask),  c = α v
+
+A thin ``nn.Module`` over ``attnlab.attention`` so the parameter-free scores sit
+in the registry beside the learned ones. Shapes: query (..., q, d), key
+(..., k, d), value (..., k, d_v) → (..., q, d_v), weights (..., q, k).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..attention import attention
+from .registry import register
+
+
+@register("dot", scaled=False)
+@register("scaled-dot", scaled=True)
+class DotProductAttention(nn.Module):
+    """``scaled=True``: e = qᵀk/√d (or ``scale``); ``scaled=False``: e = qᵀk."""
+
+    def __init__(self, *, scaled: bool = True, scale: float | None = None, attn_drop: float = 0.0):
+        super().__init__()
+        if scale is not None and not scaled:
+            raise ValueError("scale applies only with scaled=True")
+        self.scaled, self.scale, self.attn_drop = scaled, scale, attn_drop
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return attention(
+            query,
+            key,
+            key if value is None else value,
+            score="scaled_dot" if self.scaled else "dot",
+            scale=self.scale,
+            mask=mask,
+            causal=causal,
+            dropout_p=self.attn_drop if self.training else 0.0,
+            need_weights=need_weights,
+        )
+
+    def extra_repr(self) -> str:
+        return f"scaled={self.scaled}, scale={self.scale}, attn_drop={self.attn_drop}"
+
+
+__all__ = ["DotProductAttention"]
