@@ -2,8 +2,10 @@
 
 from .attention import attention
 from .masks import as_key_mask, causal, combine, padding
+from .multihead import merge_heads, multi_head_attention, repeat_kv, split_heads
 from .scores import additive, concat, dot, general, scaled_dot
 from .softmax import masked_softmax
+from .vision import channel_attention, spatial_attention
 
 __all__ = [
     "attention",
@@ -17,4 +19,10 @@ __all__ = [
     "causal",
     "combine",
     "as_key_mask",
+    "multi_head_attention",
+    "split_heads",
+    "merge_heads",
+    "repeat_kv",
+    "channel_attention",
+    "spatial_attention",
 ]

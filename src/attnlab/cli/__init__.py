@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain"]
+VERBS = ["explain", "train", "experiment"]
 
 
 class UsageError(Exception):

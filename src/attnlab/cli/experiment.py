@@ -1,0 +1,9 @@
+"""``attnlab experiment NAME``: an experiment that turns a claim of the seeds into measurements."""
+
+from ._group import add_group
+
+EXPERIMENTS = ["bottleneck", "vision", "scaling"]
+
+
+def add_parser(sub) -> None:
+    add_group(sub, "experiment", EXPERIMENTS, "run an experiment: train, evaluate, write a table and plots")

@@ -1,0 +1,136 @@
+"""Multi-head (and grouped-query) attention as a pure function.
+
+Vaswani et al. 2017, "Attention Is All You Need", §3.2.2, https://arxiv.org/abs/1706.03762;
+grouped-query heads: Ainslie et al. 2023, https://arxiv.org/abs/2305.13245.
+
+    Q = X_q W_qᵀ,  K = X_k W_kᵀ,  V = X_v W_vᵀ               (projections, Linear layout)
+    Q → h heads of size d_h;  K, V → h_kv heads (h_kv divides h)  (split)
+    head_i = softmax(Q_i K_gᵀ / √d_h + mask) V_g,  g = i // (h / h_kv)
+    MultiHead = concat(head_1 … head_h) W_oᵀ                     (concat, output projection)
+
+| paper            | argument                  |
+|------------------|---------------------------|
+| W^Q, W^K, W^V    | ``w_q``, ``w_k``, ``w_v`` (``(h·d_h, d_q)``, ``(h_kv·d_h, d_k)``, ``(h_kv·d_h, d_v)``) |
+| W^O              | ``w_o`` (``(d_out, h·d_h)``) |
+| h                | ``num_heads``             |
+| d_k = d_model/h  | ``head_dim`` (derived)    |
+
+Shapes: query (b, q, d_q), key (b, k, d_k), value (b, k, d_v) → output (b, q, d_out),
+weights (b, h, q, k). The per-head attention is ``attnlab.attention`` on
+(b, h, q, d_h), so masks broadcast against (b, h, q, k) and every contract of
+the core holds. While a trace is active the steps are recorded:
+``projected_query``, ``projected_keys``, ``projected_values``, then the core's
+``scores``/``scaled_scores``/``masked_scores``/``weights``/``context`` of all
+heads at once (b, h, q, ·), then ``heads`` (the concatenation) and ``output``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks
+from .attention import attention
+from .trace import record
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(b, n, h·d_h) → (b, h, n, d_h)."""
+    b, n, d = x.shape
+    return x.view(b, n, num_heads, d // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, n, d_h) → (b, n, h·d_h)."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)
+
+
+def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(b, h_kv, n, d_h) → (b, h_kv·groups, n, d_h): each key/value head serves ``groups`` query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _check_heads(num_heads: int, num_kv_heads: int, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> int:
+    if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads must divide num_heads (both >= 1); got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+        )
+    if w_q.shape[0] % num_heads:
+        raise ValueError(f"w_q has {w_q.shape[0]} output features, not divisible by num_heads={num_heads}")
+    head_dim = w_q.shape[0] // num_heads
+    for name, w in (("w_k", w_k), ("w_v", w_v)):
+        if w.shape[0] != num_kv_heads * head_dim:
+            raise ValueError(
+                f"{name} must have num_kv_heads·head_dim = {num_kv_heads}·{head_dim} = "
+                f"{num_kv_heads * head_dim} output features; got shape {_checks.shape(w)}"
+            )
+    return head_dim
+
+
+def multi_head_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    num_heads: int,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
+    w_o: torch.Tensor,
+    b_q: torch.Tensor | None = None,
+    b_k: torch.Tensor | None = None,
+    b_v: torch.Tensor | None = None,
+    b_o: torch.Tensor | None = None,
+    num_kv_heads: int | None = None,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
+
+    mask: bool (True = may attend) or float bias, broadcastable to (b, h, q, k);
+    a (b, k) padding mask is accepted and read as (b, 1, 1, k).
+    Returns ``(output (b, q, d_out), weights (b, h, q, k) or None)``.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if _checks.tensor(name, t).dim() != 3:
+            raise ValueError(f"{name} must be (b, n, d); got shape {_checks.shape(t)}")
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(f"key and value must share (b, k); got key {_checks.shape(key)}, value {_checks.shape(value)}")
+    if query.shape[0] != key.shape[0]:
+        raise ValueError(f"query and key batch sizes differ: query {_checks.shape(query)}, key {_checks.shape(key)}")
+    h_kv = num_heads if num_kv_heads is None else num_kv_heads
+    for name, w, x in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
+        if w.dim() != 2 or w.shape[1] != x.shape[-1]:
+            raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
+    _check_heads(num_heads, h_kv, w_q, w_k, w_v)
+    if w_o.dim() != 2 or w_o.shape[1] != w_q.shape[0]:
+        raise ValueError(f"w_o must be (d_out, {w_q.shape[0]}); got {_checks.shape(w_o)}")
+    if mask is not None and mask.dim() == 2 and mask.shape == (key.shape[0], key.shape[1]):
+        mask = mask[:, None, None, :]  # (b, k) padding → (b, 1, 1, k)
+
+    q = F.linear(query, w_q, b_q)  # (b, q, h·d_h)
+    k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
+    v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
+    record("projected_query", "Q = X W_qᵀ", q, latex=r"Q = X W_q^\top")
+    record("projected_keys", "K = X W_kᵀ", k, latex=r"K = X W_k^\top")
+    record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
+
+    groups = num_heads // h_kv
+    qh = split_heads(q, num_heads)  # (b, h, q, d_h)
+    kh = repeat_kv(split_heads(k, h_kv), groups)  # (b, h, k, d_h)
+    vh = repeat_kv(split_heads(v, h_kv), groups)  # (b, h, k, d_h)
+    ctx, weights = attention(
+        qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
+    )  # (b, h, q, d_h), (b, h, q, k)
+    heads = merge_heads(ctx)  # (b, q, h·d_h)
+    record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
+    out = F.linear(heads, w_o, b_o)  # (b, q, d_out)
+    record("output", "MultiHead = concat(heads) W_oᵀ", out, latex=r"\mathrm{MultiHead} = \mathrm{concat}(\cdot)\, W_o^\top")
+    return out, weights
+
+
+__all__ = ["multi_head_attention", "split_heads", "merge_heads", "repeat_kv"]

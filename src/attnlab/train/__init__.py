@@ -1,0 +1,1 @@
+"""attnlab.train: training loops, checkpoints and decoding."""

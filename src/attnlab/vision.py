@@ -1,0 +1,85 @@
+"""Channel and spatial attention on feature maps, as pure functions (CBAM).
+
+Woo et al. 2018, "CBAM: Convolutional Block Attention Module", https://arxiv.org/abs/1807.06521.
+
+    channel:  M_c = σ(MLP(AvgPool(F)) + MLP(MaxPool(F))),  MLP(x) = W_1 δ(W_0 x + b_0) + b_1
+              F' = F ⊗ M_c                                  M_c ∈ ℝ^{C}  (per sample: (b, C, 1, 1))
+    spatial:  M_s = σ(conv([mean_c F; max_c F]))            M_s ∈ ℝ^{1×H×W} (per sample: (b, 1, H, W))
+              F' = F ⊗ M_s
+
+| paper | argument |
+|-------|----------|
+| W_0 (C/r × C), b_0 | ``w1``, ``b1`` |
+| W_1 (C × C/r), b_1 | ``w2``, ``b2`` |
+| f^{7×7}            | ``weight`` (1, 2, k, k), ``bias`` (1,) |
+
+Feature maps are (b, C, H, W). Each function returns ``(gated map, attention map)``
+and records its steps while a trace is active.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks
+from .trace import record
+
+
+def _feature_map(x: torch.Tensor) -> None:
+    _checks.tensor("feature map", x)
+    if x.dim() != 4:
+        raise ValueError(f"feature map must be (b, C, H, W); got shape {_checks.shape(x)}")
+
+
+def channel_attention(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor | None,
+    w2: torch.Tensor,
+    b2: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CBAM channel attention. x (b, C, H, W), w1 (C_r, C), w2 (C, C_r) → (F', M_c (b, C, 1, 1))."""
+    _feature_map(x)
+    c = x.shape[1]
+    if w1.dim() != 2 or w1.shape[1] != c:
+        raise ValueError(f"w1 must be (C/r, C) = (·, {c}); got {_checks.shape(w1)}")
+    _checks.param("w2", w2, (c, w1.shape[0]), "the MLP's second layer, (C, C/r)")
+    avg = x.mean(dim=(2, 3))  # (b, C)
+    mx = x.amax(dim=(2, 3))  # (b, C)
+    record("avg_pool", "F_avg = AvgPool(F)", avg, latex=r"F^c_{avg} = \mathrm{AvgPool}(F)")
+    record("max_pool", "F_max = MaxPool(F)", mx, latex=r"F^c_{max} = \mathrm{MaxPool}(F)")
+
+    def mlp(z: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
+
+    logits = mlp(avg) + mlp(mx)  # (b, C)
+    record("mlp", "MLP(F_avg) + MLP(F_max)", logits, latex=r"\mathrm{MLP}(F_{avg}) + \mathrm{MLP}(F_{max})")
+    m_c = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
+    record("weights", "M_c = σ(MLP(F_avg) + MLP(F_max))", m_c, latex=r"M_c = \sigma(\cdot)")
+    out = x * m_c
+    record("output", "F' = F ⊗ M_c", out, latex=r"F' = F \otimes M_c")
+    return out, m_c
+
+
+def spatial_attention(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CBAM spatial attention. x (b, C, H, W), weight (1, 2, k, k), k odd → (F', M_s (b, 1, H, W))."""
+    _feature_map(x)
+    if weight.dim() != 4 or weight.shape[:2] != (1, 2) or weight.shape[2] != weight.shape[3] or weight.shape[2] % 2 == 0:
+        raise ValueError(f"weight must be (1, 2, k, k) with k odd; got {_checks.shape(weight)}")
+    avg = x.mean(dim=1, keepdim=True)  # (b, 1, H, W)
+    mx = x.amax(dim=1, keepdim=True)  # (b, 1, H, W)
+    pooled = torch.cat([avg, mx], dim=1)  # (b, 2, H, W)
+    record("pooled", "[mean_c F; max_c F]", pooled, latex=r"[F^s_{avg}; F^s_{max}]")
+    logits = F.conv2d(pooled, weight, bias, padding=weight.shape[-1] // 2)  # (b, 1, H, W)
+    record("conv", f"f^{{{weight.shape[-1]}×{weight.shape[-1]}}}([F_avg; F_max])", logits, latex=r"f([F_{avg}; F_{max}])")
+    m_s = torch.sigmoid(logits)
+    record("weights", "M_s = σ(f([F_avg; F_max]))", m_s, latex=r"M_s = \sigma(\cdot)")
+    out = x * m_s
+    record("output", "F' = F ⊗ M_s", out, latex=r"F' = F \otimes M_s")
+    return out, m_s
+
+
+__all__ = ["channel_attention", "spatial_attention"]
