@@ -4,7 +4,27 @@ Importing this package imports every module file, which fills the registry
 behind ``attnlab.create``.
 """
 
+from .cache import KVCache, LayerCache
 from .dot import DotProductAttention
+from .layers import TransformerDecoderLayer, TransformerEncoderLayer
+from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
+from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
 from .registry import available, create, register
 
-__all__ = ["DotProductAttention", "available", "create", "register"]
+__all__ = [
+    "DotProductAttention",
+    "MultiHeadAttention",
+    "GroupedQueryAttention",
+    "CrossAttention",
+    "KVCache",
+    "LayerCache",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "available",
+    "create",
+    "register",
+]
