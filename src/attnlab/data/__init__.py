@@ -1,0 +1,1 @@
+"""attnlab.data: corpora, vocabularies and batches (nothing downloads; data come from installed packages)."""

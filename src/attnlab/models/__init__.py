@@ -1,0 +1,1 @@
+"""attnlab.models: models built from attnlab's attention modules."""
