@@ -10,8 +10,23 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.nn import ALiBi, LearnedPositionalEmbedding, MultiHeadAttention, RotaryEmbedding, SinusoidalPositionalEncoding
+from attnlab.nn import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
 from attnlab.nn.positional import alibi_slopes
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def test_sinusoidal_matches_the_paper_formula():
