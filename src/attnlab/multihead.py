@@ -47,9 +47,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _checks, masks
+from . import _checks, masks, scores
 from .attention import attention
-from .trace import record
+from .trace import active, record
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -175,9 +175,15 @@ def multi_head_attention(
     if attn_bias is not None:
         bias = attn_bias(qh.shape[-2], k_len) if callable(attn_bias) else attn_bias
         mask = masks.combine(mask, bias.to(qh.dtype))
-    ctx, weights = attention(
-        qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
-    )  # (b, h, q, d_h), (b, h, q, k)
+    if need_weights and not active():
+        # Weights asked for, no trace: scale the (b, h, q, d_h) queries rather than the (b, h, q, k)
+        # scores, one pass over q·d_h numbers instead of q·k (same result up to rounding).
+        s = scores.default_scale(qh.shape[-1]) if scale is None else scale
+        ctx, weights = attention(qh * s, kh, vh, score="dot", mask=mask, causal=causal, dropout_p=dropout_p, need_weights=True)
+    else:
+        ctx, weights = attention(
+            qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
+        )  # (b, h, q, d_h), (b, h, q, k)
     heads = merge_heads(ctx)  # (b, q, h·d_h)
     record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
     out = F.linear(heads, w_o, b_o)  # (b, q, d_out)
