@@ -175,6 +175,8 @@ def multi_head_attention(
     if attn_bias is not None:
         bias = attn_bias(qh.shape[-2], k_len) if callable(attn_bias) else attn_bias
         mask = masks.combine(mask, bias.to(qh.dtype))
+    if causal and qh.shape[-2] == 1:
+        causal = False  # one query at the end of the keys (bottom-right) may attend every key
     if need_weights and not active():
         # Weights asked for, no trace: scale the (b, h, q, d_h) queries rather than the (b, h, q, k)
         # scores, one pass over q·d_h numbers instead of q·k (same result up to rounding).
