@@ -48,7 +48,7 @@ def run(sizes, repeats, dim=256, batch=8) -> list[dict]:
     return rows
 
 
-def plot(rows, path: str) -> None:
+def plot(rows, path: str, threads: int) -> None:
     try:
         import matplotlib
 
@@ -63,7 +63,7 @@ def plot(rows, path: str) -> None:
     ax.loglog(ns, [1e3 * r["self_attention"] for r in rows], "s-", label="self-attention encoder layer")
     ax.set_xlabel("sequence length n")
     ax.set_ylabel("forward time, ms (median)")
-    ax.set_title("width 256, batch 8, CPU")
+    ax.set_title(f"width 256, batch 8, CPU, {threads} thread(s)")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -87,7 +87,7 @@ def main() -> None:
     for r in rows:
         print(f"| {r['n']} | {1e3 * r['gru']:.2f} | {1e3 * r['self_attention']:.2f} | {r['ratio']:.2f} | {r['n']} / 1 |")
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, args.threads)
 
 
 if __name__ == "__main__":

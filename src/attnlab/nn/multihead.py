@@ -130,13 +130,11 @@ class MultiHeadAttention(nn.Module):
 
         Returns ``(output (b, q, dim), weights (b, h, q, k) or None)``.
         """
-        self_attention = key is None
-        if self_attention:
-            if value is not None:
-                raise ValueError("value given without key: pass key too (or neither, for self-attention)")
-            key = value = query
-        elif value is None:
-            value = key
+        if key is None and value is not None:
+            raise ValueError("value given without key: pass key too (or neither, for self-attention)")
+        key = query if key is None else key
+        value = key if value is None else value
+        self_attention = key is query and value is query  # m(x) and PyTorch-style m(x, x, x)
         if cache is not None and not self_attention:
             raise ValueError(
                 "cache is for self-attention (keys that grow by one token a step); "
