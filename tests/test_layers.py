@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab.models.transformer import Transformer, TransformerConfig
+from attnlab.models.transformer import Transformer, TransformerConfig, attention_maps
 from attnlab.nn import TransformerDecoderLayer, TransformerEncoderLayer
 from attnlab.nn.convert import from_torch
 
@@ -105,3 +105,22 @@ def test_transformer_learns_to_reverse_a_sequence():
     pred = model.greedy(src, bos=bos, eos=eos, max_len=5)
     acc = (pred[:, 1:5] == tgt[:, 1:5]).float().mean().item()
     assert acc > 0.9, f"token accuracy {acc:.2f} after 300 steps"
+
+
+def test_transformer_attention_maps():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab=9, tgt_vocab=9, dim=16, num_heads=2, num_encoder_layers=2,
+                                          num_decoder_layers=3, dropout=0.0))
+    src, tgt = torch.randint(0, 9, (1, 6)), torch.randint(0, 9, (1, 4))
+    src_mask = torch.tensor([[True] * 5 + [False]])
+    maps = attention_maps(model, src, tgt, src_mask=src_mask)
+    assert maps["encoder"].shape == (2, 2, 6, 6)
+    assert maps["decoder"].shape == (3, 2, 4, 4) and torch.all(maps["decoder"].triu(1) == 0)
+    assert maps["cross"].shape == (3, 2, 4, 6) and torch.all(maps["cross"][..., 5] == 0)  # padding gets nothing
+    # the first cross-attention map is the decoder layer's own weights
+    memory = model.encode(src, src_mask)
+    layer = model.decoder[0]
+    x = model.pos(model.tgt_emb(tgt) * 16**0.5)
+    x = x + layer.self_attn(layer.norm1(x), causal=True)[0]
+    _, w = layer.multihead_attn(layer.norm2(x), memory, mask=src_mask, need_weights=True)
+    torch.testing.assert_close(maps["cross"][0], w[0], atol=1e-6, rtol=0)

@@ -8,7 +8,8 @@ Built from ``attnlab.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
 with sinusoidal positions. Padding masks are (b, s) / (b, t) bool, **True on real
 tokens**. ``greedy`` decodes with the decoder's key/value cache. Pre-norm
 (``norm_first=True``, the default here: it trains without warm-up) adds a final
-LayerNorm to each stack.
+LayerNorm to each stack. ``attention_maps`` returns the encoder's, the decoder's
+and the cross-attention's weights per layer and head (from a trace).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import nn
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from ..nn.positional import SinusoidalPositionalEncoding
+from ..trace import trace
 
 
 @dataclass
@@ -111,4 +113,25 @@ class Transformer(nn.Module):
         return asdict(self.config)
 
 
-__all__ = ["Transformer", "TransformerConfig"]
+@torch.no_grad()
+def attention_maps(
+    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, *, src_mask: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Every layer's and head's weights for one pair (src (1, s), tgt (1, t)), read from a trace.
+
+    Returns ``{"encoder": (L_enc, h, s, s), "decoder": (L_dec, h, t, t), "cross": (L_dec, h, t, s)}``.
+    """
+    if src.dim() != 2 or tgt.dim() != 2 or src.shape[0] != 1 or tgt.shape[0] != 1:
+        raise ValueError(f"attention_maps takes one pair, src (1, s) and tgt (1, t); got {tuple(src.shape)}, {tuple(tgt.shape)}")
+    was_training = model.training
+    model.eval()
+    with trace() as t:
+        model(src, tgt, src_mask=src_mask)
+    model.train(was_training)
+    maps = [s.value[0] for s in t if s.name == "weights"]  # encoder layers, then (self, cross) per decoder layer
+    n_enc = len(model.encoder)
+    dec = maps[n_enc:]
+    return {"encoder": torch.stack(maps[:n_enc]), "decoder": torch.stack(dec[0::2]), "cross": torch.stack(dec[1::2])}
+
+
+__all__ = ["Transformer", "TransformerConfig", "attention_maps"]
