@@ -131,11 +131,24 @@ def _qkv(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q, k, v
 
 
-def _run_scored(score_fn: Callable, ex: Example) -> Trace:
+def _run_scored(score_fn: Callable | str, ex: Example) -> Trace:
+    """Inputs are read (and checked) before parameters, so errors come in reading order."""
     q, k, v = _qkv(ex)
+    if callable(score_fn) and getattr(score_fn, "needs_params", False):
+        score_fn = score_fn()
     with trace() as t:
         attention(q, k, v, score=score_fn, need_weights=True)
     return t
+
+
+def _params(ex: Example, fn: Callable, *names: str) -> Callable:
+    """A deferred ``partial(fn, **params)``: the parameters are read when it is called."""
+
+    def make():
+        return partial(fn, **{n: _need(ex, "params", n) for n in names})
+
+    make.needs_params = True  # type: ignore[attr-defined]
+    return make
 
 
 def _scale(ex: Example) -> float | None:
@@ -152,14 +165,9 @@ def _run_attention_scaled(ex: Example) -> Trace:
 MECHANISMS: dict[str, Callable[[Example], Trace]] = {
     "dot": lambda ex: _run_scored("dot", ex),
     "scaled_dot": _run_attention_scaled,
-    "general": lambda ex: _run_scored(partial(general, weight=_need(ex, "params", "weight")), ex),
-    "additive": lambda ex: _run_scored(
-        partial(additive, w_q=_need(ex, "params", "w_q"), w_k=_need(ex, "params", "w_k"), v=_need(ex, "params", "v")),
-        ex,
-    ),
-    "concat": lambda ex: _run_scored(
-        partial(concat, weight=_need(ex, "params", "weight"), v=_need(ex, "params", "v")), ex
-    ),
+    "general": lambda ex: _run_scored(_params(ex, general, "weight"), ex),
+    "additive": lambda ex: _run_scored(_params(ex, additive, "w_q", "w_k", "v"), ex),
+    "concat": lambda ex: _run_scored(_params(ex, concat, "weight", "v"), ex),
 }
 
 
