@@ -52,7 +52,7 @@ def run(sizes, repeats, threads) -> list[dict]:
             torch.manual_seed(0)
             q, k, v = (torch.randn(1, 8, n, 64, requires_grad=backward) for _ in range(3))
             times = {name: [] for name in VARIANTS}
-            for name, fn in VARIANTS.items():  # warm-up
+            for fn in VARIANTS.values():  # warm-up
                 timed(fn, q, k, v, backward)
             for _ in range(repeats):
                 for name, fn in VARIANTS.items():
