@@ -117,7 +117,8 @@ def parse(text: str, name: str = "<string>") -> Example:
     try:
         data = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as e:
-        raise ExampleError(f"{name}: not valid TOML: {e}") from None
+        msg = str(e).replace("(at end of document)", f"(at the end of the file, line {len(text.splitlines())})")
+        raise ExampleError(f"{name}: not valid TOML: {msg}") from None
     if "mechanism" not in data:
         raise ExampleError(f"{name}: missing the field 'mechanism' (one of {', '.join(sorted(MECHANISMS))})")
     mech = data["mechanism"]

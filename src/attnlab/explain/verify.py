@@ -127,13 +127,13 @@ def _round(t: torch.Tensor, p: int) -> torch.Tensor:
     return torch.where(finite, torch.floor(t * s + 0.5 + 1e-9) / s, t)
 
 
-def select(ex: Example, step: str, value: torch.Tensor, index: list[int]) -> torch.Tensor:
+def select(ex: Example, step: str, value: torch.Tensor, index: list[int], where: str = "") -> torch.Tensor:
     """The claimed part of a step's (display) value: a view, so it can be written to."""
     v = display_value(ex, step, value)
     for pos, i in enumerate(index):
         if v.dim() == 0 or i > v.shape[0]:
             raise ExampleError(
-                f"{ex.name}: claim on {step}: index {index} is out of range for shape "
+                f"{where or ex.name}: claim on {step}: index {index} is out of range for shape "
                 f"{tuple(display_value(ex, step, value).shape)} (at position {pos + 1})"
             )
         v = v[i - 1]
@@ -174,7 +174,7 @@ def _claims(ex: Example, t: Trace) -> list[_Claim]:
             raise ExampleError(f"{where}: unknown relation {relation!r} (use 'equal' or 'argmax')")
         pos = len(names) - 1 - names[::-1].index(step)
         claim = _Claim(n, step, pos, index, relation, c["value"])
-        part = select(ex, step, t[step].value, index)
+        part = select(ex, step, t[step].value, index, where)
         if relation == "argmax":
             if part.dim() != 1:
                 raise ExampleError(f"{where}: an argmax claim needs one row; {claim.where()} has shape {tuple(part.shape)}")
