@@ -12,7 +12,16 @@ import torch
 
 from attnlab.attentional import attentional_output
 from attnlab.cli import main
-from attnlab.explain import MECHANISMS, builtin_names, document, load, render, render_markdown, run, verify
+from attnlab.explain import (
+    MECHANISMS,
+    builtin_names,
+    document,
+    load,
+    render,
+    render_markdown,
+    run,
+    verify,
+)
 from attnlab.explain.examples import display_value
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -34,10 +43,13 @@ def test_walkthrough_numbers_are_the_trace(name):
         shown = display_value(ex, step.name, step.value)
         assert s["shape"] == list(shown.shape)
         expect = shown.tolist()
-        flat = lambda x: [z for y in x for z in flat(y)] if isinstance(x, list) else [x]  # noqa: E731
         for a, b in zip(flat(s["value"]), flat(expect)):
             assert (a == "-inf" and b == -math.inf) or a == b
     json.dumps(doc)  # valid JSON
+
+
+def flat(x):
+    return [z for y in x for z in flat(y)] if isinstance(x, list) else [x]
 
 
 def _np_attention(q, k, v, scale):

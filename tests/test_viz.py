@@ -14,8 +14,18 @@ pytest.importorskip("matplotlib", reason="attnlab.viz needs matplotlib (pip inst
 
 from attnlab.cli import main  # noqa: E402
 from attnlab.explain import load, run  # noqa: E402
-from attnlab.viz import alignment, from_example, head_grid, heatmap, load_json, pattern, save, spatial_overlay, write_html  # noqa: E402
-from attnlab.viz import fonts  # noqa: E402
+from attnlab.viz import (  # noqa: E402
+    alignment,
+    fonts,  # noqa: E402
+    from_example,
+    head_grid,
+    heatmap,
+    load_json,
+    pattern,
+    save,
+    spatial_overlay,
+    write_html,
+)
 from attnlab.viz.viewer import render_html  # noqa: E402
 
 
