@@ -39,7 +39,7 @@ demo: $(STAMP)
 	$(BIN)/attnlab explain additive --example seed-000-additive
 	$(BIN)/attnlab explain scaled_dot --example seed-001-self-attention
 	$(BIN)/attnlab explain multi_head --example seed-001-multi-head --lang zh
-	-$(BIN)/attnlab verify --all --quiet
+	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the seeds' wrong claims are counted above)"
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
