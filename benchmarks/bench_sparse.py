@@ -1,12 +1,17 @@
 """Block-sparse kernel against dense masked SDPA, compiled flex_attention and dense SDPA (CPU).
 
-    .venv/bin/python benchmarks/bench_sparse.py [--sizes 4096 16384 65536] [--repeats 3] [--no-flex]
+    .venv/bin/python benchmarks/bench_sparse.py [--sizes 4096 16384 65536] [--repeats 2] [--threads 1] [--no-flex]
 
 b=1, h=8, d=64, fp32; sliding window w=256 each side at every n, plus a
 Longformer (window + 64 global tokens) and a BigBird (window + global + 2
 random 64-blocks per row) pattern at n=16384. Times are medians of
 interleaved repeats in one process; peak memory is the VmHWM of a fresh
-subprocess that runs one call (so it includes the ~0.3 GiB of torch itself).
+subprocess that runs one call (so it includes the ~0.3 GiB of torch itself;
+not measured for flex, whose fresh process would compile again, nor for dense
+SDPA beyond the window rows, where it does not depend on the pattern). The
+default is one thread for every method: on a shared, oversubscribed machine
+each OpenMP parallel region waits for a descheduled thread, which taxes the
+kernel's many small ops far more than one fused call.
 The fp32 GEMM rate (torch.mm 2048×2048) is measured in the same run, and the
 kernel's rate is counted on the FLOPs of its non-empty tiles (4·B²·d per tile
 and head forward; 10·B²·d more backward, with the recomputed scores).
@@ -100,15 +105,16 @@ def make_runner(method: str, name: str, n: int, backward: bool):
     return run
 
 
-def child(method: str, name: str, n: int, backward: bool) -> None:
+def child(method: str, name: str, n: int, backward: bool, threads: int) -> None:
     """One call in a fresh process; print the peak RSS (VmHWM) in bytes."""
+    torch.set_num_threads(threads)
     make_runner(method, name, n, backward)()
     hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
     print(json.dumps({"peak": int(hwm.split()[1]) * 1024}))
 
 
-def peak_rss(method, name, n, backward) -> float | None:
-    cmd = [sys.executable, __file__, "--child", method, name, str(n), str(int(backward))]
+def peak_rss(method, name, n, backward, threads) -> float | None:
+    cmd = [sys.executable, __file__, "--child", method, name, str(n), str(int(backward)), str(threads)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         return None
@@ -127,8 +133,7 @@ def gemm_rate(repeats: int = 5) -> float:
 
 
 def time_interleaved(runners: dict, repeats: int) -> dict:
-    for r in runners.values():  # warm-up
-        r()
+    runners["kernel"]()  # warm-up (the others are warm: SDPA needs none, flex ran when compiled)
     ts = {m: [] for m in runners}
     for _ in range(repeats):
         for m, r in runners.items():
@@ -152,11 +157,13 @@ def flex_setup(name, n, backward):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384, 65536])
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--dense-max", type=int, default=16384, help="largest n for the dense baselines")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
 
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M')}")
     gemm = gemm_rate()
@@ -192,7 +199,9 @@ def main() -> None:
             }
             if not args.no_memory:
                 for m in runners:
-                    row["peak_gib"][m] = peak_rss(m, name, n, backward)
+                    if m == "flex" or (m == "sdpa_dense" and name != "window"):
+                        continue
+                    row["peak_gib"][m] = peak_rss(m, name, n, backward, args.threads)
             rows.append(row)
             print(json.dumps(row))
             sys.stdout.flush()
@@ -260,6 +269,6 @@ def plot(rows) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), bool(int(sys.argv[5])))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), bool(int(sys.argv[5])), int(sys.argv[6]))
     else:
         main()

@@ -149,3 +149,26 @@ def test_top_k_keeps_the_k_best_keys():
     mw = P.top_k(4, within=P.sliding_window(1)).mask(q, k)
     assert not (mw & ~P.sliding_window(1).materialize(11)).any()
     assert (mw.sum(-1) == P.sliding_window(1).materialize(11).sum(-1)).all()
+
+
+def test_explain_sparse_example_records_masked_scores():
+    from attnlab.explain import examples
+
+    ex = examples.parse(
+        """
+        mechanism = "sparse"
+        [inputs]
+        query = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -1.0]]
+        keys = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -1.0]]
+        [params]
+        pattern = [{kind = "sliding_window", args = [1, 0]}, {kind = "global_tokens", args = [[0]]}]
+        """,
+        "inline",
+    )
+    t = examples.run(ex)
+    w = t["weights"].value  # rows 0 (global) 4 keys, 1: 2, 2: 3, 3: 3 → 4 of 16 masked
+    allowed = (P.sliding_window(1, 0) | P.global_tokens([0])).materialize(4)
+    assert torch.equal(w > 0, allowed)
+    assert "4 of 16 scores masked" in t["masked_scores"].note
+    with pytest.raises(ValueError, match="pattern kind"):
+        P.from_spec([{"kind": "nope"}])

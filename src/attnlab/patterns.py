@@ -427,7 +427,36 @@ def top_k(k: int, within: Pattern | None = None) -> TopK:
     return TopK(k, within)
 
 
+# The patterns by name, for configuration files (explain examples, the CLI).
+BUILDERS = {
+    "full": full,
+    "causal": causal,
+    "sliding_window": sliding_window,
+    "dilated_window": dilated_window,
+    "strided": strided,
+    "fixed": fixed,
+    "global_tokens": global_tokens,
+    "random_blocks": random_blocks,
+}
+
+
+def from_spec(items: Sequence[dict], combine: str = "or") -> Pattern:
+    """Build a pattern from ``[{"kind": "sliding_window", "args": [1, 1]}, ...]`` joined by ``|`` or ``&``."""
+    if combine not in ("or", "and") or not items:
+        raise ValueError(f"a pattern spec needs at least one item and combine 'or' or 'and'; got {len(items)} items, {combine!r}")
+    out = None
+    for it in items:
+        kind = it.get("kind") if isinstance(it, dict) else None
+        if kind not in BUILDERS:
+            raise ValueError(f"pattern kind must be one of {', '.join(BUILDERS)}; got {kind!r}")
+        p = BUILDERS[kind](*[int(a) if not isinstance(a, list) else [int(x) for x in a] for a in it.get("args", [])])
+        out = p if out is None else (out | p if combine == "or" else out & p)
+    return out
+
+
 __all__ = [
+    "BUILDERS",
+    "from_spec",
     "Pattern",
     "TopK",
     "full",

@@ -149,7 +149,21 @@ def _run_attention_scaled(ex: Example) -> Trace:
     return t
 
 
+def _run_sparse(ex: Example) -> Trace:
+    """Scaled dot-product self-attention masked by a pattern: [params] pattern = [{kind, args}], combine."""
+    from ..patterns import from_spec
+
+    q, k, v = _qkv(ex)
+    if "pattern" not in ex.params:
+        raise ExampleError(f"{ex.name}: mechanism 'sparse' needs [params] pattern = [{{kind = ..., args = [...]}}]")
+    mask = from_spec(ex.params["pattern"], str(ex.params.get("combine", "or"))).materialize(k.shape[0])
+    with trace() as t:
+        attention(q, k, v, score="scaled_dot", scale=_scale(ex), mask=mask[-q.shape[0] :], need_weights=True)
+    return t
+
+
 MECHANISMS: dict[str, Callable[[Example], Trace]] = {
+    "sparse": _run_sparse,
     "dot": lambda ex: _run_scored("dot", ex),
     "scaled_dot": _run_attention_scaled,
     "general": lambda ex: _run_scored(partial(general, weight=_need(ex, "params", "weight")), ex),
