@@ -161,6 +161,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--dense-bwd-max", type=int, default=4096, help="largest n for full dense fwd+bwd baselines")
     ap.add_argument("--dense-max", type=int, default=16384, help="largest n for the dense baselines")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -177,7 +178,14 @@ def main() -> None:
             reps = args.repeats if n <= 16384 else 1
             runners = {"kernel": make_runner("kernel", name, n, backward)}
             notes = []
-            if n <= args.dense_max:
+            if backward and n > args.dense_bwd_max:
+                if name == "window" and n <= args.dense_max:
+                    runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
+                    reps = 1
+                    notes.append("masked SDPA fwd+bwd: 1 repeat, peak memory not measured (minutes per call)")
+                else:
+                    notes.append("dense fwd+bwd not run (pattern-independent cost, see the window row)")
+            elif n <= args.dense_max:
                 runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
                 runners["sdpa_dense"] = make_runner("sdpa_dense", name, n, backward)
             else:
@@ -199,7 +207,7 @@ def main() -> None:
             }
             if not args.no_memory:
                 for m in runners:
-                    if m == "flex" or (m == "sdpa_dense" and name != "window"):
+                    if m == "flex" or (m == "sdpa_dense" and name != "window") or (m != "kernel" and backward and n > args.dense_bwd_max):
                         continue
                     row["peak_gib"][m] = peak_rss(m, name, n, backward, args.threads)
             rows.append(row)

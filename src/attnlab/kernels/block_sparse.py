@@ -14,11 +14,12 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    edges, positions beyond n when n is not a multiple of B).
 2. **Forward**, one group of rows at a time: gather the key and value blocks
    into (b, h, R, m·B, d), one batched matmul for the (b, h, R, B, m·B)
-   scores, a masked softmax inside the tiles, one batched matmul with the
-   values. Only the output and the row log-sum-exp are kept.
-3. **Backward** recomputes the scores group by group from q, k and the
-   log-sum-exp (as FlashAttention does), and scatters dK and dV back with
-   ``index_add_``.
+   scores, a masked softmax inside the tiles (one fused ``torch.softmax``
+   pass), one batched matmul with the values. Only the output is kept.
+3. **Backward** recomputes the scores and their softmax group by group from q
+   and k (as FlashAttention does; it keeps the row log-sum-exp to skip the
+   normalisation, here the fused softmax recomputes it in the same pass), and
+   scatters dK and dV back with ``index_add_``.
 
 Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
 A fully masked row (all its keys padded out, or a pattern row with no key)
@@ -52,6 +53,7 @@ class _Group:
     k_blocks: torch.Tensor  # (R, m) key blocks, padded with block 0
     deny: torch.Tensor | None  # (R, B, m·B) bool, True = masked; None when nothing is masked
     valid: torch.Tensor  # (R, m) bool, False on padding slots
+    dead: torch.Tensor | None  # (1, 1, R, B, 1) bool rows the pattern gives no key; None if none
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,8 @@ def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
         kb = torch.where(valid, nz[pos, 1], torch.zeros((), dtype=torch.long))  # (R, m)
         ok = pattern.tiles(qb, kb, n, block) & valid.repeat_interleave(block, 1)[:, None, :]
         allowed += int(ok.sum())
-        groups.append(_Group(qb, kb, None if bool(ok.all()) else ~ok, valid))
+        dead = ~ok.any(-1)[None, None, :, :, None]
+        groups.append(_Group(qb, kb, None if bool(ok.all()) else ~ok, valid, dead if bool(dead.any()) else None))
         i = j
     p = Plan(n, block, nb, tuple(groups), len(nz), allowed)
     cache[key] = p
@@ -119,6 +122,23 @@ def _scores(qg, kg, grp: _Group, pad_deny, B: int):
     return s
 
 
+def _dead(grp: _Group, pad_deny) -> torch.Tensor | None:
+    """(b, 1, R, B, 1) bool: query rows of the group that may attend no key; None when there are none."""
+    if pad_deny is None:
+        return grp.dead
+    live = ~pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
+    if grp.deny is not None:
+        live = live & ~grp.deny
+    dead = ~live.any(-1)[:, None, :, :, None]
+    return dead if bool(dead.any()) else None
+
+
+def _softmax(s: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
+    """Row softmax of masked scores; rows with no key give zeros instead of NaN."""
+    p = torch.softmax(s, -1)  # one fused pass; a row of -inf comes out NaN
+    return p.masked_fill_(dead, 0.0) if dead is not None else p
+
+
 def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + 7919 * gi)
     return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
@@ -132,29 +152,23 @@ class _BlockSparse(torch.autograd.Function):
         qb = _blocks(q, nb, B) * scale
         kb, vb = _blocks(k, nb, B), _blocks(v, nb, B)
         out = q.new_zeros(b, h, nb, B, v.shape[-1])
-        lse = q.new_full((b, h, nb, B, 1), float("inf"))  # +inf: rows with no key (p = 0 in backward)
         for gi, grp in enumerate(pl.groups):
             kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
             vg = vb[:, :, grp.k_blocks].flatten(3, 4)
             s = _scores(qb[:, :, grp.q_blocks], kg, grp, pad_deny, B)
-            mx = s.amax(-1, keepdim=True)
-            mx = torch.where(torch.isfinite(mx), mx, torch.zeros((), dtype=mx.dtype))
-            p = s.sub_(mx).exp_()  # (b, h, R, B, m·B), in place
-            ssum = p.sum(-1, keepdim=True)
+            dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
+            p = _softmax(s, dead)
             if dropout_p > 0:
                 p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-            o = p @ vg  # (b, h, R, B, d)
-            live = ssum > 0
-            out[:, :, grp.q_blocks] = torch.where(live, o / ssum.clamp(min=1e-30), torch.zeros((), dtype=o.dtype))
-            lse[:, :, grp.q_blocks] = torch.where(live, mx + ssum.log(), float("inf"))
+            out[:, :, grp.q_blocks] = p @ vg  # (b, h, R, B, d)
         out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out)
         ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out = ctx.saved_tensors
         pl, pad_deny, scale, dropout_p, seed = ctx.extras
         b, h, n, d = q.shape
         B, nb = pl.block, pl.n_blocks
@@ -168,7 +182,7 @@ class _BlockSparse(torch.autograd.Function):
             kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
             vg = vb[:, :, grp.k_blocks].flatten(3, 4)
             qg, dog = qb[:, :, rows], dob[:, :, rows]
-            p = _scores(qg, kg, grp, pad_deny, B).sub_(lse[:, :, rows]).exp_()  # (b, h, R, B, m·B)
+            p = _softmax(_scores(qg, kg, grp, pad_deny, B), _dead(grp, pad_deny))  # (b, h, R, B, m·B)
             dp = dog @ vg.transpose(-1, -2)
             if dropout_p > 0:
                 keep = _dropout_keep(p.shape, dropout_p, seed, gi)
