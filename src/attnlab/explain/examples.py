@@ -285,21 +285,39 @@ def _run_attention(ex: Example, score: str, *, need_mask: bool = False) -> Trace
 
 
 def _run_sparse(ex: Example) -> Trace:
-    """A pattern from ``attnlab.patterns`` ([params] pattern = {name = "window", ...}) or an explicit mask."""
+    """Attention masked by a pattern from ``attnlab.patterns`` or by an explicit [inputs] mask.
+
+    ``[params] pattern`` is a table ``{name = "sliding_window", before = 1, after = 1}`` or a
+    list ``[{kind = "sliding_window", args = [1, 1]}, ...]`` joined by ``combine`` ("or", "and").
+    """
+    from .. import patterns
+
     pattern = ex.params.get("pattern")
     if pattern is not None and "mask" not in ex.inputs:
-        if not isinstance(pattern, dict) or "name" not in pattern:
-            raise ExampleError(f"{ex.at('params', 'pattern')} must be a table with a name, e.g. {{name = \"window\", size = 1}}")
-        try:
-            from .. import patterns  # type: ignore[attr-defined]
-        except ImportError:
-            raise ExampleError(f"{ex.at('params', 'pattern')}: attnlab.patterns is not available; give [inputs] mask") from None
-        kwargs = {k: (int(v) if isinstance(v, int) else float(v)) for k, v in pattern.items() if k != "name"}
-        fn = getattr(patterns, str(pattern["name"]), None)
-        if fn is None:
-            raise ExampleError(f"{ex.at('params', 'pattern')}: no pattern {pattern['name']!r} in attnlab.patterns")
         n = _rows(ex, "keys").shape[0]
-        ex.inputs["mask"] = fn(**kwargs).materialize(n).int().tolist()
+        if isinstance(pattern, list):
+            try:
+                pat = patterns.from_spec(pattern, str(ex.params.get("combine", "or")))
+            except (ValueError, TypeError) as e:
+                raise ExampleError(f"{ex.at('params', 'pattern')}: {e}") from None
+        elif isinstance(pattern, dict) and "name" in pattern:
+            fn = patterns.BUILDERS.get(str(pattern["name"]))
+            if fn is None:
+                raise ExampleError(
+                    f"{ex.at('params', 'pattern')}: no pattern {pattern['name']!r}; known: {', '.join(patterns.BUILDERS)}"
+                )
+            kwargs = {k: (int(v) if isinstance(v, int) else float(v)) for k, v in pattern.items() if k != "name"}
+            try:
+                pat = fn(**kwargs)
+            except (ValueError, TypeError) as e:
+                raise ExampleError(f"{ex.at('params', 'pattern')}: {e}") from None
+        else:
+            raise ExampleError(
+                f"{ex.at('params', 'pattern')} must be a table with a name, e.g. "
+                '{name = "sliding_window", before = 1, after = 1}, or a list of {kind, args} tables'
+            )
+        q_len = _query(ex).shape[0]
+        ex.inputs["mask"] = pat.materialize(n)[n - q_len :].int().tolist()
     return _run_attention(ex, "scaled_dot", need_mask=True)
 
 

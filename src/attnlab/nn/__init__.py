@@ -6,5 +6,15 @@ behind ``attnlab.create``.
 
 from .dot import DotProductAttention
 from .registry import available, create, register
+from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
-__all__ = ["DotProductAttention", "available", "create", "register"]
+__all__ = [
+    "DotProductAttention",
+    "SparseAttention",
+    "LocalAttention",
+    "LongformerAttention",
+    "BigBirdAttention",
+    "available",
+    "create",
+    "register",
+]
