@@ -103,6 +103,8 @@ def test_cli_train_and_generate(tmp_path, capsys):
     n = len(data["tokens"])
     assert n == 16  # the last block_size tokens of 6 + 12
     assert len(data["layers"]) == 1 and len(data["layers"][0]) == 2 and len(data["layers"][0][0]) == n
+    html = tmp_path / "att.html"  # the viewer reads the same file
+    assert main(["view", "--json", str(att), "-o", str(html)]) == 0 and html.stat().st_size > 0
     assert main(["generate", "--checkpoint", str(tmp_path / "missing")]) == 2
     assert main(["generate", "--checkpoint", str(ck), "--top-k", "0"]) == 2
     assert "error" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "train", "experiment", "generate"]
+VERBS = ["explain", "verify", "view", "train", "experiment", "generate"]
 
 
 class UsageError(Exception):

@@ -15,6 +15,7 @@ from .positional import (
     SinusoidalPositionalEncoding,
 )
 from .registry import available, create, register
+from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
 __all__ = [
     "DotProductAttention",
@@ -29,6 +30,10 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
     "ALiBi",
+    "SparseAttention",
+    "LocalAttention",
+    "LongformerAttention",
+    "BigBirdAttention",
     "available",
     "create",
     "register",
