@@ -4,7 +4,18 @@ Importing this package imports every module file, which fills the registry
 behind ``attnlab.create``.
 """
 
+from .additive import AdditiveAttention
+from .attentional import AttentionalOutput
 from .dot import DotProductAttention
+from .luong import LuongAttention
 from .registry import available, create, register
 
-__all__ = ["DotProductAttention", "available", "create", "register"]
+__all__ = [
+    "AdditiveAttention",
+    "AttentionalOutput",
+    "DotProductAttention",
+    "LuongAttention",
+    "available",
+    "create",
+    "register",
+]
