@@ -109,7 +109,7 @@ def beam_search(
         top, idx = cand.topk(K, dim=1)  # (b, K)
         parent = (torch.arange(b, device=dev)[:, None] * K + idx // V).reshape(-1)
         y = (idx % V).reshape(-1)
-        state = _map(state, lambda t: t.index_select(0, parent))
+        state = _map(state, lambda t, p=parent: t.index_select(0, p))
         tokens = torch.cat([tokens.index_select(0, parent), y[:, None]], 1)
         if w is not None:
             step_w = w.index_select(0, parent)[:, None]
