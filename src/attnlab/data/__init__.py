@@ -44,7 +44,29 @@ def load_dataset(name: str, *, n: int = 20000, seed: int = 0, max_digits: int = 
     raise ValueError(f"unknown dataset {name!r}; use numbers-SRC-TGT (e.g. numbers-de-en) or one of {', '.join(DING)}")
 
 
+@dataclass
+class Corpus:
+    """A dataset as token ids: train / valid / test examples and the two vocabularies."""
+
+    dataset: Dataset
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: list
+    valid: list
+    test: list
+
+
+def build_corpus(dataset: Dataset, src_vocab: Vocab | None = None, tgt_vocab: Vocab | None = None) -> Corpus:
+    """Vocabularies from the training split (unless given) and id examples of every split."""
+    sp = dataset.splits
+    sv = src_vocab or Vocab.build([s for s, _ in sp.train], dataset.src_level)
+    tv = tgt_vocab or Vocab.build([t for _, t in sp.train], dataset.tgt_level)
+    return Corpus(dataset, sv, tv, encode_pairs(sp.train, sv, tv), encode_pairs(sp.valid, sv, tv), encode_pairs(sp.test, sv, tv))
+
+
 __all__ = [
+    "Corpus",
+    "build_corpus",
     "Batch", "Dataset", "Splits", "Vocab", "load_dataset", "dataset_names", "number_pairs", "load_pairs",
     "ding_splits", "encode_pairs", "collate", "batch_order", "source_batch", "PAD", "BOS", "EOS", "UNK",
 ]

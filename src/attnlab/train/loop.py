@@ -89,7 +89,8 @@ def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Calla
         for i in range(0, len(sub), cfg.batch_size):
             part = sub[i : i + cfg.batch_size]
             src, mask = source_batch([s for s, _ in part])
-            hyps = (decode or greedy)(model, src, mask, max_len=cfg.max_len)
+            guard = min(cfg.max_len, 2 * max(len(t) for _, t in part) + 10)
+            hyps = (decode or greedy)(model, src, mask, max_len=guard)
             hits += sum(h.tokens == t for h, (_, t) in zip(hyps, part))
         out["exact"] = 100.0 * hits / len(sub)
     model.train(was)
@@ -200,12 +201,16 @@ def train(
             loss_sum = loss_n = 0
         last = step == cfg.steps
         if valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+            t_eval = time.perf_counter()
             valid = validate(model, valid_examples, cfg)
+            t0 += time.perf_counter() - t_eval  # the rate counts training time only
             if progress:
                 ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
                 print(("\n" if tty else "") + f"step {step}: valid loss {valid['loss']:.4f}{ex}", file=stream, flush=True)
         if out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
+            t_save = time.perf_counter()
             save(out, model, opt, cfg, step, extra, files, valid)
+            t0 += time.perf_counter() - t_save
     elapsed = time.perf_counter() - t0
     return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
 
