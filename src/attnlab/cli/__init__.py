@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "train", "experiment"]
+VERBS = ["explain", "train", "experiment", "translate", "evaluate"]
 
 
 class UsageError(Exception):
