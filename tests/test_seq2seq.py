@@ -88,7 +88,7 @@ def test_each_decoder_learns_reversal(decoder, steps, lr):
         # the alignment of a reversal is the anti-diagonal: output i looks most at source n-1-i
         hits = total = 0
         for h, (s, _) in zip(hyps, test_ex):
-            assert h.weights.shape == (len(h.tokens), len(s))
+            assert h.ended and h.weights.shape == (len(h.tokens) + 1, len(s))  # + the EOS step
             if len(h.tokens) == len(s):
                 hits += sum(a == len(s) - 1 - i for i, a in enumerate(h.weights.argmax(-1).tolist()))
                 total += len(s)
@@ -117,7 +117,7 @@ def test_max_len_guard():
         m.output.predict.bias[EOS] = -1e4  # never ends
     b = collate(encode_pairs(reversal(3, 3), VOCAB, VOCAB))
     for h in greedy(m, b.src, b.src_mask, max_len=9) + beam_search(m, b.src, b.src_mask, beam=2, max_len=9):
-        assert len(h.tokens) == 9
+        assert len(h.tokens) == 9 and not h.ended
     with pytest.raises(ValueError, match="max_len"):
         greedy(m, b.src, b.src_mask, max_len=0)
 

@@ -88,9 +88,9 @@ def run(args: argparse.Namespace) -> int:
     hyps = greedy(model, src, mask, max_len=args.max_len) if args.beam == 1 else \
         beam_search(model, src, mask, beam=args.beam, max_len=args.max_len)
     for n, (text, h) in enumerate(zip(args.texts, hyps)):
-        out_tokens = tv.tokens(h.tokens)
-        print(f"{text.strip()} → {tv.decode(h.tokens)}")
-        if h.weights is not None and not args.no_alignment and out_tokens:
+        out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
+        print(f"{text.strip()} → {tv.decode(h.tokens)}" + ("" if h.ended else f"  (stopped at --max-len {args.max_len})"))
+        if h.weights is not None and not args.no_alignment:
             print(alignment_text(tokenize(text.strip(), sv.level), out_tokens, h.weights))
         if args.plot and n == 0:
             if h.weights is None:

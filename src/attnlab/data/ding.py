@@ -30,7 +30,8 @@ _END = re.compile(r"[.!?]$")
 def _clean(sense: str) -> str:
     text = _ANNOT.sub("", sense)
     text = text.split("; ")[0]
-    return re.sub(r"\s+", " ", text).strip()
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r" ([.,!?;:])", r"\1", text)
 
 
 def _is_sentence(text: str, min_words: int, max_words: int) -> bool:

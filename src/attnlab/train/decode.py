@@ -26,7 +26,8 @@ from ..data.vocab import BOS, EOS
 class Hypothesis:
     tokens: list[int]  # without BOS and EOS
     score: float  # summed log-probability (including EOS when it ended)
-    weights: torch.Tensor | None  # (len(tokens), s_i): one row per output token, source padding cut
+    weights: torch.Tensor | None  # (len(tokens) [+1 for EOS], s_i): a row per output step, source padding cut
+    ended: bool = True  # False when max_len stopped it
 
 
 def _map(tree, fn):
@@ -41,8 +42,9 @@ def _finish(tokens: torch.Tensor, scores, weights, src_mask) -> list[Hypothesis]
         row = tokens[i].tolist()
         n = row.index(EOS) if EOS in row else len(row)
         s = int(src_mask[i].sum())
-        w = weights[i, :n, :s] if weights is not None else None
-        out.append(Hypothesis(row[:n], float(scores[i]), w))
+        ended = EOS in row
+        w = weights[i, : n + ended, :s] if weights is not None else None
+        out.append(Hypothesis(row[:n], float(scores[i]), w, ended))
     return out
 
 
