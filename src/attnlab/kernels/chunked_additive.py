@@ -15,7 +15,7 @@ accumulates
     ∂e/∂a_i = Σ_j g_ij v ⊙ (1 − u_ij²),   ∂e/∂b_j = Σ_i g_ij v ⊙ (1 − u_ij²),   ∂e/∂v = Σ_ij g_ij u_ij
 
 so at most a ``(b, chunk, k, d_a)`` block is alive at any time. The chunk size
-is chosen from a budget of elements (``max_elems``, default 2**22 ≈ 16 MB in
+is chosen from a budget of elements (``max_elems``, default 2**24 ≈ 64 MB in
 float32), or given. The function takes the *projected* query and keys, so the
 keys' projection can be computed once per source sentence and reused at every
 decoding step.
@@ -30,7 +30,7 @@ import torch
 
 from .. import _checks
 
-DEFAULT_MAX_ELEMS = 1 << 22
+DEFAULT_MAX_ELEMS = 1 << 24
 
 
 def _chunk(b: int, k: int, d_a: int, chunk: int | None, max_elems: int) -> int:
@@ -52,7 +52,7 @@ class ChunkedAdditive(torch.autograd.Function):
         out = a.new_empty(a.shape[0], n_q, b.shape[1])  # (B, q, k)
         bb = b.unsqueeze(1)  # (B, 1, k, d_a)
         for i in range(0, n_q, chunk):
-            u = torch.tanh(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
+            u = torch.tanh_(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
             out[:, i : i + chunk] = u @ v
         return out
 
@@ -66,12 +66,12 @@ class ChunkedAdditive(torch.autograd.Function):
         grad_v = torch.zeros_like(v) if need_v else None
         bb = b.unsqueeze(1)
         for i in range(0, a.shape[1], chunk):
-            u = torch.tanh(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
-            g = grad[:, i : i + chunk].unsqueeze(-1)  # (B, c, k, 1)
+            u = torch.tanh_(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
+            g = grad[:, i : i + chunk]  # (B, c, k)
             if need_v:
-                grad_v += torch.einsum("bqk,bqkd->d", grad[:, i : i + chunk], u)
+                grad_v += (g.reshape(1, -1) @ u.reshape(-1, u.shape[-1])).squeeze(0)
             if need_a or need_b:
-                gp = (g * v) * (1 - u * u)  # (B, c, k, d_a): ∂e/∂(a_i + b_j)
+                gp = u.mul_(u).neg_().add_(1).mul_(g.unsqueeze(-1)).mul_(v)  # (B, c, k, d_a): ∂e/∂(a_i + b_j)
                 if need_a:
                     grad_a[:, i : i + chunk] = gp.sum(2)
                 if need_b:
