@@ -4,7 +4,10 @@ Importing this package imports every module file, which fills the registry
 behind ``attnlab.create``.
 """
 
+from .additive import AdditiveAttention
+from .attentional import AttentionalOutput
 from .dot import DotProductAttention
+from .luong import LuongAttention
 from .registry import available, create, register
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
@@ -14,6 +17,9 @@ __all__ = [
     "LocalAttention",
     "LongformerAttention",
     "BigBirdAttention",
+    "AdditiveAttention",
+    "AttentionalOutput",
+    "LuongAttention",
     "available",
     "create",
     "register",
