@@ -14,13 +14,16 @@ baseline, whose c_t is the fixed context), so only the attention differs.
 | b_c   | ``combine.bias``     | (d_out,)                 |
 | W_s   | ``predict.weight``   | (V, d_out)               |
 
-``forward`` returns logits (the softmax is left to the loss or the decoder).
+``forward`` returns logits (the softmax is left to the loss or the decoder). The
+arithmetic is ``attnlab.attentional.attentional_output``, so a trace records its steps.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from ..attentional import attentional_output
 
 
 class AttentionalOutput(nn.Module):
@@ -34,7 +37,7 @@ class AttentionalOutput(nn.Module):
 
     def forward(self, context: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """context (..., d_c), state (..., d_s) → h̃ (..., d_out), logits (..., V)."""
-        h_tilde = torch.tanh(self.combine(torch.cat([context, state], dim=-1)))
+        h_tilde = attentional_output(context, state, self.combine.weight, self.combine.bias)
         return h_tilde, self.predict(self.dropout(h_tilde))
 
 
