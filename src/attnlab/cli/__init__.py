@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "verify", "view", "train", "experiment", "generate"]
+VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate"]
 
 
 class UsageError(Exception):

@@ -4,9 +4,12 @@ Importing this package imports every module file, which fills the registry
 behind ``attnlab.create``.
 """
 
+from .additive import AdditiveAttention
+from .attentional import AttentionalOutput
 from .cache import KVCache, LayerCache
 from .dot import DotProductAttention
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
+from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
 from .positional import (
     ALiBi,
@@ -34,6 +37,9 @@ __all__ = [
     "LocalAttention",
     "LongformerAttention",
     "BigBirdAttention",
+    "AdditiveAttention",
+    "AttentionalOutput",
+    "LuongAttention",
     "available",
     "create",
     "register",
