@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _checks, masks, scores
-from .softmax import _row_fix, masked_softmax
+from .softmax import _row_fix, _softmax
 from .trace import active, record
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -88,7 +88,8 @@ def _fast(query, key, value, mask, is_causal, scale, dropout_p) -> torch.Tensor:
     return out
 
 
-def _reference(query, key, value, score_fn, mask, dropout_p, sanitise) -> tuple[torch.Tensor, torch.Tensor]:
+def _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned) -> tuple[torch.Tensor, torch.Tensor]:
+    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten."""
     attend = masks.allowed(mask) if mask is not None else None
     if sanitise:
         bad_k = ~torch.isfinite(key).all(-1)  # (..., k)
@@ -110,7 +111,7 @@ def _reference(query, key, value, score_fn, mask, dropout_p, sanitise) -> tuple[
             note=f"{n_out} of {masked.numel()} scores masked",
         )
 
-    weights = masked_softmax(e, mask)  # (..., q, k)
+    weights = _softmax(e, mask, -1, inplace=owned and not active())  # (..., q, k)
     record(
         "weights",
         "α_ij = exp(e_ij) / Σ_j' exp(e_ij')",
@@ -176,7 +177,11 @@ def attention(
 
     if fused_causal:
         mask = masks.causal(q_len, k_len, device=query.device)
-    context, weights = _reference(query, key, value, score_fn, mask, dropout_p, sanitise)
+    owned = isinstance(score, str)
+    if score == "scaled_dot" and not active():  # fold the scale into q: (q, d) multiplies, not (q, k)
+        s = scores.default_scale(query.shape[-1]) if scale is None else scale
+        score_fn = lambda q, k: scores.dot(q * s, k)  # noqa: E731
+    context, weights = _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned)
     return context, (weights if need_weights else None)
 
 

@@ -40,18 +40,33 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     rows sum to 1, or to 0 where the mask allows no key.
     """
     _checks.tensor("scores", scores, 1)
-    x = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
-    dead = None
     if mask is not None:
         _checks.mask(mask, scores.shape)
+    return _softmax(scores, mask, dim, inplace=False)
+
+
+def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace: bool) -> torch.Tensor:
+    """The arithmetic of ``masked_softmax`` (mask already checked).
+
+    ``inplace=True`` lets it overwrite ``scores``: only for a tensor the caller
+    made itself and for which no gradient is needed (the reference path of
+    ``attention`` under ``torch.no_grad``); it saves two allocations of the
+    (..., q, k) tensor.
+    """
+    half = scores.dtype in (torch.float16, torch.bfloat16)
+    x = scores.float() if half else scores
+    inplace = inplace or half  # the float32 copy is ours either way
+    inplace = inplace and not (torch.is_grad_enabled() and x.requires_grad)
+    dead = None
+    if mask is not None:
         mask, dead = _row_fix(mask, dim)
         if mask.dtype == torch.bool:
-            x = x.masked_fill(~mask, float("-inf"))
+            x = x.masked_fill_(~mask, float("-inf")) if inplace else x.masked_fill(~mask, float("-inf"))
         else:
-            x = x + mask.to(x.dtype)
-    weights = torch.softmax(x, dim=dim)
+            x = x.add_(mask.to(x.dtype)) if inplace else x + mask.to(x.dtype)
+    weights = torch.softmax(x, dim=dim, out=x) if inplace else torch.softmax(x, dim=dim)
     if dead is not None:
-        weights = weights.masked_fill(dead, 0.0)
+        weights = weights.masked_fill_(dead, 0.0) if inplace else weights.masked_fill(dead, 0.0)
     return weights.to(scores.dtype)
 
 
