@@ -6,5 +6,16 @@ behind ``attnlab.create``.
 
 from .dot import DotProductAttention
 from .registry import available, create, register
+from .vision import CBAM, ECA, ChannelAttention, SpatialAttention, SqueezeExcite
 
-__all__ = ["DotProductAttention", "available", "create", "register"]
+__all__ = [
+    "DotProductAttention",
+    "ChannelAttention",
+    "SpatialAttention",
+    "CBAM",
+    "SqueezeExcite",
+    "ECA",
+    "available",
+    "create",
+    "register",
+]
