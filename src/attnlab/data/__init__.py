@@ -1,0 +1,1 @@
+"""attnlab.data: corpora and image sets shipped by installed packages (nothing is downloaded)."""
