@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "train", "experiment"]
+VERBS = ["explain", "train", "experiment", "caption"]
 
 
 class UsageError(Exception):
