@@ -17,7 +17,7 @@ needs_twemoji = pytest.mark.skipif(
 @needs_mlxtend
 def test_experiment_vision_quick(tmp_path, capsys):
     out = tmp_path / "vis"
-    code = main(["experiment", "vision", "--seeds", "0,1", "--epochs", "1", "--n-train", "256", "--n-test", "100",
+    code = main(["experiment", "vision", "--seeds", "0,1", "--epochs", "1", "--n-train", "128", "--n-test", "64",
                  "--widths", "4,8", "--variants", "none,se,eca,cbam", "--overlays", "3", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out

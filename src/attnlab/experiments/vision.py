@@ -165,6 +165,13 @@ def spatial_overlays(model: SmallCNN, images: np.ndarray, labels: np.ndarray, pa
     return save_overlay_grid(list(images), per_row, path, column_titles=titles, row_titles=rows)
 
 
+def _one_per_class(labels: np.ndarray, n: int) -> np.ndarray:
+    """Indices of up to n test images, cycling through the classes (the test split is sorted by class)."""
+    by_class = [np.flatnonzero(labels == c).tolist() for c in np.unique(labels)]
+    order = [idx[i] for i in range(max(map(len, by_class))) for idx in by_class if i < len(idx)]
+    return np.array(order[:n], dtype=np.int64)
+
+
 def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
     cfg.validate()
     (tr_x, tr_y), (te_x, te_y) = DATASETS[cfg.dataset](cfg)
@@ -197,8 +204,8 @@ def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
         (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
         result.files += [out / "results.md", out / "results.json"]
         if cbam_model is not None and cfg.n_overlays > 0:
-            n = min(cfg.n_overlays, len(te_y))
-            result.files.append(spatial_overlays(cbam_model, te_x[:n], te_y[:n], out / "cbam_spatial_maps.png"))
+            pick = _one_per_class(te_y, cfg.n_overlays)
+            result.files.append(spatial_overlays(cbam_model, te_x[pick], te_y[pick], out / "cbam_spatial_maps.png"))
     return result
 
 
