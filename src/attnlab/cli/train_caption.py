@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
 from ..data.emoji import LANGS
 from ..train.caption import CaptionTrainConfig, save_captioner, train_captioner
 from . import UsageError
@@ -28,10 +30,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=int, default=d.num_heads, help="cross-attention heads (default 1)")
     p.add_argument("--image-size", type=int, default=d.image_size, help="images are resized to this (default 32)")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often faster "
+                   "for these small models on a busy machine)")
     p.set_defaults(func=run_train_caption)
 
 
 def run_train_caption(args: argparse.Namespace) -> int:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError(f"--threads must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)
     for name in ("epochs", "batch_size", "d_model", "heads", "image_size"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
