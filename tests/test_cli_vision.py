@@ -46,6 +46,8 @@ def test_experiment_vision_bad_arguments(capsys):
     assert "variants must be among" in capsys.readouterr().err
     assert main(["experiment", "vision", "--dataset", "fashion", "--data-root", "/nonexistent", "--out", ""]) == 2
     assert "dataset-fashion-mnist" in capsys.readouterr().err
+    assert main(["experiment", "vision", "--threads", "0", "--out", ""]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err
 
 
 @needs_twemoji

@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     p.add_argument("--lang", choices=LANGS, default=d.lang, help="caption language (default en)")
-    p.add_argument("--limit", type=int, help="train on the first N images by code point (default: all)")
+    p.add_argument("--limit", type=int, help="train on a random sample of N images (seeded by --seed; default: all)")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)

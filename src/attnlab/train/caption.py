@@ -29,13 +29,13 @@ from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkp
 @dataclass
 class CaptionTrainConfig:
     lang: str = "en"  # en | fr | de | zh
-    limit: int | None = None  # the first n images by code point (None: all, about 3,950)
+    limit: int | None = None  # a seeded random sample of n images (None: all, about 3,950)
     image_size: int = 32
     d_model: int = 64
     num_heads: int = 1
     epochs: int = 20
     batch_size: int = 64
-    lr: float = 3e-3
+    lr: float = 1e-2
     seed: int = 0
 
 
@@ -56,7 +56,10 @@ def encode_captions(captions: list[list[str]], vocab: Vocab, max_len: int) -> tu
 
 
 def load_corpus(cfg: CaptionTrainConfig) -> tuple[torch.Tensor, list[list[str]], list[str]]:
-    items = load_emoji_items(cfg.lang, limit=cfg.limit)
+    items = load_emoji_items(cfg.lang)
+    if cfg.limit is not None and cfg.limit < len(items):  # a seeded sample, in code-point order
+        keep = np.sort(np.random.default_rng(cfg.seed).choice(len(items), cfg.limit, replace=False))
+        items = [items[i] for i in keep]
     if not items:
         raise ValueError(f"no captioned emoji images found for lang={cfg.lang!r}")
     images = torch.from_numpy(np.stack([read_image(it.path, cfg.image_size) for it in items]))
