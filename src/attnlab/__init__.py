@@ -6,13 +6,14 @@ Public names (shape legend: b batch, h heads, q query length, k key length, d fe
 * ``attnlab.masked_softmax(scores, mask=None, dim=-1)``
 * ``attnlab.attention(query, key, value, *, score=..., mask=..., causal=..., need_weights=...)``
 * ``attnlab.masks``: padding, causal (bottom-right), combine, as_key_mask
+* ``attnlab.patterns``: sparse patterns (window, strided, global, random, block, top-k) composing with & and |
 * ``attnlab.trace()``: record the named steps of the reference path
 * ``attnlab.create(name, **kwargs)``: build a registered module (``attnlab.available()`` lists them)
 
 Mask convention everywhere: bool True = may attend; float = additive bias.
 """
 
-from . import masks, scores
+from . import masks, patterns, scores
 from .attention import attention
 from .nn.registry import available, create
 from .softmax import masked_softmax
@@ -24,6 +25,7 @@ __all__ = [
     "attention",
     "masked_softmax",
     "masks",
+    "patterns",
     "scores",
     "trace",
     "Trace",

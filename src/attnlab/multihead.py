@@ -22,16 +22,34 @@ the core holds. While a trace is active the steps are recorded:
 ``projected_query``, ``projected_keys``, ``projected_values``, then the core's
 ``scores``/``scaled_scores``/``masked_scores``/``weights``/``context`` of all
 heads at once (b, h, q, ·), then ``heads`` (the concatenation) and ``output``.
+
+Extensions used by ``attnlab.nn.MultiHeadAttention`` (all optional):
+
+* ``w_qkv``/``b_qkv``: one packed projection ``(h·d_h + 2·h_kv·d_h, d)`` for
+  self-attention (one matmul instead of three, as ``torch.nn.MultiheadAttention``
+  does); then ``w_q``/``w_k``/``w_v`` are not given and ``key``/``value`` must be ``query``.
+* ``rotary``: a callable ``(x (b, h, n, d_h), offset) -> x`` (``attnlab.nn.RotaryEmbedding``)
+  applied to the query and key heads after the split, at positions ``offset + i``.
+* ``cache``: an ``attnlab.nn.LayerCache``; the new key/value heads (after the rotary
+  embedding, before they are repeated for grouped-query heads) are appended and
+  the queries attend over everything cached. With ``causal=True`` the core's causal
+  mask is aligned bottom-right, so the new queries see all cached keys.
+* ``attn_bias``: a float bias (ALiBi), a tensor broadcastable to (b, h, q, k) or a
+  callable ``(q_len, k_len) -> (h, q, k)`` evaluated after the cache update; it is
+  added to the scores together with ``mask``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
-from . import _checks
+from . import _checks, masks, scores
 from .attention import attention
-from .trace import record
+from .trace import active, record
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -74,9 +92,9 @@ def multi_head_attention(
     value: torch.Tensor,
     *,
     num_heads: int,
-    w_q: torch.Tensor,
-    w_k: torch.Tensor,
-    w_v: torch.Tensor,
+    w_q: torch.Tensor | None = None,
+    w_k: torch.Tensor | None = None,
+    w_v: torch.Tensor | None = None,
     w_o: torch.Tensor,
     b_q: torch.Tensor | None = None,
     b_k: torch.Tensor | None = None,
@@ -88,11 +106,16 @@ def multi_head_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    w_qkv: torch.Tensor | None = None,
+    b_qkv: torch.Tensor | None = None,
+    rotary: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
+    cache: Any = None,
+    attn_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
 
     mask: bool (True = may attend) or float bias, broadcastable to (b, h, q, k);
-    a (b, k) padding mask is accepted and read as (b, 1, 1, k).
+    a (b, k) padding mask is accepted and read as (b, 1, 1, k) (k counts cached keys too).
     Returns ``(output (b, q, d_out), weights (b, h, q, k) or None)``.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -103,29 +126,66 @@ def multi_head_attention(
     if query.shape[0] != key.shape[0]:
         raise ValueError(f"query and key batch sizes differ: query {_checks.shape(query)}, key {_checks.shape(key)}")
     h_kv = num_heads if num_kv_heads is None else num_kv_heads
-    for name, w, x in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
-        if w.dim() != 2 or w.shape[1] != x.shape[-1]:
-            raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
-    _check_heads(num_heads, h_kv, w_q, w_k, w_v)
-    if w_o.dim() != 2 or w_o.shape[1] != w_q.shape[0]:
-        raise ValueError(f"w_o must be (d_out, {w_q.shape[0]}); got {_checks.shape(w_o)}")
-    if mask is not None and mask.dim() == 2 and mask.shape == (key.shape[0], key.shape[1]):
-        mask = mask[:, None, None, :]  # (b, k) padding → (b, 1, 1, k)
-
-    q = F.linear(query, w_q, b_q)  # (b, q, h·d_h)
-    k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
-    v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
+    if w_qkv is not None:
+        if not (w_q is None and w_k is None and w_v is None and b_q is None and b_k is None and b_v is None):
+            raise ValueError("give either w_qkv (packed) or w_q, w_k, w_v (and their biases), not both")
+        if key is not query or value is not query:
+            raise ValueError("the packed projection w_qkv is for self-attention: pass the same tensor as query, key and value")
+        if w_qkv.dim() != 2 or w_qkv.shape[1] != query.shape[-1] or w_qkv.shape[0] % (num_heads + 2 * h_kv):
+            raise ValueError(
+                f"w_qkv must be ((h + 2·h_kv)·d_h, {query.shape[-1]}) with h={num_heads}, h_kv={h_kv}; "
+                f"got {_checks.shape(w_qkv)}"
+            )
+        d_h = w_qkv.shape[0] // (num_heads + 2 * h_kv)
+        qkv = F.linear(query, w_qkv, b_qkv)  # (b, q, (h + 2·h_kv)·d_h)
+        q, k, v = qkv.split([num_heads * d_h, h_kv * d_h, h_kv * d_h], dim=-1)
+        inner = num_heads * d_h
+    else:
+        if w_q is None or w_k is None or w_v is None:
+            raise ValueError("w_q, w_k and w_v are required (or one packed w_qkv for self-attention)")
+        for name, w, x in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
+            if w.dim() != 2 or w.shape[1] != x.shape[-1]:
+                raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
+        _check_heads(num_heads, h_kv, w_q, w_k, w_v)
+        q = F.linear(query, w_q, b_q)  # (b, q, h·d_h)
+        k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
+        v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
+        inner = w_q.shape[0]
+    if num_heads % h_kv:
+        raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={h_kv}")
+    if w_o.dim() != 2 or w_o.shape[1] != inner:
+        raise ValueError(f"w_o must be (d_out, {inner}); got {_checks.shape(w_o)}")
     record("projected_query", "Q = X W_qᵀ", q, latex=r"Q = X W_q^\top")
     record("projected_keys", "K = X W_kᵀ", k, latex=r"K = X W_k^\top")
     record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
 
     groups = num_heads // h_kv
     qh = split_heads(q, num_heads)  # (b, h, q, d_h)
-    kh = repeat_kv(split_heads(k, h_kv), groups)  # (b, h, k, d_h)
-    vh = repeat_kv(split_heads(v, h_kv), groups)  # (b, h, k, d_h)
-    ctx, weights = attention(
-        qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
-    )  # (b, h, q, d_h), (b, h, q, k)
+    kh = split_heads(k, h_kv)  # (b, h_kv, k_new, d_h)
+    vh = split_heads(v, h_kv)  # (b, h_kv, k_new, d_h)
+    offset = 0 if cache is None else cache.length
+    if rotary is not None:
+        qh, kh = rotary(qh, offset), rotary(kh, offset)
+    if cache is not None:
+        kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
+    kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
+    k_len = kh.shape[-2]
+    if mask is not None and mask.dim() == 2 and mask.shape == (query.shape[0], k_len):
+        mask = mask[:, None, None, :]  # (b, k) padding → (b, 1, 1, k)
+    if attn_bias is not None:
+        bias = attn_bias(qh.shape[-2], k_len) if callable(attn_bias) else attn_bias
+        mask = masks.combine(mask, bias.to(qh.dtype))
+    if causal and qh.shape[-2] == 1:
+        causal = False  # one query at the end of the keys (bottom-right) may attend every key
+    if need_weights and not active():
+        # Weights asked for, no trace: scale the (b, h, q, d_h) queries rather than the (b, h, q, k)
+        # scores, one pass over q·d_h numbers instead of q·k (same result up to rounding).
+        s = scores.default_scale(qh.shape[-1]) if scale is None else scale
+        ctx, weights = attention(qh * s, kh, vh, score="dot", mask=mask, causal=causal, dropout_p=dropout_p, need_weights=True)
+    else:
+        ctx, weights = attention(
+            qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
+        )  # (b, h, q, d_h), (b, h, q, k)
     heads = merge_heads(ctx)  # (b, q, h·d_h)
     record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
     out = F.linear(heads, w_o, b_o)  # (b, q, d_out)

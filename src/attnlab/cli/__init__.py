@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "train", "experiment", "caption"]
+VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate", "caption"]
 
 
 class UsageError(Exception):

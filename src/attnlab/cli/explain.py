@@ -1,12 +1,24 @@
-"""``attnlab explain MECHANISM --example NAME | --file FILE.toml``: a step-by-step walkthrough."""
+"""``attnlab explain MECHANISM [--example NAME | --file FILE.toml] [--lang en|zh] [--format text|markdown|json]``.
+
+A step-by-step walkthrough: every recorded step with its formula and numbers,
+then the example's written claims, each exact, rounding drift or wrong.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 
-from ..explain import builtin_names, check_all, load, render, run
+from ..explain import builtin_names, document, load, render, render_markdown, run, verify
 from ..explain.examples import MECHANISMS
+from ..explain.i18n import LANGS
 from . import UsageError
+
+FORMATS = {
+    "text": lambda ex, t, v, a: render(ex, t, v, digits=a.digits, lang=a.lang),
+    "markdown": lambda ex, t, v, a: render_markdown(ex, t, v, digits=a.digits, lang=a.lang),
+    "json": lambda ex, t, v, a: json.dumps(document(ex, t, v, lang=a.lang), ensure_ascii=False, indent=1) + "\n",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
+    p.add_argument("--lang", choices=LANGS, default="en", help="language of the walkthrough (default en)")
+    p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
     p.set_defaults(func=run_explain)
 
@@ -30,7 +44,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if args.list:
         for name in builtin_names():
             ex = load(name)
-            print(f"{name:<28} {ex.mechanism:<12} {ex.title}")
+            print(f"{name:<30} {ex.mechanism:<16} {ex.title}")
         return 0
     if not args.mechanism:
         raise UsageError("give a MECHANISM (e.g. 'additive'), or --list to see the examples")
@@ -47,5 +61,5 @@ def run_explain(args: argparse.Namespace) -> int:
     if ex.mechanism != args.mechanism:
         raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {args.mechanism!r}")
     trace = run(ex)
-    print(render(ex, trace, check_all(ex, trace), digits=args.digits), end="")
+    print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
     return 0

@@ -1,1 +1,1 @@
-"""attnlab.experiments: train, evaluate, write a table and plots (import the submodule you need)."""
+"""attnlab.experiments: train, evaluate, and turn a claim of the seeds into a table and a plot."""

@@ -1,7 +1,18 @@
-"""attnlab.explain: step-by-step walkthroughs and worked-example checks, read from traces."""
+"""attnlab.explain: step-by-step walkthroughs and worked-example checks, read from traces.
+
+* ``load(name_or_path)`` / ``parse(text)``: a worked example (TOML), ``run(ex)``: its trace
+* ``verify(ex)``: every claim exact, rounding drift or wrong (rules in ``attnlab.explain.verify``)
+* ``render`` (text), ``render_markdown`` (Markdown + LaTeX), ``document`` (JSON-ready dict)
+"""
 
 from .claims import ClaimCheck, check_all
-from .examples import Example, ExampleError, builtin_names, load, parse, run
+from .examples import MECHANISMS, Example, ExampleError, builtin_names, load, parse, run
+from .render_markdown import render_markdown
 from .render_text import render
+from .verify import Verdict, verify
+from .walkthrough import document
 
-__all__ = ["Example", "ExampleError", "ClaimCheck", "builtin_names", "load", "parse", "run", "render", "check_all"]
+__all__ = [
+    "Example", "ExampleError", "ClaimCheck", "Verdict", "MECHANISMS", "builtin_names", "load", "parse",
+    "run", "render", "render_markdown", "document", "check_all", "verify",
+]

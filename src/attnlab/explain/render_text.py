@@ -1,6 +1,7 @@
 """Plain-text walkthroughs: a trace's steps, in order, with their formulas and numbers.
 
-The renderer only formats what the trace recorded: it computes nothing.
+The renderer only formats what the trace recorded (and what ``verify`` found
+for each claim): it computes nothing. ``lang`` is ``"en"`` or ``"zh"``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 import torch
 
 from ..trace import Trace
-from .claims import ClaimCheck
-from .examples import Example, display_value
+from . import i18n
+from .examples import Example, display_value, head_axis
+from .verify import DRIFT, EXACT, WRONG, Verdict
 
 
 def fmt_number(x: float, digits: int) -> str:
@@ -21,11 +23,14 @@ def fmt_number(x: float, digits: int) -> str:
     if x in (float("inf"), float("-inf")):
         return "inf" if x > 0 else "-inf"
     s = f"{x:.{digits}f}"
-    return "0." + "0" * digits if s == "-0." + "0" * digits else s
+    return "0." + "0" * digits if s == "-0." + "0" * digits else ("0" if s == "-0" else s)
 
 
-def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ") -> str:
-    """A 0-d tensor as a number, 1-d as a row, 2-d as an aligned matrix, more as stacked matrices."""
+def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=None) -> str:
+    """A 0-d tensor as a number, 1-d as a row, 2-d as an aligned matrix, more as stacked matrices.
+
+    ``slice_label(i)`` names the i-th (1-based) matrix of a 3-d or larger tensor.
+    """
     if t.dim() == 0:
         return indent + fmt_number(float(t), digits)
     if t.dim() == 1:
@@ -35,49 +40,89 @@ def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ") -> str:
         width = max((len(c) for row in cells for c in row), default=1)
         lines = ["  ".join(c.rjust(width) for c in row) for row in cells]
         return "\n".join(indent + "│ " + line + " │" for line in lines)
-    return "\n".join(f"{indent}[{i + 1}]\n" + fmt_array(sub, digits, indent + "  ") for i, sub in enumerate(t))
+    name = slice_label or (lambda i: f"[{i}]")
+    return "\n".join(f"{indent}{name(i + 1)}\n" + fmt_array(sub, digits, indent + "  ") for i, sub in enumerate(t))
 
 
-def _plain(x: Any) -> str:
+def plain(x: Any) -> str:
     """A claimed value as it was written (Decimals keep their digits)."""
     if isinstance(x, list):
-        return "[" + ", ".join(_plain(y) for y in x) + "]"
+        return "[" + ", ".join(plain(y) for y in x) + "]"
     return str(x) if isinstance(x, (Decimal, int, float)) else repr(x)
 
 
-def render_claims(checks: list[ClaimCheck], digits: int) -> list[str]:
-    lines = ["", "Claims written in the example, checked against attnlab:"]
-    for c in checks:
-        if c.relation == "argmax":
-            text = f"largest weight of {c.where()} at position {c.claimed}"
-            got = f"attnlab: position {c.computed}"
-        else:
-            text = f"{c.where()} = {_plain(c.claimed)}"
-            comp = torch.tensor(c.computed, dtype=torch.float64)
-            got = "attnlab: " + fmt_array(comp, digits, indent="").strip()
-        mark = "✓ agrees " if c.ok else "✗ WRONG  "
-        lines.append(f"  {mark} {text:<40} {got}")
-    wrong = sum(not c.ok for c in checks)
-    lines.append(f"  {len(checks) - wrong} of {len(checks)} claims agree at their written precision; {wrong} do not.")
+def fmt_value(x: Any, digits: int) -> str:
+    return fmt_array(torch.tensor(x, dtype=torch.float64), digits, indent="").strip()
+
+
+MARKS = {EXACT: "✓", DRIFT: "≈", WRONG: "✗"}
+
+
+def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]]:
+    """(what was claimed, the true value, explanations) in words of ``lang``."""
+    if v.relation == "argmax":
+        text = i18n.t(lang, "claim_argmax", where=v.where(), claimed=v.claimed)
+        true = i18n.t(lang, "true_position", pos=v.true, value=fmt_number(v.true_max or 0.0, digits))
+    else:
+        text = i18n.t(lang, "claim_equal", where=v.where(), claimed=plain(v.claimed))
+        true = i18n.t(lang, "true_value", value=fmt_value(v.true, digits))
+    notes = []
+    if v.status == DRIFT:
+        notes.append(i18n.t(lang, "rule", rule=i18n.t(lang, v.rule)))
+    if v.status == WRONG:
+        if v.follows_from:
+            notes.append(i18n.t(lang, "follows", where=v.follows_from))
+        elif v.upstream:
+            notes.append(i18n.t(lang, "upstream", where=v.upstream))
+        if v.own is not None and not v.follows_from and v.own != v.true:
+            own = str(v.own) if v.relation == "argmax" else fmt_value(v.own, digits)
+            notes.append(i18n.t(lang, "own", value=own))
+    return text, true, notes
+
+
+def summary(verdicts: list[Verdict], lang: str) -> str:
+    count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, WRONG)}
+    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], wrong=count[WRONG])
+
+
+def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> list[str]:
+    lines = ["", i18n.t(lang, "claims")]
+    for v in verdicts:
+        text, true, notes = claim_lines(v, digits, lang)
+        status = i18n.t(lang, v.status)
+        lines.append(f"  {MARKS[v.status]} {status:<6} {text:<36} {true}")
+        lines.extend(f"           {n}" for n in notes)
+    lines.append("  " + summary(verdicts, lang))
     return lines
 
 
-def render(ex: Example, t: Trace, checks: list[ClaimCheck] | None = None, digits: int = 4) -> str:
-    lines = [ex.title or ex.name]
+def header(ex: Example, lang: str) -> list[str]:
+    lines = [(ex.title_zh if lang == "zh" and ex.title_zh else ex.title) or ex.name]
     if ex.source:
-        lines.append(f"(from {ex.source})")
-    lines.append(f"mechanism: {ex.mechanism}")
+        lines.append(i18n.t(lang, "from", source=ex.source))
+    lines.append(i18n.t(lang, "mechanism", name=ex.mechanism))
     if ex.tokens:
-        lines.append("tokens: " + " ".join(f"{i + 1}:{tok}" for i, tok in enumerate(ex.tokens)))
+        lines.append(i18n.t(lang, "tokens", tokens=" ".join(f"{i + 1}:{tok}" for i, tok in enumerate(ex.tokens))))
+    if ex.key_tokens:
+        lines.append(i18n.t(lang, "key_tokens", tokens=" ".join(f"{i + 1}:{tok}" for i, tok in enumerate(ex.key_tokens))))
+    return lines
+
+
+def render(
+    ex: Example, t: Trace, checks: list[Verdict] | None = None, digits: int = 4, lang: str = "en"
+) -> str:
+    lines = header(ex, lang)
     for n, step in enumerate(t, start=1):
         lines.append("")
-        lines.append(f"Step {n}. {step.name}: {step.formula}")
+        lines.append(i18n.t(lang, "step", n=n, name=step.name, label=i18n.label(lang, step.name), formula=step.formula))
         if step.note:
-            lines.append(f"  ({step.note})")
-        lines.append(fmt_array(display_value(ex, step.name, step.value), digits))
+            lines.append(f"  ({i18n.note(lang, step.note)})")
+        heads = head_axis(ex, step.name)
+        lines.append(fmt_array(display_value(ex, step.name, step.value), digits,
+                               slice_label=(lambda i: i18n.t(lang, "head", i=i)) if heads else None))
     if checks:
-        lines.extend(render_claims(checks, digits))
+        lines.extend(render_claims(checks, digits, lang))
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["render", "fmt_array", "fmt_number"]
+__all__ = ["render", "fmt_array", "fmt_number", "render_claims", "summary", "claim_lines", "plain"]

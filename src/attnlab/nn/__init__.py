@@ -4,12 +4,43 @@ Importing this package imports every module file, which fills the registry
 behind ``attnlab.create``.
 """
 
+from .additive import AdditiveAttention
+from .attentional import AttentionalOutput
+from .cache import KVCache, LayerCache
 from .dot import DotProductAttention
+from .layers import TransformerDecoderLayer, TransformerEncoderLayer
+from .luong import LuongAttention
+from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
+from .positional import (
+    ALiBi,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+)
 from .registry import available, create, register
+from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 from .vision import CBAM, ECA, ChannelAttention, SpatialAttention, SqueezeExcite
 
 __all__ = [
     "DotProductAttention",
+    "MultiHeadAttention",
+    "GroupedQueryAttention",
+    "CrossAttention",
+    "KVCache",
+    "LayerCache",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "SparseAttention",
+    "LocalAttention",
+    "LongformerAttention",
+    "BigBirdAttention",
+    "AdditiveAttention",
+    "AttentionalOutput",
+    "LuongAttention",
     "ChannelAttention",
     "SpatialAttention",
     "CBAM",

@@ -1,0 +1,282 @@
+"""Block-sparse kernel against dense masked SDPA, compiled flex_attention and dense SDPA (CPU).
+
+    .venv/bin/python benchmarks/bench_sparse.py [--sizes 4096 16384 65536] [--repeats 2] [--threads 1] [--no-flex]
+
+b=1, h=8, d=64, fp32; sliding window w=256 each side at every n, plus a
+Longformer (window + 64 global tokens) and a BigBird (window + global + 2
+random 64-blocks per row) pattern at n=16384. Times are medians of
+interleaved repeats in one process; peak memory is the VmHWM of a fresh
+subprocess that runs one call (so it includes the ~0.3 GiB of torch itself;
+not measured for flex, whose fresh process would compile again, nor for dense
+SDPA beyond the window rows, where it does not depend on the pattern). The
+default is one thread for every method: on a shared, oversubscribed machine
+each OpenMP parallel region waits for a descheduled thread, which taxes the
+kernel's many small ops far more than one fused call.
+The fp32 GEMM rate (torch.mm 2048×2048) is measured in the same run, and the
+kernel's rate is counted on the FLOPs of its non-empty tiles (4·B²·d per tile
+and head forward; 10·B²·d more backward, with the recomputed scores).
+Prints a Markdown table and writes benchmarks/sparse_scaling.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnlab import patterns as P
+from attnlab.kernels import block_sparse_attention, plan
+
+B_, H, D, W, BLOCK = 1, 8, 64, 256, 64
+HERE = Path(__file__).resolve().parent
+
+
+def pattern(name: str, n: int):
+    win = P.sliding_window(W)
+    if name == "window":
+        return win
+    glob = win | P.global_tokens(range(64))
+    return glob if name == "longformer" else glob | P.random_blocks(2, 64, seed=0)
+
+
+def flex_mask_mod(name: str, n: int):
+    lay = P.random_blocks(2, 64, seed=0).layout_for(n) if name == "bigbird" else None
+
+    def mod(b, h, q, kv):
+        ok = (kv - q >= -W) & (kv - q <= W)
+        if name != "window":
+            ok = ok | (q < 64) | (kv < 64)
+        if lay is not None:
+            ok = ok | lay[q // 64, kv // 64]
+        return ok
+
+    return mod
+
+
+_FLEX: dict = {}
+
+
+def make_runner(method: str, name: str, n: int, backward: bool):
+    """A zero-argument callable running one call (and its backward) of `method`."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B_, H, n, D, requires_grad=backward) for _ in range(3))
+    if method == "kernel":
+        pat = pattern(name, n)
+        plan(pat, n, BLOCK, B_ * H)  # built once and cached, like a compiled mask
+
+        def call():
+            return block_sparse_attention(q, k, v, pat, block=BLOCK)[0]
+    elif method == "sdpa_masked":
+        mask = pattern(name, n).materialize(n)  # (n, n) bool
+
+        def call():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    elif method == "sdpa_dense":
+
+        def call():
+            return F.scaled_dot_product_attention(q, k, v)
+    elif method == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        if "fn" not in _FLEX:
+            _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+        bm = create_block_mask(flex_mask_mod(name, n), None, None, n, n, device="cpu")
+
+        def call():
+            return _FLEX["fn"](q, k, v, block_mask=bm)
+    else:
+        raise ValueError(method)
+
+    def run():
+        if backward:
+            out = call()
+            out.sum().backward()
+        else:
+            with torch.no_grad():
+                call()
+
+    return run
+
+
+def child(method: str, name: str, n: int, backward: bool, threads: int) -> None:
+    """One call in a fresh process; print the peak RSS (VmHWM) in bytes."""
+    torch.set_num_threads(threads)
+    make_runner(method, name, n, backward)()
+    hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
+    print(json.dumps({"peak": int(hwm.split()[1]) * 1024}))
+
+
+def peak_rss(method, name, n, backward, threads) -> float | None:
+    cmd = [sys.executable, __file__, "--child", method, name, str(n), str(int(backward)), str(threads)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if res.returncode != 0:
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])["peak"] / 2**30
+
+
+def gemm_rate(repeats: int = 5) -> float:
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t)
+    return 2 * 2048**3 / statistics.median(ts)
+
+
+def time_interleaved(runners: dict, repeats: int) -> dict:
+    runners["kernel"]()  # warm-up (the others are warm: SDPA needs none, flex ran when compiled)
+    ts = {m: [] for m in runners}
+    for _ in range(repeats):
+        for m, r in runners.items():
+            t = time.perf_counter()
+            r()
+            ts[m].append(time.perf_counter() - t)
+    return {m: statistics.median(v) for m, v in ts.items()}
+
+
+def flex_setup(name, n, backward):
+    """Compile flex for this shape; return (compile seconds, runner or None, note)."""
+    try:
+        t = time.perf_counter()
+        r = make_runner("flex", name, n, backward)
+        r()
+        return time.perf_counter() - t, r, ""
+    except Exception as e:  # noqa: BLE001  (report what happened)
+        return None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384, 65536])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--dense-bwd-max", type=int, default=4096, help="largest n for full dense fwd+bwd baselines")
+    ap.add_argument("--dense-max", type=int, default=16384, help="largest n for the dense baselines")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    gemm = gemm_rate()
+    print(f"fp32 GEMM rate (torch.mm 2048²): {gemm / 1e9:.1f} GFLOP/s")
+    rows = []
+    configs = [("window", n) for n in args.sizes] + [("longformer", 16384), ("bigbird", 16384)]
+    for name, n in configs:
+        pl = plan(pattern(name, n), n, BLOCK, B_ * H)
+        tile_flops = pl.nnz_blocks * BLOCK * BLOCK * D * H * B_
+        for backward in (False, True):
+            reps = args.repeats if n <= 16384 else 1
+            runners = {"kernel": make_runner("kernel", name, n, backward)}
+            notes = []
+            if backward and n > args.dense_bwd_max:
+                if name == "window" and n <= args.dense_max:
+                    runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
+                    reps = 1
+                    notes.append("masked SDPA fwd+bwd: 1 repeat, peak memory not measured (minutes per call)")
+                else:
+                    notes.append("dense fwd+bwd not run (pattern-independent cost, see the window row)")
+            elif n <= args.dense_max:
+                runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
+                runners["sdpa_dense"] = make_runner("sdpa_dense", name, n, backward)
+            else:
+                notes.append(f"dense skipped: the (n, n) bool mask alone is {n * n / 2**30:.0f} GiB")
+            compile_s = None
+            if not args.no_flex:
+                compile_s, r, note = flex_setup(name, n, backward)
+                if r is not None:
+                    runners["flex"] = r
+                else:
+                    notes.append(f"flex {'fwd+bwd' if backward else 'fwd'} failed: {note}")
+            t = time_interleaved(runners, reps)
+            flops = tile_flops * (14 if backward else 4)
+            row = {
+                "pattern": name, "n": n, "mode": "fwd+bwd" if backward else "fwd", "repeats": reps,
+                "density": pl.allowed / n**2, "times": t, "flex_compile_s": compile_s,
+                "kernel_gflops": flops / t["kernel"] / 1e9, "gemm_gflops": gemm / 1e9,
+                "notes": notes, "peak_gib": {},
+            }
+            if not args.no_memory:
+                for m in runners:
+                    if m == "flex" or (m == "sdpa_dense" and name != "window") or (m != "kernel" and backward and n > args.dense_bwd_max):
+                        continue
+                    row["peak_gib"][m] = peak_rss(m, name, n, backward, args.threads)
+            rows.append(row)
+            print(json.dumps(row))
+            sys.stdout.flush()
+    (HERE / "sparse_results.json").write_text(json.dumps(rows, indent=1))
+    table(rows)
+    plot(rows)
+
+
+def table(rows) -> None:
+    print("\n| pattern | n | mode | kernel s | masked SDPA s | ×faster | flex s (compile s) | ×flex | dense SDPA s | kernel GFLOP/s (% GEMM) | peak GiB kernel / masked / flex / dense |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        t, pk = r["times"], r["peak_gib"]
+
+        def f(x, fmt="{:.3f}"):
+            return "—" if x is None else fmt.format(x)
+
+        km, fl = t.get("sdpa_masked"), t.get("flex")
+        comp = f" ({r['flex_compile_s']:.0f})" if r["flex_compile_s"] else ""
+        print(
+            f"| {r['pattern']} | {r['n']} | {r['mode']} | {t['kernel']:.3f} | {f(km)} | "
+            f"{f(km and km / t['kernel'], '{:.1f}×')} | {f(fl)}{comp} | {f(fl and fl / t['kernel'], '{:.2f}×')} | "
+            f"{f(t.get('sdpa_dense'))} | {r['kernel_gflops']:.0f} ({100 * r['kernel_gflops'] / r['gemm_gflops']:.0f} %) | "
+            + " / ".join(f(pk.get(m), "{:.2f}") for m in ("kernel", "sdpa_masked", "flex", "sdpa_dense"))
+            + " |"
+        )
+    for r in rows:
+        for note in r["notes"]:
+            print(f"* {r['pattern']} n={r['n']} {r['mode']}: {note}")
+
+
+def plot(rows) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install attnlab[viz]); no plot")
+        return
+    win = [r for r in rows if r["pattern"] == "window"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, style in (("fwd", "-"), ("fwd+bwd", "--")):
+        rs = [r for r in win if r["mode"] == mode]
+        for m, label in (("kernel", "block-sparse window (O(n·w))"), ("sdpa_masked", "dense masked SDPA (O(n²))")):
+            pts = [(r["n"], r["times"][m], r["peak_gib"].get(m)) for r in rs if m in r["times"]]
+            if not pts:
+                continue
+            axes[0].plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", label=f"{label}, {mode}")
+            mem = [p for p in pts if p[2] is not None]
+            if mem:
+                axes[1].plot([p[0] for p in mem], [p[2] for p in mem], style, marker="o", label=f"{label}, {mode}")
+    for ax, yl in zip(axes, ("time (s)", "peak RSS (GiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(yl)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("b=1, h=8, d=64, fp32, window 256 each side (CPU)")
+    fig.tight_layout()
+    fig.savefig(HERE / "sparse_scaling.png", dpi=110)
+    print(f"wrote {HERE / 'sparse_scaling.png'}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), bool(int(sys.argv[5])), int(sys.argv[6]))
+    else:
+        main()

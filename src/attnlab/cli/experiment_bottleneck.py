@@ -1,0 +1,44 @@
+"""``attnlab experiment bottleneck``: none vs bahdanau vs luong, quality against source length.
+
+    attnlab experiment bottleneck              # the default size (≤ 10 min on 2 cores)
+    attnlab experiment bottleneck --quick      # seconds: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bottleneck", help="the fixed-vector bottleneck against attention, by source length",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
+    p.add_argument("--data", help="dataset (default numbers-en-zh)")
+    p.add_argument("--steps", type=int, help="training steps per model")
+    p.add_argument("--n", type=int, help="numbers in all splits")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
+    p.add_argument("--out", default="runs/bottleneck", help="folder for table.md, results.json, bottleneck.png")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..experiments.bottleneck import BottleneckConfig, table
+    from ..experiments.bottleneck import run as run_experiment
+    from . import UsageError
+
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1; got {args.threads}")
+    torch.set_num_threads(args.threads)
+    cfg = BottleneckConfig.quick() if args.quick else BottleneckConfig()
+    changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("n", args.n)) if v is not None}
+    cfg = replace(cfg, seed=args.seed, **changes)
+    results = run_experiment(cfg, args.out, progress=not args.quiet)
+    print(table(results), end="")
+    secs = ", ".join(f"{d} {r['seconds']:.0f} s" for d, r in results["models"].items())
+    print(f"(exact match % / chrF on the test split by source length; training+eval: {secs}; written to {args.out})")
+    return 0

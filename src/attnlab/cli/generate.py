@@ -1,0 +1,65 @@
+"""``attnlab generate --checkpoint DIR --prompt "ROMEO:"``: sample from a trained language model.
+
+Sampling uses the key/value cache, ``--temperature`` (0 = greedy) and ``--top-k``.
+``--attention-out FILE.json`` also writes every layer's and head's attention
+weights over the prompt and the generated text (the viewer's exchange format:
+``{"tokens": [...], "layers": weights[layer][head][q][k]}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from . import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="sample text from a trained language model (attnlab train lm)",
+        description="Sample text from a language-model checkpoint, with the key/value cache.",
+    )
+    p.add_argument("--checkpoint", required=True, help="a folder written by 'attnlab train lm'")
+    p.add_argument("--prompt", default="\n", help="text to start from (default: a newline)")
+    p.add_argument("--tokens", type=int, default=300, help="characters to generate (default 300)")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely characters")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
+    p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from ..models.gpt import attention_json, attention_maps
+    from ..train.lm import load_lm
+
+    if args.tokens < 0:
+        raise UsageError(f"--tokens must be >= 0; got {args.tokens}")
+    if args.temperature < 0:
+        raise UsageError(f"--temperature must be >= 0; got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k must be >= 1; got {args.top_k}")
+    if not args.prompt:
+        raise UsageError("--prompt must not be empty")
+    model, vocab, _ = load_lm(args.checkpoint)
+    prompt = vocab.encode_tensor(args.prompt).unsqueeze(0)  # (1, n)
+    gen = torch.Generator().manual_seed(args.seed)
+    out = model.generate(
+        prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, use_cache=not args.no_cache, generator=gen
+    )
+    text = vocab.decode(out[0])
+    print(text)
+    if args.attention_out:
+        window = out[0, -model.config.block_size:]
+        maps = attention_maps(model, window)  # (layers, h, n, n)
+        chars = [vocab.itos[i] for i in window.tolist()]
+        path = Path(args.attention_out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(attention_json(chars, maps), ensure_ascii=False), encoding="utf-8")
+        print(f"attention weights ({maps.shape[0]} layers × {maps.shape[1]} heads × {maps.shape[2]}²): {path}")
+    return 0

@@ -1,0 +1,100 @@
+"""``attnlab translate --checkpoint DIR TEXT...``: translate, and show the alignment.
+
+    attnlab translate --checkpoint runs/de-en "vierhundertzwei"
+    attnlab translate --checkpoint runs/de-en "vierhundertzwei" --plot align.png
+
+For each output token the text alignment shows one shaded cell per source
+token (darker = more weight, `█` ≥ 0.5) and the source token with the most weight.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import UsageError
+
+SHADES = " ·░▒▓█"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("translate", help="translate with a trained seq2seq checkpoint and show the alignment",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("texts", nargs="+", help="source sentences")
+    p.add_argument("--checkpoint", required=True, help="a folder written by attnlab train seq2seq")
+    p.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
+    p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
+    p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")
+    p.add_argument("--no-alignment", action="store_true", help="print the translations only")
+    p.set_defaults(func=run)
+
+
+def shade(w: float) -> str:
+    return SHADES[min(len(SHADES) - 1, int(round(w * 2 * (len(SHADES) - 1))))] if w < 0.5 else SHADES[-1]
+
+
+def alignment_text(src_tokens: list[str], out_tokens: list[str], weights) -> str:
+    lines = []
+    shown = [t if t != " " else "␣" for t in src_tokens]
+    width = max((len(t) for t in out_tokens), default=1)
+    if all(len(t) == 1 for t in shown):
+        lines.append(" " * (width + 2) + "".join(shown))
+    for i, tok in enumerate(out_tokens):
+        row = weights[i].tolist()
+        j = max(range(len(row)), key=row.__getitem__)
+        lines.append(f"{tok:>{width}}  " + "".join(shade(w) for w in row) + f"  ← {shown[j]!r} {row[j]:.2f}")
+    return "\n".join(lines)
+
+
+def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weights) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'attnlab[viz]'") from None
+    fig, ax = plt.subplots(figsize=(max(4, 0.3 * len(src_tokens) + 2), max(3, 0.3 * len(out_tokens) + 1.5)))
+    ax.imshow(weights.numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(src_tokens)), [t if t != " " else "␣" for t in src_tokens], rotation=90)
+    ax.set_yticks(range(len(out_tokens)), out_tokens)
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..data import source_batch
+    from ..data.vocab import tokenize
+    from ..train.decode import beam_search, greedy
+    from ..train.loop import load_translator
+
+    if args.beam < 1:
+        raise UsageError(f"--beam must be >= 1; got {args.beam}")
+    if args.max_len < 1:
+        raise UsageError(f"--max-len must be >= 1; got {args.max_len}")
+    model, sv, tv, config = load_translator(args.checkpoint)
+    limit = 2 * int(config.get("max_src_len", 1000))
+    ids = []
+    for text in args.texts:
+        if not text.strip():
+            raise UsageError("an empty sentence cannot be translated")
+        x = sv.encode(text.strip(), strict=True)
+        if len(x) > limit:
+            raise UsageError(f"the sentence has {len(x)} tokens; this model was trained on at most {limit // 2} (limit {limit})")
+        ids.append(x)
+    src, mask = source_batch(ids)
+    hyps = greedy(model, src, mask, max_len=args.max_len) if args.beam == 1 else \
+        beam_search(model, src, mask, beam=args.beam, max_len=args.max_len)
+    for n, (text, h) in enumerate(zip(args.texts, hyps)):
+        out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
+        print(f"{text.strip()} → {tv.decode(h.tokens)}" + ("" if h.ended else f"  (stopped at --max-len {args.max_len})"))
+        if h.weights is not None and not args.no_alignment:
+            print(alignment_text(tokenize(text.strip(), sv.level), out_tokens, h.weights))
+        if args.plot and n == 0:
+            if h.weights is None:
+                raise UsageError("this model has no attention (decoder 'none'): there is no alignment to plot")
+            plot_alignment(args.plot, tokenize(text.strip(), sv.level), out_tokens, h.weights)
+            print(f"wrote {args.plot}")
+    return 0

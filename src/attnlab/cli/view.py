@@ -1,0 +1,62 @@
+"""``attnlab view``: an offline interactive HTML page (or a PNG/SVG picture) of attention weights.
+
+    attnlab view --example seed-001-multi-head -o heads.html
+    attnlab view --file my-example.toml -o page.html --picture weights.png
+    attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
+
+The page has all its script inline and needs no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "view",
+        help="write a self-contained HTML viewer (or PNG/SVG) of attention weights",
+        description="Write an offline HTML page: hover or click a query token to see its weights over "
+        "the keys, switch layer and head, toggle masked positions. The weights come from a worked "
+        "example (its trace) or a JSON file: {\"tokens\": [...], \"layers\": layers × heads × q × k} "
+        "or the output of `attnlab explain --format json`.",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--example", help="a built-in worked example (see `attnlab explain --list`)")
+    src.add_argument("--file", help="a worked-example TOML file")
+    src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
+    p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
+    p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
+    p.set_defaults(func=run_view)
+
+
+def run_view(args: argparse.Namespace) -> int:
+    from ..viz.viewer import from_example, load_json, write_html
+
+    if not args.output.endswith((".html", ".htm")):
+        raise UsageError(f"--output must be an .html file; got {args.output!r}")
+    if args.json:
+        if not Path(args.json).is_file():
+            raise UsageError(f"no such file: {args.json}")
+        data = load_json(args.json)
+    else:
+        from ..explain import load, run
+
+        ex = load(args.file or args.example)
+        data = from_example(ex, run(ex))
+    out = write_html(data, args.output)
+    print(f"wrote {out}")
+    if args.picture:
+        from ..viz import heatmap, save
+        from ..viz.heatmap import head_grid
+
+        layers = data["layers"]
+        if len(layers) == 1 and len(layers[0]) == 1:
+            fig = heatmap(layers[0][0], data["key_tokens"], data["tokens"], title=data["title"])
+        else:
+            fig = head_grid(layers, data["key_tokens"], data["tokens"], title=data["title"])
+        print(f"wrote {save(fig, args.picture)}")
+    return 0

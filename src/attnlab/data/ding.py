@@ -1,0 +1,82 @@
+"""German–English sentence pairs from the Ding dictionary (Debian package ``trans-de-en``).
+
+The dictionary file (``/usr/share/trans/de-en``, GPL, by Frank Richter, TU
+Chemnitz) has one entry per line, ``German :: English``, each side a list of
+``|``-separated senses that correspond one to one; many senses are example
+sentences ("Es kommt Bewegung in die Sache. :: Change is afoot."). This loader
+keeps the senses that are sentences on both sides (a capital letter first, a
+full stop, question or exclamation mark last), strips the annotations
+(``{n}``, ``[coll.]``, ``(...)``, ``<...>``), keeps the first of ``;``-separated
+alternatives, and 3–15 words per side: about 20k pairs.
+
+The data is read from the installed package at run time and never copied into
+this repository. ``load_pairs(path)`` reads any file in the same format (the
+tests write a small one).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from .numbers import Splits
+
+DEFAULT_PATH = Path("/usr/share/trans/de-en")
+_ANNOT = re.compile(r"\{[^}]*\}|\[[^\]]*\]|<[^>]*>|\([^)]*\)")
+_END = re.compile(r"[.!?]$")
+
+
+def _clean(sense: str) -> str:
+    text = _ANNOT.sub("", sense)
+    text = text.split("; ")[0]
+    text = re.sub(r"\s+", " ", text).strip()
+    return re.sub(r" ([.,!?;:])", r"\1", text)
+
+
+def _is_sentence(text: str, min_words: int, max_words: int) -> bool:
+    return bool(text) and text[0].isupper() and bool(_END.search(text)) and min_words <= len(text.split()) <= max_words
+
+
+def load_pairs(path: str | Path = DEFAULT_PATH, *, min_words: int = 3, max_words: int = 15) -> list[tuple[str, str]]:
+    """(German, English) sentence pairs, in file order, without duplicates."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no Ding dictionary at {path}; install the Debian package trans-de-en "
+            "(apt-get install trans-de-en) or pass the path of a file in its format"
+        )
+    pairs, seen = [], set()
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("#") or " :: " not in line:
+                continue
+            de, en = line.rstrip("\n").split(" :: ", 1)
+            de_senses, en_senses = de.split(" | "), en.split(" | ")
+            if len(de_senses) != len(en_senses):
+                continue
+            for d, e in zip(de_senses, en_senses):
+                d, e = _clean(d), _clean(e)
+                if _is_sentence(d, min_words, max_words) and _is_sentence(e, min_words, max_words) and d not in seen:
+                    seen.add(d)
+                    pairs.append((d, e))
+    if not pairs:
+        raise ValueError(f"{path} holds no sentence pairs in the Ding format (German :: English, senses split by ' | ')")
+    return pairs
+
+
+def ding_splits(
+    path: str | Path = DEFAULT_PATH, *, seed: int = 0, valid_frac: float = 0.05, test_frac: float = 0.05,
+    reverse: bool = False,
+) -> Splits:
+    """Shuffled train / valid / test splits of ``load_pairs`` (de → en, or en → de with ``reverse``)."""
+    pairs = load_pairs(path)
+    if reverse:
+        pairs = [(e, d) for d, e in pairs]
+    random.Random(seed).shuffle(pairs)
+    n = len(pairs)
+    n_valid, n_test = max(1, int(n * valid_frac)), max(1, int(n * test_frac))
+    return Splits(pairs[n_valid + n_test :], pairs[:n_valid], pairs[n_valid : n_valid + n_test])
+
+
+__all__ = ["load_pairs", "ding_splits", "DEFAULT_PATH"]

@@ -1,0 +1,128 @@
+"""The words of the walkthroughs and the checker, in English (en) and Chinese (zh).
+
+Formulas are the library's own (recorded with each step) and are not
+translated; step names stay as they are (they are what claims are written
+against) and get a translated label next to them. ``t(lang, key, **kw)``
+formats a phrase; ``label(lang, step)`` names a step; ``note(lang, text)``
+translates the library's known step notes (e.g. how many scores a mask removed).
+"""
+
+from __future__ import annotations
+
+import re
+
+LANGS = ("en", "zh")
+
+PHRASES: dict[str, dict[str, str]] = {
+    "en": {
+        "from": "(from {source})",
+        "mechanism": "mechanism: {name}",
+        "tokens": "tokens: {tokens}",
+        "key_tokens": "key tokens: {tokens}",
+        "step": "Step {n}. {name} ({label}): {formula}",
+        "head": "head {i}",
+        "slice": "[{i}]",
+        "claims": "Claims written in the example, checked against attnlab:",
+        "exact": "exact",
+        "rounding drift": "drift",
+        "wrong": "WRONG",
+        "claim_equal": "{where} = {claimed}",
+        "claim_argmax": "largest entry of {where} at position {claimed}",
+        "true_value": "true: {value}",
+        "true_position": "true: position {pos} ({value})",
+        "rule": "rounding drift ({rule})",
+        "own values": "from the example's own rounded values",
+        "working precision": "intermediates written to the example's precision",
+        "double rounding": "rounded twice",
+        "follows": "right arithmetic from the wrong {where}",
+        "upstream": "after the wrong {where}",
+        "own": "the example's own earlier values give {value}",
+        "summary": "{total} claims: {exact} exact, {drift} rounding drift, {wrong} wrong.",
+        "no_claims": "(no claims written)",
+        "masked": "{n} of {total} scores masked",
+        "verify_file": "{name}: {summary}",
+    },
+    "zh": {
+        "from": "（出自 {source}）",
+        "mechanism": "机制：{name}",
+        "tokens": "词元：{tokens}",
+        "key_tokens": "键的词元：{tokens}",
+        "step": "第 {n} 步. {name}（{label}）：{formula}",
+        "head": "头 {i}",
+        "slice": "[{i}]",
+        "claims": "例子中写下的数值，与 attnlab 的计算核对：",
+        "exact": "正确",
+        "rounding drift": "舍入误差",
+        "wrong": "错误",
+        "claim_equal": "{where} = {claimed}",
+        "claim_argmax": "{where} 的最大值在第 {claimed} 位",
+        "true_value": "真值：{value}",
+        "true_position": "真值：第 {pos} 位（{value}）",
+        "rule": "舍入误差（{rule}）",
+        "own values": "由例子自己的舍入值算出",
+        "working precision": "中间结果按例子的精度书写",
+        "double rounding": "两次舍入",
+        "follows": "计算本身正确，但出自错误的 {where}",
+        "upstream": "在错误的 {where} 之后",
+        "own": "按例子自己前面的数值算得 {value}",
+        "summary": "共 {total} 个数值：{exact} 个正确，{drift} 个舍入误差，{wrong} 个错误。",
+        "no_claims": "（没有写下的数值）",
+        "masked": "{total} 个得分中 {n} 个被遮住",
+        "verify_file": "{name}：{summary}",
+    },
+}
+
+LABELS: dict[str, tuple[str, str]] = {
+    "projected_query": ("projected query", "投影后的查询"),
+    "projected_keys": ("projected keys", "投影后的键"),
+    "projected_values": ("projected values", "投影后的值"),
+    "query_heads": ("query split into heads", "查询分头"),
+    "key_heads": ("keys split into heads", "键分头"),
+    "value_heads": ("values split into heads", "值分头"),
+    "preactivation": ("sum before tanh", "tanh 之前的和"),
+    "tanh": ("tanh", "tanh 激活"),
+    "scores": ("scores", "注意力得分"),
+    "scaled_scores": ("scaled scores", "缩放后的得分"),
+    "masked_scores": ("masked scores", "掩码后的得分"),
+    "weights": ("attention weights", "注意力权重"),
+    "context": ("context vector", "上下文向量"),
+    "heads": ("heads concatenated", "拼接各头"),
+    "output": ("output", "输出"),
+    "context_state": ("context and state", "上下文与状态拼接"),
+    "output_preactivation": ("sum before tanh", "tanh 之前的和"),
+    "avg_pool": ("average pooling", "平均池化"),
+    "max_pool": ("max pooling", "最大池化"),
+    "mlp": ("shared MLP", "共享 MLP"),
+    "pooled": ("pooled maps", "池化图"),
+    "conv": ("convolution", "卷积"),
+}
+
+
+def check_lang(lang: str) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"unknown language {lang!r}; choose one of {', '.join(LANGS)}")
+    return lang
+
+
+def t(lang: str, key: str, **kw: object) -> str:
+    return PHRASES[check_lang(lang)][key].format(**kw)
+
+
+def label(lang: str, step: str) -> str:
+    pair = LABELS.get(step)
+    if pair is None:
+        return step.replace("_", " ")
+    return pair[LANGS.index(check_lang(lang))]
+
+
+_MASKED = re.compile(r"^(\d+) of (\d+) scores masked$")
+
+
+def note(lang: str, text: str) -> str:
+    m = _MASKED.match(text)
+    if m:
+        return t(lang, "masked", n=m.group(1), total=m.group(2))
+    return text
+
+
+__all__ = ["LANGS", "t", "label", "note", "check_lang"]

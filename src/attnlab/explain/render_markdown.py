@@ -1,0 +1,73 @@
+"""Markdown walkthroughs with LaTeX formulas (``$$ … $$``) and matrices as ``bmatrix``.
+
+Like the text renderer it formats the trace's recorded steps and the checker's
+verdicts; it computes nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..trace import Trace
+from . import i18n
+from .examples import Example, display_value, head_axis
+from .render_text import MARKS, claim_lines, fmt_number, header, summary
+from .verify import Verdict
+
+
+def _num(x: float, digits: int) -> str:
+    if x in (float("inf"), float("-inf")):
+        return r"-\infty" if x < 0 else r"\infty"
+    return fmt_number(x, digits)
+
+
+def latex_array(t: torch.Tensor, digits: int) -> str:
+    """A number, a row vector or a matrix in LaTeX (``bmatrix``)."""
+    if t.dim() == 0:
+        return _num(float(t), digits)
+    if t.dim() == 1:
+        t = t.unsqueeze(0)
+    rows = [" & ".join(_num(float(x), digits) for x in row) for row in t]
+    return r"\begin{bmatrix} " + r" \\ ".join(rows) + r" \end{bmatrix}"
+
+
+def _block(t: torch.Tensor, digits: int, slice_label) -> list[str]:
+    if t.dim() <= 2:
+        return ["$$" + latex_array(t, digits) + "$$"]
+    out = []
+    for i, sub in enumerate(t, start=1):
+        out.append(f"*{slice_label(i)}*")
+        out.append("")
+        out.extend(_block(sub, digits, slice_label))
+        out.append("")
+    return out[:-1]
+
+
+def _esc(s: str) -> str:
+    return s.replace("|", r"\|")
+
+
+def render_markdown(
+    ex: Example, t: Trace, checks: list[Verdict] | None = None, digits: int = 4, lang: str = "en"
+) -> str:
+    head = header(ex, lang)
+    lines = [f"# {head[0]}", ""] + [f"{h}  " for h in head[1:]]
+    for n, step in enumerate(t, start=1):
+        lines += ["", f"## {n}. `{step.name}` ({i18n.label(lang, step.name)})", ""]
+        lines.append(f"$${step.latex}$$" if step.latex else f"`{step.formula}`")
+        if step.note:
+            lines += ["", f"*{i18n.note(lang, step.note)}*"]
+        lines.append("")
+        heads = head_axis(ex, step.name)
+        lines += _block(display_value(ex, step.name, step.value), digits,
+                        (lambda i: i18n.t(lang, "head", i=i)) if heads else (lambda i: f"[{i}]"))
+    if checks:
+        lines += ["", f"## {i18n.t(lang, 'claims')}", "", "| | claim | attnlab | |", "|---|---|---|---|"]
+        for v in checks:
+            text, true, notes = claim_lines(v, digits, lang)
+            lines.append(f"| {MARKS[v.status]} {i18n.t(lang, v.status)} | {_esc(text)} | {_esc(true)} | {_esc('; '.join(notes))} |")
+        lines += ["", summary(checks, lang)]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["render_markdown", "latex_array"]

@@ -1,0 +1,345 @@
+"""Block-sparse attention: compute only the tiles a pattern touches, forward and backward.
+
+    o_i = Σ_{j ∈ S(i)} softmax_j(q_i·k_j · scale) v_j        S(i) = keys the pattern allows
+
+Shape legend: b batch, h heads, n positions (q = k = n), d features, B the
+block size, nb = ⌈n/B⌉ blocks, m the key blocks of one query block.
+
+How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kernels):
+
+1. A **plan** (cached per pattern, n, block and batch·heads): for every query
+   block, the list of key blocks the pattern touches (``Pattern.blocks``),
+   padded to a common width m inside groups of rows sorted by their count, and
+   the element-level mask of each gathered tile (partial blocks at window
+   edges, positions beyond n when n is not a multiple of B).
+2. **Forward**, one group of rows at a time: gather the key and value blocks
+   into (b, h, R, m·B, d), one batched matmul for the (b, h, R, B, m·B)
+   scores, a masked softmax inside the tiles (one fused ``torch.softmax``
+   pass), one batched matmul with the values. Only the output is kept.
+3. **Backward** recomputes the scores and their softmax group by group from q
+   and k (as FlashAttention does; it keeps the row log-sum-exp to skip the
+   normalisation, here the fused softmax recomputes it in the same pass), and
+   scatters dK and dV back with ``index_add_``.
+
+Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
+A fully masked row (all its keys padded out, or a pattern row with no key)
+gets a zero output and zero gradients. float16/bfloat16 inputs are computed in
+float32 and cast back. Dropout on the weights uses a per-group generator seed
+saved for the backward, so the recomputation drops the same weights.
+
+Reference: Child et al., "Generating Long Sequences with Sparse Transformers",
+2019, https://arxiv.org/abs/1904.10509; Dao et al., "FlashAttention", 2022,
+https://arxiv.org/abs/2205.14135 (recomputation from the log-sum-exp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import _checks
+from ..patterns import Pattern
+from ..softmax import masked_softmax
+
+# Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
+SCORE_BUDGET = 1 << 22
+
+
+@dataclass(frozen=True)
+class _Group:
+    q_blocks: torch.Tensor  # (R,) query blocks in this group
+    k_blocks: torch.Tensor  # (R, m) key blocks, padded with block 0
+    deny: torch.Tensor | None  # (R, B, m·B) bool, True = masked; None when nothing is masked
+    valid: torch.Tensor  # (R, m) bool, False on padding slots
+    dead: torch.Tensor | None  # (1, 1, R, B, 1) bool rows the pattern gives no key; None if none
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The gather plan of a pattern at length n (see the module docstring)."""
+
+    n: int
+    block: int
+    n_blocks: int
+    groups: tuple[_Group, ...]
+    nnz_blocks: int  # non-empty tiles
+    allowed: int  # allowed (query, key) pairs
+
+
+def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
+    """Build (or fetch from the pattern's cache) the plan for length n."""
+    cache = pattern.__dict__.setdefault("_plans", {})
+    key = (n, block, bh)
+    if key in cache:
+        return cache[key]
+    nb = -(-n // block)
+    nz = pattern.blocks(n, block)  # (nnz, 2), sorted by query block then key block
+    counts = torch.bincount(nz[:, 0], minlength=nb)  # key blocks per query block
+    starts = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(counts, stable=True)
+    order = order[counts[order] > 0]  # rows with no key block: zero output, nothing to compute
+    groups, allowed, i = [], 0, 0
+    while i < len(order):
+        m = int(counts[order[i]])
+        rows = max(1, SCORE_BUDGET // (bh * block * m * block))
+        # widen to the largest count in the next `rows` rows (they are sorted by count)
+        j = min(len(order), i + rows)
+        m = int(counts[order[j - 1]])
+        j = min(j, i + max(1, SCORE_BUDGET // (bh * block * m * block)))
+        m = int(counts[order[j - 1]])
+        qb = order[i:j]
+        slot = torch.arange(m)
+        valid = slot[None, :] < counts[qb][:, None]  # (R, m)
+        pos = (starts[qb][:, None] + slot[None, :]).clamp(max=len(nz) - 1)
+        kb = torch.where(valid, nz[pos, 1], torch.zeros((), dtype=torch.long))  # (R, m)
+        ok = pattern.tiles(qb, kb, n, block) & valid.repeat_interleave(block, 1)[:, None, :]
+        allowed += int(ok.sum())
+        dead = ~ok.any(-1)[None, None, :, :, None]
+        groups.append(_Group(qb, kb, None if bool(ok.all()) else ~ok, valid, dead if bool(dead.any()) else None))
+        i = j
+    p = Plan(n, block, nb, tuple(groups), len(nz), allowed)
+    cache[key] = p
+    return p
+
+
+def _blocks(x: torch.Tensor, nb: int, block: int) -> torch.Tensor:
+    """(b, h, n, d) → (b, h, nb, B, d), zero-padded to whole blocks."""
+    b, h, n, d = x.shape
+    if n < nb * block:
+        x = torch.cat([x, x.new_zeros(b, h, nb * block - n, d)], 2)
+    return x.reshape(b, h, nb, block, d)
+
+
+def _scores(qg, kg, grp: _Group, pad_deny, B: int):
+    """Masked scores (b, h, R, B, m·B) of a group; qg already scaled."""
+    s = qg @ kg.transpose(-1, -2)  # (b, h, R, B, m·B)
+    if grp.deny is not None:
+        s.masked_fill_(grp.deny, float("-inf"))
+    if pad_deny is not None:  # (b, nb, B) True = padded key → (b, 1, R, 1, m·B)
+        s.masked_fill_(pad_deny[:, grp.k_blocks].flatten(2)[:, None, :, None, :], float("-inf"))
+    return s
+
+
+def _dead(grp: _Group, pad_deny) -> torch.Tensor | None:
+    """(b, 1, R, B, 1) bool: query rows of the group that may attend no key; None when there are none."""
+    if pad_deny is None:
+        return grp.dead
+    live = ~pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
+    if grp.deny is not None:
+        live = live & ~grp.deny
+    dead = ~live.any(-1)[:, None, :, :, None]
+    return dead if bool(dead.any()) else None
+
+
+def _softmax(s: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
+    """Row softmax of masked scores; rows with no key give zeros instead of NaN."""
+    p = torch.softmax(s, -1)  # one fused pass; a row of -inf comes out NaN
+    return p.masked_fill_(dead, 0.0) if dead is not None else p
+
+
+def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + 7919 * gi)
+    return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
+
+
+class _BlockSparse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, pl: Plan, pad_deny, scale: float, dropout_p: float, seed: int):
+        b, h, n, d = q.shape
+        B, nb = pl.block, pl.n_blocks
+        qb = _blocks(q, nb, B) * scale
+        kb, vb = _blocks(k, nb, B), _blocks(v, nb, B)
+        out = q.new_zeros(b, h, nb, B, v.shape[-1])
+        for gi, grp in enumerate(pl.groups):
+            kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
+            vg = vb[:, :, grp.k_blocks].flatten(3, 4)
+            s = _scores(qb[:, :, grp.q_blocks], kg, grp, pad_deny, B)
+            dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
+            p = _softmax(s, dead)
+            if dropout_p > 0:
+                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
+            out[:, :, grp.q_blocks] = p @ vg  # (b, h, R, B, d)
+        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d)
+        ctx.save_for_backward(q, k, v, out)
+        ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out = ctx.saved_tensors
+        pl, pad_deny, scale, dropout_p, seed = ctx.extras
+        b, h, n, d = q.shape
+        B, nb = pl.block, pl.n_blocks
+        qb = _blocks(q, nb, B) * scale
+        kb, vb = _blocks(k, nb, B), _blocks(v, nb, B)
+        dob = _blocks(dout.contiguous(), nb, B)
+        delta = (dob * _blocks(out, nb, B)).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
+        dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
+        for gi, grp in enumerate(pl.groups):
+            rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+            kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
+            vg = vb[:, :, grp.k_blocks].flatten(3, 4)
+            qg, dog = qb[:, :, rows], dob[:, :, rows]
+            p = _softmax(_scores(qg, kg, grp, pad_deny, B), _dead(grp, pad_deny))  # (b, h, R, B, m·B)
+            dp = dog @ vg.transpose(-1, -2)
+            if dropout_p > 0:
+                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
+                dvg = (p * keep).transpose(-1, -2) @ dog
+                dp.mul_(keep)
+            else:
+                dvg = p.transpose(-1, -2) @ dog  # (b, h, R, m·B, d)
+            ds = p.mul_(dp.sub_(delta[:, :, rows]))  # dS = P ∘ (dP − Δ)
+            dq[:, :, rows] = ds @ kg
+            dkg = ds.transpose(-1, -2) @ qg  # (b, h, R, m·B, d), q already scaled
+            m = grp.k_blocks.shape[1]
+            dk.index_add_(2, idx, dkg.reshape(b, h, -1, B, d))
+            dv.index_add_(2, idx, dvg.reshape(b, h, len(rows) * m, B, -1))
+        dq = dq.mul_(scale).flatten(2, 3)[:, :, :n]
+        dk = dk.flatten(2, 3)[:, :, :n]
+        dv = dv.flatten(2, 3)[:, :, :n]
+        return dq, dk, dv, None, None, None, None, None
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """The attention weights of the non-empty tiles.
+
+    index:  (nnz, 2) long, the (query block, key block) of each tile.
+    values: (b, h, nnz, B, B), the weights inside each tile (0 where masked).
+    """
+
+    index: torch.Tensor
+    values: torch.Tensor
+    block: int
+    n: int
+
+    def to_dense(self) -> torch.Tensor:
+        """(b, h, n, n) dense weights (small n only)."""
+        b, h, nnz, B, _ = self.values.shape
+        nb = -(-self.n // B)
+        dense = self.values.new_zeros(b, h, nb, nb, B, B)
+        dense[:, :, self.index[:, 0], self.index[:, 1]] = self.values
+        return dense.transpose(3, 4).reshape(b, h, nb * B, nb * B)[:, :, : self.n, : self.n]
+
+
+def _key_deny(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torch.Tensor | None:
+    """(b, k) or (b, 1, 1, k) bool, True = real token → (b, nb, B) True = padded out."""
+    if key_padding_mask is None:
+        return None
+    m = key_padding_mask
+    if m.dim() == 4 and m.shape[1] == 1 and m.shape[2] == 1:
+        m = m[:, 0, 0]
+    if m.dtype != torch.bool or m.dim() != 2 or m.shape[1] != n or m.shape[0] not in (1, b):
+        raise ValueError(
+            f"key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b={b}, k={n} (True = real token); "
+            f"got {_checks.shape(key_padding_mask)} {key_padding_mask.dtype}"
+        )
+    deny = ~m.to(device)
+    if nb * B > n:
+        deny = torch.cat([deny, deny.new_ones(deny.shape[0], nb * B - n)], 1)
+    return deny.reshape(deny.shape[0], nb, B)
+
+
+def _validate(q, k, v, pattern, block):
+    for name, t in (("query", q), ("key", k), ("value", v)):
+        _checks.tensor(name, t, 4)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be (b, h, n, d); got shape {_checks.shape(t)}")
+    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"block-sparse self-attention needs query, key (b, h, n, d) and value (b, h, n, d_v) with the "
+            f"same b, h, n and d; got query {_checks.shape(q)}, key {_checks.shape(k)}, value {_checks.shape(v)}"
+        )
+    if not isinstance(pattern, Pattern):
+        raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive integer; got {block!r}")
+
+
+def block_sparse_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    pattern: Pattern,
+    *,
+    block: int = 64,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, BlockWeights | None]:
+    """Scaled dot-product self-attention restricted to ``pattern``, computing only its tiles.
+
+    Args:
+        query, key: (b, h, n, d).  value: (b, h, n, d_v).
+        pattern: an ``attnlab.patterns.Pattern``.
+        block: the tile size B (any n works; the last block is padded).
+        key_padding_mask: bool (b, n) or (b, 1, 1, n), True = real token.
+        scale: default 1/√d.
+        dropout_p: dropout on the weights (pass 0 in eval).
+        need_weights: also return the weights of the non-empty tiles (``BlockWeights``).
+
+    Returns:
+        ``(output (b, h, n, d_v), weights or None)``; equal to
+        ``attnlab.attention(q, k, v, mask=pattern.materialize(n) & padding)``.
+    """
+    _validate(query, key, value, pattern, block)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
+    b, h, n, d = query.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    pl = plan(pattern, n, block, b * h)
+    pad = _key_deny(key_padding_mask, b, n, pl.n_blocks, block, query.device)
+    dtype = query.dtype
+    low = dtype in (torch.float16, torch.bfloat16)
+    q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
+    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
+    out = _BlockSparse.apply(q, k, v, pl, pad, scale, dropout_p, seed)
+    weights = _tile_weights(q, k, pl, pad, scale) if need_weights else None
+    return out.to(dtype), weights
+
+
+@torch.no_grad()
+def _tile_weights(q, k, pl: Plan, pad, scale) -> BlockWeights:
+    b, h, n, _ = q.shape
+    B, nb = pl.block, pl.n_blocks
+    qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)
+    index, values = [], []
+    for grp in pl.groups:
+        s = _scores(qb[:, :, grp.q_blocks], kb[:, :, grp.k_blocks].flatten(3, 4), grp, pad, B)
+        w = masked_softmax(s, torch.isfinite(s))  # (b, h, R, B, m·B)
+        R, m = grp.k_blocks.shape
+        w = w.reshape(b, h, R, B, m, B).permute(0, 1, 2, 4, 3, 5)  # (b, h, R, m, B, B)
+        keep = grp.valid
+        qi = grp.q_blocks[:, None].expand(R, m)
+        index.append(torch.stack([qi[keep], grp.k_blocks[keep]], -1))
+        values.append(w[:, :, keep])
+    idx = torch.cat(index) if index else torch.zeros(0, 2, dtype=torch.long)
+    val = torch.cat(values, 2) if values else q.new_zeros(b, h, 0, B, B)
+    return BlockWeights(idx, val, B, n)
+
+
+def weights_for_rows(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    pattern: Pattern,
+    rows: torch.Tensor | list[int],
+    *,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """The weights (b, h, r, n) of the chosen query rows, in O(r·n) memory."""
+    b, h, n, d = query.shape
+    rows = torch.as_tensor(rows, dtype=torch.long, device=query.device)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    s = (query[:, :, rows] * scale) @ key.transpose(-1, -2)  # (b, h, r, n)
+    allow = pattern.allows(rows[:, None], torch.arange(n, device=query.device)[None, :], n)  # (r, n)
+    if key_padding_mask is not None:
+        pad = _key_deny(key_padding_mask, b, n, -(-n // 64), 64, query.device).flatten(1)[:, :n]
+        allow = allow & ~pad[:, None, None, :]
+    return masked_softmax(s, allow)
+
+
+__all__ = ["block_sparse_attention", "weights_for_rows", "BlockWeights", "Plan", "plan"]

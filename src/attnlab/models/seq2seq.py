@@ -1,0 +1,178 @@
+"""RNN encoder–decoder translation models, with and without attention.
+
+    encoder   h_1..h_S = BiGRU/LSTM(embed(x))             packed: padding never enters the recurrence
+    none      c = [h→_S; h←_1] fixed for every step        Cho et al. 2014, https://arxiv.org/abs/1406.1078
+              s_t = RNN([e(y_{t-1}); c], s_{t-1})
+    bahdanau  c_t = Σ_j α_tj h_j,  α_t = a(s_{t-1}, h)      Bahdanau et al. 2015, https://arxiv.org/abs/1409.0473
+              s_t = RNN([e(y_{t-1}); c_t], s_{t-1})
+    luong     s_t = RNN([e(y_{t-1}); h̃_{t-1}], s_{t-1})    Luong et al. 2015, https://arxiv.org/abs/1508.04025
+              c_t = Σ_j α_tj h_j,  α_t = a(s_t, h)          (input feeding: h̃_{t-1} enters the next step)
+    all       h̃_t = tanh(W_c [c_t; s_t] + b_c),  p(y_t) = softmax(W_s h̃_t)    (``attnlab.nn.AttentionalOutput``)
+
+The initial decoder state is s_0 = tanh(W_b [h→_S; h←_1]). Every decoder shares
+the output layer, so the three differ only in where c_t comes from: the fixed
+vector of the ``none`` baseline is the bottleneck that attention removes.
+
+Interface (shared with any model the training loop and decoders accept):
+
+* ``forward(src, src_mask, tgt_in) -> logits (b, t, V)`` (teacher forcing);
+  ``need_weights=True`` also returns the weights (b, t, s) (None for ``none``).
+* ``start(src, src_mask) -> (memory, state)`` and
+  ``step(memory, state, y_prev (b,)) -> (logits (b, V), state, weights (b, s) | None)``:
+  memory and state are dicts of tensors whose first dimension is the batch, so
+  beam search can reorder them (``attnlab.train.decode``).
+
+src (b, s) long, src_mask (b, s) bool (True on real tokens), tgt_in (b, t) long.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..data.vocab import PAD
+from ..nn.additive import AdditiveAttention
+from ..nn.attentional import AttentionalOutput
+from ..nn.luong import LuongAttention
+
+DECODERS = ("none", "bahdanau", "luong")
+RNNS = {"gru": (nn.GRU, nn.GRUCell), "lstm": (nn.LSTM, nn.LSTMCell)}
+
+
+@dataclass
+class Seq2SeqConfig:
+    src_vocab: int
+    tgt_vocab: int
+    decoder: str = "bahdanau"  # none | bahdanau | luong
+    rnn: str = "gru"  # gru | lstm
+    emb_dim: int = 64
+    hidden: int = 128  # decoder state size; each encoder direction has the same
+    bidirectional: bool = True
+    attn_dim: int = 128  # d_a of the additive / concat scores
+    luong_score: str = "general"  # dot | general | concat (decoder="luong")
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}; got {self.decoder!r}")
+        if self.rnn not in RNNS:
+            raise ValueError(f"rnn must be one of {tuple(RNNS)}; got {self.rnn!r}")
+        for f in ("src_vocab", "tgt_vocab", "emb_dim", "hidden", "attn_dim"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"{f} must be >= 1; got {getattr(self, f)}")
+
+
+class Encoder(nn.Module):
+    """embed + (Bi)GRU/LSTM over packed sequences: src (b, s) → outputs (b, s, d_e), final (b, d_e)."""
+
+    def __init__(self, cfg: Seq2SeqConfig):
+        super().__init__()
+        self.lstm = cfg.rnn == "lstm"
+        self.embed = nn.Embedding(cfg.src_vocab, cfg.emb_dim, padding_idx=PAD)
+        self.rnn = RNNS[cfg.rnn][0](cfg.emb_dim, cfg.hidden, batch_first=True, bidirectional=cfg.bidirectional)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out_dim = cfg.hidden * (2 if cfg.bidirectional else 1)
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor):
+        lengths = src_mask.sum(1)
+        if bool((lengths == 0).any()):
+            raise ValueError("every source sentence needs at least one token; got an empty one")
+        x = self.dropout(self.embed(src))  # (b, s, d_emb)
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, final = self.rnn(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (b, s, d_e)
+        def last(h):  # (dirs, b, H) → (b, dirs * H): forward's last state and backward's first
+            return h.transpose(0, 1).reshape(h.shape[1], -1)
+        if self.lstm:
+            return out, last(final[0]), last(final[1])
+        return out, last(final), None
+
+
+class Seq2Seq(nn.Module):
+    """An RNN encoder–decoder; ``Seq2Seq(Seq2SeqConfig(src_vocab=..., tgt_vocab=..., decoder="luong"))``."""
+
+    kind = "seq2seq"
+
+    def __init__(self, config: Seq2SeqConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.encoder = Encoder(cfg)
+        d_e, H = self.encoder.out_dim, cfg.hidden
+        self.bridge = nn.Linear(d_e, H)
+        self.bridge_c = nn.Linear(d_e, H) if cfg.rnn == "lstm" else None
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=PAD)
+        feed = H if cfg.decoder == "luong" else d_e  # input feeding of h̃ (luong) or the context c
+        self.cell = RNNS[cfg.rnn][1](cfg.emb_dim + feed, H)
+        if cfg.decoder == "bahdanau":
+            self.attention = AdditiveAttention(H, d_e, cfg.attn_dim)
+        elif cfg.decoder == "luong":
+            self.attention = LuongAttention(H, d_e, score=cfg.luong_score, attn_dim=cfg.attn_dim)
+        else:
+            self.attention = None
+        self.output = AttentionalOutput(d_e, H, H, cfg.tgt_vocab, dropout=cfg.dropout)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def config_dict(self) -> dict:
+        return {"kind": self.kind, **asdict(self.config)}
+
+    # -- the step interface ------------------------------------------------------------------
+    def start(self, src: torch.Tensor, src_mask: torch.Tensor):
+        """Encode once: memory {keys (b, s, d_e), mask (b, s), projected (b, s, ·), fixed (b, d_e)}, state."""
+        keys, final, final_c = self.encoder(src, src_mask)
+        memory = {"keys": keys, "mask": src_mask, "fixed": final}
+        if self.attention is not None:
+            memory["projected"] = self.attention.precompute(keys)
+        state = {"h": torch.tanh(self.bridge(final))}  # s_0
+        if self.bridge_c is not None:
+            state["c"] = torch.tanh(self.bridge_c(final_c))
+        if self.config.decoder == "luong":
+            state["feed"] = keys.new_zeros(keys.shape[0], self.config.hidden)  # h̃_0
+        return memory, state
+
+    def _attend(self, memory, query):
+        return self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"])
+
+    def _cell(self, x, state):
+        if self.bridge_c is None:
+            return {"h": self.cell(x, state["h"])}
+        h, c = self.cell(x, (state["h"], state["c"]))
+        return {"h": h, "c": c}
+
+    def step(self, memory, state, y_prev: torch.Tensor):
+        """One decoding step: y_prev (b,) → logits (b, V), the next state, weights (b, s) or None."""
+        e = self.dropout(self.embed(y_prev))  # (b, d_emb)
+        weights = None
+        kind = self.config.decoder
+        if kind == "none":
+            context = memory["fixed"]  # (b, d_e), the same at every step
+            new = self._cell(torch.cat([e, context], -1), state)
+        elif kind == "bahdanau":
+            context, weights = self._attend(memory, state["h"])  # from s_{t-1}
+            new = self._cell(torch.cat([e, context], -1), state)
+        else:
+            new = self._cell(torch.cat([e, state["feed"]], -1), state)
+            context, weights = self._attend(memory, new["h"])  # from s_t
+        h_tilde, logits = self.output(context, new["h"])
+        if kind == "luong":
+            new["feed"] = h_tilde
+        return logits, new, weights
+
+    # -- teacher forcing ----------------------------------------------------------------------
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False):
+        """src (b, s), src_mask (b, s), tgt_in (b, t) → logits (b, t, V) [, weights (b, t, s) | None]."""
+        memory, state = self.start(src, src_mask)
+        logits, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            lg, state, w = self.step(memory, state, tgt_in[:, t])
+            logits.append(lg)
+            weights.append(w)
+        out = torch.stack(logits, 1)  # (b, t, V)
+        if not need_weights:
+            return out
+        return out, (torch.stack(weights, 1) if self.attention is not None else None)
+
+
+__all__ = ["Seq2Seq", "Seq2SeqConfig", "Encoder", "DECODERS"]

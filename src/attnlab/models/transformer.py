@@ -1,0 +1,137 @@
+"""``Transformer``: a small encoder–decoder (Vaswani et al. 2017, https://arxiv.org/abs/1706.03762).
+
+    memory = Encoder(E_src[src] · √d + PE)                  (b, s, dim)
+    h      = Decoder(E_tgt[tgt] · √d + PE, memory)          (b, t, dim)   causal self-attn + cross-attn
+    logits = h W_outᵀ                                       (b, t, tgt_vocab)
+
+Built from ``attnlab.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
+with sinusoidal positions. Padding masks are (b, s) / (b, t) bool, **True on real
+tokens**. ``greedy`` decodes with the decoder's key/value cache. Pre-norm
+(``norm_first=True``, the default here: it trains without warm-up) adds a final
+LayerNorm to each stack. ``attention_maps`` returns the encoder's, the decoder's
+and the cross-attention's weights per layer and head (from a trace).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ..nn.cache import KVCache
+from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
+from ..nn.positional import SinusoidalPositionalEncoding
+from ..trace import trace
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab: int
+    tgt_vocab: int
+    dim: int = 128
+    num_heads: int = 4
+    num_encoder_layers: int = 2
+    num_decoder_layers: int = 2
+    ffn_dim: int | None = None  # default 4·dim
+    dropout: float = 0.1
+    norm_first: bool = True
+    num_kv_heads: int | None = None
+
+
+class Transformer(nn.Module):
+    """``forward(src (b, s), tgt (b, t), *, src_mask=None, tgt_mask=None) → logits (b, t, tgt_vocab)``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = c = config
+        self.src_emb = nn.Embedding(c.src_vocab, c.dim)
+        self.tgt_emb = nn.Embedding(c.tgt_vocab, c.dim)
+        self.pos = SinusoidalPositionalEncoding(c.dim)
+        self.drop = nn.Dropout(c.dropout)
+        kw = dict(ffn_dim=c.ffn_dim, dropout=c.dropout, norm_first=c.norm_first, num_kv_heads=c.num_kv_heads)
+        self.encoder = nn.ModuleList(TransformerEncoderLayer(c.dim, c.num_heads, **kw) for _ in range(c.num_encoder_layers))
+        self.decoder = nn.ModuleList(TransformerDecoderLayer(c.dim, c.num_heads, **kw) for _ in range(c.num_decoder_layers))
+        self.enc_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
+        self.dec_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
+        self.out = nn.Linear(c.dim, c.tgt_vocab)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """src (b, s) ids, src_mask (b, s) True on real tokens → memory (b, s, dim)."""
+        x = self.drop(self.pos(self.src_emb(src) * math.sqrt(self.config.dim)))
+        for layer in self.encoder:
+            x = layer(x, mask=src_mask)
+        return self.enc_norm(x)
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        *,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """tgt (b, t) ids → logits (b, t, tgt_vocab); with a cache, tgt holds only the new tokens."""
+        offset = 0 if cache is None else cache.length
+        x = self.drop(self.pos(self.tgt_emb(tgt) * math.sqrt(self.config.dim), offset))
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, memory, mask=tgt_mask, memory_mask=src_mask, causal=True, cache=None if cache is None else cache[i])
+        return self.out(self.dec_norm(x))
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        *,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.decode(tgt, self.encode(src, src_mask), src_mask=src_mask, tgt_mask=tgt_mask)
+
+    @torch.no_grad()
+    def greedy(
+        self, src: torch.Tensor, *, bos: int, eos: int, max_len: int = 50, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Greedy decoding with the cache: (b, s) → (b, ≤ max_len + 1) ids starting with ``bos``."""
+        memory = self.encode(src, src_mask)
+        cache = KVCache(len(self.decoder))
+        out = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        nxt = out
+        for _ in range(max_len):
+            logits = self.decode(nxt, memory, src_mask=src_mask, cache=cache)[:, -1]  # (b, vocab)
+            nxt = logits.argmax(-1, keepdim=True).masked_fill(done.unsqueeze(-1), eos)
+            out = torch.cat([out, nxt], dim=1)
+            done |= nxt.squeeze(-1) == eos
+            if bool(done.all()):
+                break
+        return out
+
+    def config_dict(self) -> dict:
+        return asdict(self.config)
+
+
+@torch.no_grad()
+def attention_maps(
+    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, *, src_mask: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Every layer's and head's weights for one pair (src (1, s), tgt (1, t)), read from a trace.
+
+    Returns ``{"encoder": (L_enc, h, s, s), "decoder": (L_dec, h, t, t), "cross": (L_dec, h, t, s)}``.
+    """
+    if src.dim() != 2 or tgt.dim() != 2 or src.shape[0] != 1 or tgt.shape[0] != 1:
+        raise ValueError(f"attention_maps takes one pair, src (1, s) and tgt (1, t); got {tuple(src.shape)}, {tuple(tgt.shape)}")
+    was_training = model.training
+    model.eval()
+    with trace() as t:
+        model(src, tgt, src_mask=src_mask)
+    model.train(was_training)
+    maps = [s.value[0] for s in t if s.name == "weights"]  # encoder layers, then (self, cross) per decoder layer
+    n_enc = len(model.encoder)
+    dec = maps[n_enc:]
+    return {"encoder": torch.stack(maps[:n_enc]), "decoder": torch.stack(dec[0::2]), "cross": torch.stack(dec[1::2])}
+
+
+__all__ = ["Transformer", "TransformerConfig", "attention_maps"]

@@ -1,0 +1,98 @@
+"""Additive (Bahdanau) attention as a module, memory-bounded.
+
+    e_tj = vᵀ tanh(W_q s_t + W_k h_j)     α_t = softmax(e_t)     c_t = Σ_j α_tj h_j
+
+Bahdanau, Cho & Bengio 2015, "Neural Machine Translation by Jointly Learning to
+Align and Translate", https://arxiv.org/abs/1409.0473 (appendix A.1.2: the
+alignment model a(s_{i-1}, h_j) = v_aᵀ tanh(W_a s_{i-1} + U_a h_j)).
+
+| paper / seeds        | here                          | shape        |
+|----------------------|-------------------------------|--------------|
+| s_{t-1} (s_t)        | ``query``                     | (b, d_q) or (b, q, d_q) |
+| h_j                  | rows of ``keys`` (and values) | (b, k, d_k)  |
+| W_a, W_1, W_s        | ``w_q.weight``                | (d_a, d_q)   |
+| U_a, W_2, W_h        | ``w_k.weight``                | (d_a, d_k)   |
+| v_a, v               | ``v``                         | (d_a,)       |
+
+``precompute(keys)`` returns U_a h_j once per source sentence; pass it as
+``projected_keys=`` at every decoding step to skip that matmul.
+
+Two paths: the default runs the chunked kernel
+(``attnlab.kernels.chunked_additive``), which never holds the
+``(b, q, k, d_a)`` tensor; while ``attnlab.trace()`` records, or with
+``impl="reference"``, the readable ``attnlab.scores.additive`` runs and records
+its steps. Both give the same numbers (tested). Weights always go through
+``attnlab.masked_softmax``: a fully masked row gets zero weights and context.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .. import scores as _scores
+from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
+from ..trace import active
+from ._keyed import finish, prepare
+from .registry import register
+
+IMPLS = ("chunked", "reference")
+
+
+@register("bahdanau")
+class AdditiveAttention(nn.Module):
+    """Bahdanau attention: ``AdditiveAttention(query_dim, key_dim, attn_dim)``."""
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        attn_dim: int,
+        *,
+        impl: str = "chunked",
+        max_elems: int = DEFAULT_MAX_ELEMS,
+    ):
+        super().__init__()
+        for name, val in (("query_dim", query_dim), ("key_dim", key_dim), ("attn_dim", attn_dim)):
+            if not isinstance(val, int) or val < 1:
+                raise ValueError(f"{name} must be a positive int; got {val!r}")
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
+        self.query_dim, self.key_dim, self.attn_dim = query_dim, key_dim, attn_dim
+        self.impl, self.max_elems = impl, max_elems
+        self.w_q = nn.Linear(query_dim, attn_dim, bias=False)
+        self.w_k = nn.Linear(key_dim, attn_dim, bias=False)
+        self.v = nn.Parameter(torch.empty(attn_dim).uniform_(-attn_dim**-0.5, attn_dim**-0.5))
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        """W_k h_j for every key: (b, k, d_k) → (b, k, d_a). Reuse it at every decoding step."""
+        return self.w_k(keys)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        *,
+        projected_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights)."""
+        query, values, mask, single = prepare(query, keys, values, mask)
+        if active() or self.impl == "reference":
+            e = _scores.additive(query, keys, self.w_q.weight, self.w_k.weight, self.v)  # (b, q, k)
+        else:
+            wk = self.precompute(keys) if projected_keys is None else projected_keys  # (b, k, d_a)
+            if wk.shape != (*keys.shape[:2], self.attn_dim):
+                raise ValueError(
+                    f"projected_keys must be (b, k, d_a) = {(*keys.shape[:2], self.attn_dim)}; got {tuple(wk.shape)}"
+                )
+            e = chunked_additive_scores(self.w_q(query), wk, self.v, max_elems=self.max_elems)
+        return finish(e, values, mask, single, need_weights)
+
+    def extra_repr(self) -> str:
+        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, impl={self.impl!r}"
+
+
+__all__ = ["AdditiveAttention"]

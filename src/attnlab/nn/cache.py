@@ -1,0 +1,116 @@
+"""Key/value caches for incremental (autoregressive) decoding.
+
+A decoder that generates one token at a time would recompute the keys and
+values of the whole prefix at every step: O(n²) projections for n tokens. A
+cache keeps each layer's key and value heads, so a step projects only the new
+token and attends over ``cached + new``:
+
+    K_{1..t} = [K_{1..t-1}; k_t],   V_{1..t} = [V_{1..t-1}; v_t]
+    out_t    = softmax(q_t K_{1..t}ᵀ / √d_h) V_{1..t}
+
+The queries of a step sit at the *end* of the keys, which is why attnlab's
+causal mask is aligned bottom-right (``attnlab.masks.causal``): decoding with
+the cache gives the same outputs as recomputing the whole prefix (tested).
+
+Shapes: key and value heads (b, h_kv, n, d_h). Grouped-query attention caches
+the h_kv key/value heads *before* they are repeated for the query heads, which
+is its memory saving. Rotary embeddings are applied before caching, so cached
+keys carry their absolute positions.
+
+Caveat: the buffers grow by doubling and are written in place; the cache is for
+inference (under ``torch.no_grad``). When the keys require gradients the cache
+falls back to concatenation so autograd stays correct.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _checks
+
+
+class LayerCache:
+    """The cached key and value heads of one attention layer."""
+
+    def __init__(self) -> None:
+        self._k: torch.Tensor | None = None  # (b, h_kv, capacity, d_h)
+        self._v: torch.Tensor | None = None
+        self.length = 0
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """(b, h_kv, length, d_h) or None when empty."""
+        return None if self._k is None else self._k[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._v is None else self._v[:, :, : self.length]
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new heads k, v (b, h_kv, n, d_h); return all cached (b, h_kv, length, d_h)."""
+        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {_checks.shape(k)}, {_checks.shape(v)}")
+        if self._k is not None and (self._k.shape[:2] != k.shape[:2] or self._k.shape[-1] != k.shape[-1]):
+            raise ValueError(
+                f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(self._k)} "
+                "(same b, h_kv and d_h needed); call reset() to start a new sequence"
+            )
+        n = k.shape[2]
+        if k.requires_grad or v.requires_grad:  # autograd-safe path
+            if self._k is None:
+                self._k, self._v = k, v
+            else:
+                self._k = torch.cat([self.keys, k], dim=2)
+                self._v = torch.cat([self.values, v], dim=2)
+            self.length += n
+            return self._k, self._v
+        need = self.length + n
+        if self._k is None or need > self._k.shape[2] or self._k.requires_grad:
+            cap = max(need, 2 * (self._k.shape[2] if self._k is not None else 0), 16)
+            new_k = k.new_empty(*k.shape[:2], cap, k.shape[-1])
+            new_v = v.new_empty(*v.shape[:2], cap, v.shape[-1])
+            if self.length:
+                new_k[:, :, : self.length] = self.keys
+                new_v[:, :, : self.length] = self.values
+            self._k, self._v = new_k, new_v
+        self._k[:, :, self.length : need] = k
+        self._v[:, :, self.length : need] = v
+        self.length = need
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self._k = self._v = None
+        self.length = 0
+
+    def __repr__(self) -> str:
+        shape = None if self._k is None else tuple(self.keys.shape)
+        return f"LayerCache(length={self.length}, keys={shape})"
+
+
+class KVCache:
+    """One ``LayerCache`` per layer: ``cache[i]`` is layer i's; ``cache.length`` the tokens seen."""
+
+    def __init__(self, num_layers: int) -> None:
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1; got {num_layers}")
+        self.layers = [LayerCache() for _ in range(num_layers)]
+
+    def __getitem__(self, i: int) -> LayerCache:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.reset()
+
+    def __repr__(self) -> str:
+        return f"KVCache(layers={len(self.layers)}, length={self.length})"
+
+
+__all__ = ["LayerCache", "KVCache"]

@@ -1,0 +1,168 @@
+"""Transformer encoder and decoder layers built from ``MultiHeadAttention``.
+
+Vaswani et al. 2017, §3.1 (https://arxiv.org/abs/1706.03762); pre-norm: Xiong et al.
+2020, "On Layer Normalization in the Transformer Architecture" (https://arxiv.org/abs/2002.04745).
+
+    post-norm (the paper):  x = LN(x + Drop(SelfAttn(x)));       x = LN(x + Drop(FFN(x)))
+    pre-norm  (GPT-2 on):   x = x + Drop(SelfAttn(LN(x)));       x = x + Drop(FFN(LN(x)))
+    FFN(x) = W_2 Drop(act(W_1 x + b_1)) + b_2
+    decoder: self-attention (causal), then cross-attention to the encoder's ``memory``, then FFN.
+
+Submodule names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
+(``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1..3``), so weights
+copy over from PyTorch's layers (tests do so). Unlike PyTorch's, masks use attnlab's
+polarity (True = may attend), padding masks are (b, k) with True on real tokens, and the
+decoder's self-attention takes a ``cache`` for incremental decoding. Pre-norm stacks need
+a final LayerNorm after the last layer (the models add it). Shapes: x (b, n, dim).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import LayerCache
+from .multihead import MultiHeadAttention
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+def _activation(name: str):
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}")
+    return ACTIVATIONS[name]
+
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Self-attention + feed-forward, pre- or post-norm. ``forward(x, *, mask, causal, cache)``."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        ffn_dim: int | None = None,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        num_kv_heads: int | None = None,
+        bias: bool = True,
+        rope: bool = False,
+        alibi: bool = False,
+    ):
+        super().__init__()
+        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        self.self_attn = MultiHeadAttention(
+            dim, num_heads, num_kv_heads=num_kv_heads, qkv_bias=bias, proj_bias=bias,
+            attn_drop=dropout, rope=rope, alibi=alibi,
+        )
+        self.linear1 = nn.Linear(dim, ffn_dim, bias=bias)
+        self.linear2 = nn.Linear(ffn_dim, dim, bias=bias)
+        self.norm1 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+        self.activation_name = activation
+        self.norm_first = norm_first
+
+    def _sa(self, x, mask, causal, cache):
+        return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
+
+    def _ff(self, x):
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """x (b, n, dim) → (b, n, dim); mask (b, k) padding or broadcastable to (b, h, n, k)."""
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), mask, causal, cache)
+            return x + self._ff(self.norm2(x))
+        x = self.norm1(x + self._sa(x, mask, causal, cache))
+        return self.norm2(x + self._ff(x))
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention to ``memory``, feed-forward; pre- or post-norm."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        ffn_dim: int | None = None,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
+        num_kv_heads: int | None = None,
+        memory_dim: int | None = None,
+        bias: bool = True,
+        rope: bool = False,
+    ):
+        super().__init__()
+        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        self.self_attn = MultiHeadAttention(
+            dim, num_heads, num_kv_heads=num_kv_heads, qkv_bias=bias, proj_bias=bias, attn_drop=dropout, rope=rope
+        )
+        self.multihead_attn = MultiHeadAttention(
+            dim, num_heads, kdim=memory_dim, vdim=memory_dim, num_kv_heads=num_kv_heads,
+            qkv_bias=bias, proj_bias=bias, attn_drop=dropout,
+        )
+        self.linear1 = nn.Linear(dim, ffn_dim, bias=bias)
+        self.linear2 = nn.Linear(ffn_dim, dim, bias=bias)
+        self.norm1 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.norm3 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+        self.activation_name = activation
+        self.norm_first = norm_first
+
+    def _sa(self, x, mask, causal, cache):
+        return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
+
+    def _ca(self, x, memory, memory_mask):
+        return self.dropout2(self.multihead_attn(x, memory, mask=memory_mask)[0])
+
+    def _ff(self, x):
+        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        causal: bool = True,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """x (b, t, dim), memory (b, s, memory_dim) → (b, t, dim).
+
+        mask: self-attention mask ((b, t) padding or broadcastable to (b, h, t, t));
+        memory_mask: (b, s) padding of the source or broadcastable to (b, h, t, s).
+        """
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), mask, causal, cache)
+            x = x + self._ca(self.norm2(x), memory, memory_mask)
+            return x + self._ff(self.norm3(x))
+        x = self.norm1(x + self._sa(x, mask, causal, cache))
+        x = self.norm2(x + self._ca(x, memory, memory_mask))
+        return self.norm3(x + self._ff(x))
+
+
+__all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "ACTIVATIONS"]

@@ -1,0 +1,123 @@
+"""Multiplicative (Luong) attention: the "dot", "general" and "concat" scores as one module.
+
+    dot:      e_tj = s_tᵀ h_j              (needs d_q == d_k)
+    general:  e_tj = s_tᵀ W_a h_j
+    concat:   e_tj = v_aᵀ tanh(W_a [s_t; h_j])
+    α_t = softmax(e_t),  c_t = Σ_j α_tj h_j
+
+Luong, Pham & Manning 2015, "Effective Approaches to Attention-based Neural
+Machine Translation", https://arxiv.org/abs/1508.04025 (section 3.1, eq. 8).
+``scale=True`` divides dot and general scores by √d_k (as Vaswani et al. 2017 do).
+
+| paper   | here                             | shape               |
+|---------|----------------------------------|---------------------|
+| h_t     | ``query`` (the decoder state s_t) | (b, d_q) or (b, q, d_q) |
+| h̄_s     | rows of ``keys`` (and values)    | (b, k, d_k)         |
+| W_a     | ``weight.weight`` (general)       | (d_q, d_k)          |
+| W_a     | ``weight.weight`` (concat)        | (d_a, d_q + d_k)    |
+| v_a     | ``v`` (concat)                    | (d_a,)              |
+
+``precompute(keys)`` returns what depends on the keys only (W_a h̄_s for
+general, the key half of W_a [·; h̄_s] for concat) so a decoder computes it once
+per sentence. The concat score runs through the chunked additive kernel
+(W [q; k] = W_q q + W_k k), so it never holds a (b, q, k, d_a) tensor either;
+while a trace records, the readable ``attnlab.scores`` functions run instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .. import scores as _scores
+from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
+from ..trace import active
+from ._keyed import finish, prepare
+from .registry import register
+
+SCORES = ("dot", "general", "concat")
+
+
+@register("luong-dot", score="dot")
+@register("luong-general", score="general")
+@register("luong-concat", score="concat")
+class LuongAttention(nn.Module):
+    """``LuongAttention(query_dim, key_dim, score="dot"|"general"|"concat", scale=False, attn_dim=None)``."""
+
+    def __init__(
+        self,
+        query_dim: int,
+        key_dim: int,
+        score: str = "general",
+        scale: bool = False,
+        *,
+        attn_dim: int | None = None,
+        max_elems: int = DEFAULT_MAX_ELEMS,
+    ):
+        super().__init__()
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}; got {score!r}")
+        if score == "dot" and query_dim != key_dim:
+            raise ValueError(
+                f"the dot score needs query_dim == key_dim; got {query_dim} and {key_dim} (use score='general')"
+            )
+        if score == "concat" and scale:
+            raise ValueError("scale applies to the dot and general scores, not concat")
+        self.query_dim, self.key_dim, self.score, self.scale = query_dim, key_dim, score, scale
+        self.max_elems = max_elems
+        if score == "general":
+            self.weight = nn.Linear(key_dim, query_dim, bias=False)  # W_a: (d_q, d_k)
+        elif score == "concat":
+            self.attn_dim = attn_dim or query_dim
+            self.weight = nn.Linear(query_dim + key_dim, self.attn_dim, bias=False)  # (d_a, d_q + d_k)
+            self.v = nn.Parameter(torch.empty(self.attn_dim).uniform_(-self.attn_dim**-0.5, self.attn_dim**-0.5))
+
+    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
+        """The keys' part of the score: h̄ (dot), W_a h̄ (general, (b, k, d_q)), W_k h̄ (concat, (b, k, d_a))."""
+        if self.score == "dot":
+            return keys
+        if self.score == "general":
+            return self.weight(keys)
+        return keys @ self.weight.weight[:, self.query_dim :].T
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = True,
+        *,
+        projected_keys: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights)."""
+        query, values, mask, single = prepare(query, keys, values, mask)
+        if query.shape[-1] != self.query_dim or keys.shape[-1] != self.key_dim:
+            raise ValueError(
+                f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
+                f"got query {tuple(query.shape)} and keys {tuple(keys.shape)}"
+            )
+        s = 1.0 / math.sqrt(self.key_dim) if self.scale else 1.0
+        if active():  # the readable reference, recording its steps
+            if self.score == "dot":
+                e = _scores.dot(query, keys)
+            elif self.score == "general":
+                e = _scores.general(query, keys, self.weight.weight)
+            else:
+                e = _scores.concat(query, keys, self.weight.weight, self.v)
+            return finish(e * s if s != 1.0 else e, values, mask, single, need_weights)
+        pk = self.precompute(keys) if projected_keys is None else projected_keys
+        if self.score == "concat":
+            wq = query @ self.weight.weight[:, : self.query_dim].T  # (b, q, d_a)
+            e = chunked_additive_scores(wq, pk, self.v, max_elems=self.max_elems)
+        else:
+            e = query @ pk.transpose(-2, -1)  # (b, q, k)
+        return finish(e * s if s != 1.0 else e, values, mask, single, need_weights)
+
+    def extra_repr(self) -> str:
+        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, score={self.score!r}, scale={self.scale}"
+
+
+__all__ = ["LuongAttention"]

@@ -1,0 +1,210 @@
+"""``MultiHeadAttention``: self-, cross-, grouped-query and multi-query attention as a module.
+
+Vaswani et al. 2017, §3.2.2 (https://arxiv.org/abs/1706.03762); grouped-query heads:
+Ainslie et al. 2023 (https://arxiv.org/abs/2305.13245); multi-query: Shazeer 2019
+(https://arxiv.org/abs/1911.02150).
+
+    head_i = softmax(Q W_i^Q (K W_g^K)ᵀ / √d_h + mask) V W_g^V,   g = i // (h / h_kv)
+    MultiHead(Q, K, V) = concat(head_1 … head_h) W^O
+
+A drop-in for ``torch.nn.MultiheadAttention`` (converters in ``attnlab.nn.convert``)
+that fixes its known pains:
+
+* one mask polarity: bool **True = may attend** (PyTorch's bool masks mean the
+  opposite), float = additive bias; a ``(b, k)`` padding mask is accepted as is;
+* a fully masked query row gives zero weights and a zero output with finite
+  gradients, also with ``need_weights=True`` (PyTorch gives NaN);
+* ``need_weights=False`` is the default, so the fused kernel runs unless the
+  weights are asked for; asked-for weights are per head, (b, h, q, k), not averaged;
+* grouped-query heads (``num_kv_heads``), a key/value cache for incremental
+  decoding, and rotary (``rope=True``) or ALiBi (``alibi=True``) positions.
+
+Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy over):
+
+| paper          | parameter                                                      |
+|----------------|----------------------------------------------------------------|
+| W^Q; W^K; W^V  | ``in_proj_weight`` ((h + 2·h_kv)·d_h, dim), packed, when kdim = vdim = dim; else ``q_proj_weight`` (h·d_h, dim), ``k_proj_weight`` (h_kv·d_h, kdim), ``v_proj_weight`` (h_kv·d_h, vdim) |
+| biases         | ``in_proj_bias`` ((h + 2·h_kv)·d_h,) when ``qkv_bias``         |
+| W^O            | ``out_proj`` (an ``nn.Linear(h·d_h, dim)``)                    |
+| h, h_kv, d_h   | ``num_heads``, ``num_kv_heads``, ``head_dim = dim // num_heads`` |
+
+Shapes: query (b, q, dim), key (b, k, kdim), value (b, k, vdim) → (b, q, dim),
+weights (b, h, q, k). Masks: 2-D (b, k) padding, 3-D (b, q, k), or anything that
+broadcasts to (b, h, q, k). With a ``cache`` the mask's k counts the cached keys too.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..multihead import multi_head_attention
+from .cache import LayerCache
+from .positional import ALiBi, RotaryEmbedding
+from .registry import register
+
+
+@register("multi-head")
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention; self-attention when ``key`` is None, cross-attention otherwise."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        num_kv_heads: int | None = None,
+        qkv_bias: bool = True,
+        proj_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        alibi: bool = False,
+    ):
+        super().__init__()
+        if dim < 1 or num_heads < 1 or dim % num_heads:
+            raise ValueError(f"dim must be a positive multiple of num_heads; got dim={dim}, num_heads={num_heads}")
+        h_kv = num_heads if num_kv_heads is None else num_kv_heads
+        if h_kv < 1 or num_heads % h_kv:
+            raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={num_kv_heads}")
+        if rope and alibi:
+            raise ValueError("choose one of rope=True and alibi=True")
+        self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
+        self.head_dim = dim // num_heads
+        self.kdim, self.vdim = kdim or dim, vdim or dim
+        self.attn_drop = attn_drop
+        q_out, kv_out = dim, h_kv * self.head_dim
+        self.packed = self.kdim == dim and self.vdim == dim
+        if self.packed:
+            self.in_proj_weight = nn.Parameter(torch.empty(q_out + 2 * kv_out, dim))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.register_parameter("in_proj_weight", None)
+            self.q_proj_weight = nn.Parameter(torch.empty(q_out, dim))
+            self.k_proj_weight = nn.Parameter(torch.empty(kv_out, self.kdim))
+            self.v_proj_weight = nn.Parameter(torch.empty(kv_out, self.vdim))
+        self.in_proj_bias = nn.Parameter(torch.zeros(q_out + 2 * kv_out)) if qkv_bias else None
+        self.out_proj = nn.Linear(dim, dim, bias=proj_bias)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.rotary = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
+        self.alibi = ALiBi(num_heads) if alibi else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:
+                nn.init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+
+    def projection_weights(self) -> dict[str, torch.Tensor | None]:
+        """W_q, W_k, W_v and their biases as separate tensors (views of the packed ones)."""
+        q_out, kv_out = self.dim, self.num_kv_heads * self.head_dim
+        if self.packed:
+            w_q, w_k, w_v = self.in_proj_weight.split([q_out, kv_out, kv_out])
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b = self.in_proj_bias
+        b_q, b_k, b_v = b.split([q_out, kv_out, kv_out]) if b is not None else (None, None, None)
+        return {"w_q": w_q, "w_k": w_k, "w_v": w_v, "b_q": b_q, "b_k": b_k, "b_v": b_v}
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        cache: LayerCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query (b, q, dim); key (b, k, kdim) or None (self-attention); value (b, k, vdim), default key.
+
+        Returns ``(output (b, q, dim), weights (b, h, q, k) or None)``.
+        """
+        if key is None and value is not None:
+            raise ValueError("value given without key: pass key too (or neither, for self-attention)")
+        key = query if key is None else key
+        value = key if value is None else value
+        self_attention = key is query and value is query  # m(x) and PyTorch-style m(x, x, x)
+        if cache is not None and not self_attention:
+            raise ValueError(
+                "cache is for self-attention (keys that grow by one token a step); "
+                "cross-attention keys are fixed: pass key=memory and no cache"
+            )
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (b, q, k) → (b, 1, q, k)
+        if self.packed and self_attention:
+            proj = {"w_qkv": self.in_proj_weight, "b_qkv": self.in_proj_bias}
+        else:
+            proj = self.projection_weights()
+        out, weights = multi_head_attention(
+            query,
+            key,
+            value,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            w_o=self.out_proj.weight,
+            b_o=self.out_proj.bias,
+            mask=mask,
+            causal=causal,
+            dropout_p=self.attn_drop if self.training else 0.0,
+            need_weights=need_weights,
+            rotary=self.rotary,
+            cache=cache,
+            attn_bias=self.alibi,
+            **proj,
+        )
+        return self.proj_drop(out), weights
+
+    def extra_repr(self) -> str:
+        extra = []
+        if self.num_kv_heads != self.num_heads:
+            extra.append(f"num_kv_heads={self.num_kv_heads}")
+        if self.kdim != self.dim or self.vdim != self.dim:
+            extra.append(f"kdim={self.kdim}, vdim={self.vdim}")
+        if self.attn_drop:
+            extra.append(f"attn_drop={self.attn_drop}")
+        return ", ".join([f"dim={self.dim}, num_heads={self.num_heads}", *extra])
+
+
+@register("gqa")
+class GroupedQueryAttention(MultiHeadAttention):
+    """Grouped-query attention: ``num_kv_heads`` key/value heads shared by groups of query heads."""
+
+    def __init__(self, dim: int, num_heads: int, *, num_kv_heads: int, **kwargs):
+        super().__init__(dim, num_heads, num_kv_heads=num_kv_heads, **kwargs)
+
+
+@register("cross")
+class CrossAttention(MultiHeadAttention):
+    """Cross-attention: queries from one sequence, keys and values from ``context``.
+
+    ``forward(query (b, q, dim), context (b, k, kdim), *, mask, need_weights)``.
+    """
+
+    def forward(  # type: ignore[override]
+        self,
+        query: torch.Tensor,
+        context: torch.Tensor,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        cache: LayerCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if context is None:
+            raise ValueError("CrossAttention needs a context (b, k, kdim) to attend to")
+        return super().forward(query, context, value, mask=mask, causal=causal, need_weights=need_weights, cache=cache)
+
+
+__all__ = ["MultiHeadAttention", "GroupedQueryAttention", "CrossAttention"]

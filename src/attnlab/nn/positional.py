@@ -1,0 +1,158 @@
+"""Positional encodings: how order enters attention, which by itself is permutation-invariant.
+
+* **Sinusoidal** (Vaswani et al. 2017, §3.5, https://arxiv.org/abs/1706.03762), added to
+  the token embeddings:  PE(p, 2i) = sin(p / 10000^{2i/d}),  PE(p, 2i+1) = cos(p / 10000^{2i/d}).
+* **Learned** absolute embeddings (GPT-2 style): a (max_len, d) table, added likewise.
+* **Rotary, RoPE** (Su et al. 2021, https://arxiv.org/abs/2104.09864), applied to the query and
+  key heads after the split: each pair (x_{2i}, x_{2i+1}) is rotated by the angle p·θ_i,
+  θ_i = base^{-2i/d_h}. Then q_mᵀ k_n depends on m − n only (tested as a property).
+* **ALiBi** (Press et al. 2021, https://arxiv.org/abs/2108.12409): no embedding at all; a
+  per-head linear bias on the scores, bias_h(i, j) = −m_h·|i − j|, slopes m_h = 2^{−8(h'+1)/H}
+  (geometric; for H not a power of two the paper's interleaving of the next power).
+
+Every encoding takes an ``offset`` (the number of tokens already cached), so cached
+decoding sees the same positions as recomputing the whole prefix. Rotary and ALiBi
+plug into ``attnlab.nn.MultiHeadAttention(..., rope=True)`` / ``(..., alibi=True)``.
+Shapes: embeddings (b, n, d); heads (b, h, n, d_h); ALiBi bias (h, q, k).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .. import _checks
+
+
+def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """(n,) positions → (n, dim) sinusoidal encodings (sin on even, cos on odd features)."""
+    if dim % 2:
+        raise ValueError(f"sinusoidal encodings need an even dim; got {dim}")
+    inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)  # (d/2,)
+    angles = positions.float().unsqueeze(-1) * inv  # (n, d/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # (n, d): sin, cos interleaved
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """x (b, n, d) → x + PE[offset : offset + n]; no parameters, no length limit."""
+
+    def __init__(self, dim: int, *, base: float = 10000.0):
+        super().__init__()
+        if dim % 2:
+            raise ValueError(f"SinusoidalPositionalEncoding needs an even dim; got {dim}")
+        self.dim, self.base = dim, base
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        pos = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        return x + sinusoidal_table(pos, self.dim, self.base).to(x.dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """x (b, n, d) → x + E[offset : offset + n] with a learned (max_len, d) table."""
+
+    def __init__(self, max_len: int, dim: int):
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        n = x.shape[-2]
+        if offset + n > self.max_len:
+            raise ValueError(
+                f"positions {offset}..{offset + n - 1} exceed the learned table of max_len={self.max_len}; "
+                "use a shorter input or a larger max_len (or rope/alibi/sinusoidal, which have no limit)"
+            )
+        return x + self.weight[offset : offset + n].to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate pairs of features of heads x (b, h, n, d_h) by position: the RoFormer convention.
+
+    ``rope(x, offset)`` treats x[..., i, :] as position ``offset + i``. ``d_h`` must be even.
+    """
+
+    def __init__(self, head_dim: int, *, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
+        self.head_dim, self.base = head_dim, base
+        theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (d_h/2,)
+        self.register_buffer("theta", theta, persistent=False)
+
+    def angles(self, n: int, offset: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of p·θ_i for p = offset … offset+n−1: each (n, d_h/2)."""
+        pos = torch.arange(offset, offset + n, dtype=torch.float32, device=device)
+        a = pos.unsqueeze(-1) * self.theta.to(device)  # (n, d_h/2)
+        return a.cos(), a.sin()
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"rotary embedding of head_dim={self.head_dim} got heads of size {x.shape[-1]} ({_checks.shape(x)})")
+        cos, sin = self.angles(x.shape[-2], offset, x.device)  # (n, d_h/2)
+        pairs = x.float().unflatten(-1, (-1, 2))  # (..., n, d_h/2, 2)
+        x1, x2 = pairs[..., 0], pairs[..., 1]
+        out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., n, d_h/2, 2)
+        return out.flatten(-2).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, base={self.base}"
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """The paper's head slopes: 2^{-8/H}, 2^{-16/H}, … for H a power of two, interleaved otherwise."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if num_heads < 1:
+        raise ValueError(f"num_heads must be >= 1; got {num_heads}")
+    if math.log2(num_heads).is_integer():
+        return torch.tensor(power_of_two(num_heads))
+    closest = 2 ** math.floor(math.log2(num_heads))
+    extra = power_of_two(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(power_of_two(closest) + extra)
+
+
+class ALiBi(nn.Module):
+    """``alibi(q_len, k_len)`` → (h, q, k) float bias −m_h·|i − j|, queries aligned bottom-right.
+
+    Query i of q sits at position i + (k − q), so a cached decoding step (q = 1)
+    gets the last row of the full bias. With a causal mask only j ≤ i counts,
+    which is the paper's causal ALiBi; without one it is the symmetric variant.
+    """
+
+    def __init__(self, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
+
+    def forward(self, q_len: int, k_len: int) -> torch.Tensor:
+        device = self.slopes.device
+        i = torch.arange(q_len, device=device).unsqueeze(-1) + (k_len - q_len)
+        j = torch.arange(k_len, device=device)
+        dist = (i - j).abs().float()  # (q, k)
+        return -self.slopes[:, None, None] * dist  # (h, q, k)
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}"
+
+
+POSITIONAL = {
+    "sinusoidal": "added to embeddings (SinusoidalPositionalEncoding)",
+    "learned": "added to embeddings (LearnedPositionalEmbedding)",
+    "rope": "rotates query and key heads (RotaryEmbedding)",
+    "alibi": "bias on the scores (ALiBi)",
+}
+
+__all__ = [
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEmbedding",
+    "RotaryEmbedding",
+    "ALiBi",
+    "alibi_slopes",
+    "sinusoidal_table",
+    "POSITIONAL",
+]

@@ -1,0 +1,179 @@
+"""Training loop of the character-level language model (``attnlab train lm``).
+
+    loss = −(1/bn) Σ log p(t_{i+1} | t_{≤i})        next-character cross-entropy
+    random windows of block_size + 1 characters from the first 90 % of the text;
+    validation loss on the last 10 %; AdamW with linear warm-up and cosine decay.
+
+``train_lm`` returns a ``TrainResult`` (losses, tokens per second) and writes a
+checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``) with
+``attnlab.train.checkpoint``; ``load_lm`` reads it back.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..data.chars import CharVocab
+from ..models.gpt import GPT, GPTConfig
+from .checkpoint import load_checkpoint, read_text, save_checkpoint
+
+
+@dataclass
+class LMTrainConfig:
+    steps: int = 300  # optimizer steps
+    batch_size: int = 32
+    block_size: int = 128
+    dim: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    positional: str = "learned"
+    dropout: float = 0.0
+    lr: float = 3e-3
+    weight_decay: float = 0.1
+    warmup: int = 20
+    eval_every: int = 100  # steps between validation losses (0: only at the end)
+    eval_batches: int = 10
+    val_fraction: float = 0.1
+    seed: int = 0
+    max_seconds: float | None = None  # stop early after this much wall time
+
+    def __post_init__(self):
+        if self.steps < 1 or self.batch_size < 1 or self.block_size < 2:
+            raise ValueError(f"steps, batch_size must be >= 1 and block_size >= 2; got {self.steps}, {self.batch_size}, {self.block_size}")
+        if not 0 < self.val_fraction < 1:
+            raise ValueError(f"val_fraction must be in (0, 1); got {self.val_fraction}")
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    train_loss: float
+    val_loss: float
+    tokens_per_second: float
+    seconds: float
+    history: list[dict] = field(default_factory=list)
+
+
+def split(ids: torch.Tensor, val_fraction: float, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n_val = max(int(len(ids) * val_fraction), block_size + 1)
+    if len(ids) - n_val < block_size + 1:
+        raise ValueError(
+            f"the text ({len(ids)} characters) is too short for block_size={block_size}: "
+            f"need at least {2 * (block_size + 1)} characters"
+        )
+    return ids[:-n_val], ids[-n_val:]
+
+
+def batch(ids: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random windows: inputs (b, block), targets (b, block) shifted by one."""
+    starts = torch.randint(0, len(ids) - block_size, (batch_size,), generator=generator)
+    idx = starts.unsqueeze(1) + torch.arange(block_size + 1)  # (b, block + 1)
+    w = ids[idx]
+    return w[:, :-1], w[:, 1:]
+
+
+@torch.no_grad()
+def evaluate(model: GPT, ids: torch.Tensor, cfg: LMTrainConfig, generator: torch.Generator) -> float:
+    model.eval()
+    losses = [model.loss(*batch(ids, cfg.batch_size, cfg.block_size, generator)).item() for _ in range(cfg.eval_batches)]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def _lr(step: int, cfg: LMTrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
+    return GPT(GPTConfig(
+        vocab_size=vocab_size, block_size=cfg.block_size, dim=cfg.dim, num_layers=cfg.num_layers,
+        num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, dropout=cfg.dropout, positional=cfg.positional,
+    ))
+
+
+def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None) -> tuple[GPT, CharVocab, TrainResult]:
+    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given."""
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    vocab = CharVocab.from_text(text)
+    ids = vocab.encode_tensor(text)
+    train_ids, val_ids = split(ids, cfg.val_fraction, cfg.block_size)
+    model = build_model(cfg, len(vocab))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95)
+    )
+    history: list[dict] = []
+    start = time.perf_counter()
+    train_time = 0.0
+    loss_ema = None
+    model.train()
+    step = 0
+    for step in range(cfg.steps):
+        t0 = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
+        loss = model.loss(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        train_time += time.perf_counter() - t0
+        loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
+        last = step == cfg.steps - 1 or (cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds)
+        if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
+            val = evaluate(model, val_ids, cfg, gen)
+            tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
+            history.append({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4), "tokens_per_second": round(tps, 1)})
+            if log is not None:
+                log(f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s")
+        if last:
+            break
+    steps_done = step + 1
+    result = TrainResult(
+        steps=steps_done,
+        train_loss=history[-1]["train_loss"],
+        val_loss=history[-1]["val_loss"],
+        tokens_per_second=steps_done * cfg.batch_size * cfg.block_size / train_time,
+        seconds=time.perf_counter() - start,
+        history=history,
+    )
+    if out_dir is not None:
+        save_lm(out_dir, model, vocab, cfg, result)
+    return model, vocab, result
+
+
+def save_lm(out_dir: str | Path, model: GPT, vocab: CharVocab, cfg: LMTrainConfig, result: TrainResult | None = None) -> Path:
+    config = {"kind": "char-lm", "model": model.config_dict(), "train": asdict(cfg)}
+    if result is not None:
+        config["result"] = asdict(result)
+    return save_checkpoint(out_dir, model.state_dict(), config, files={"vocab.json": vocab.to_json()})
+
+
+def load_lm(directory: str | Path) -> tuple[GPT, CharVocab, dict]:
+    """A checkpoint folder written by ``train_lm`` → (model in eval mode, vocabulary, config)."""
+    tensors, config, path = load_checkpoint(directory)
+    if config.get("kind") != "char-lm":
+        raise ValueError(f"{path} is not a language-model checkpoint (kind={config.get('kind')!r}, expected 'char-lm')")
+    model = GPT(GPTConfig(**config["model"]))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{path}/model.safetensors does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    vocab = CharVocab.from_json(read_text(path, "vocab.json"))
+    if len(vocab) != model.config.vocab_size:
+        raise ValueError(f"{path}/vocab.json has {len(vocab)} characters, the model {model.config.vocab_size}")
+    return model.eval(), vocab, config
+
+
+__all__ = ["LMTrainConfig", "TrainResult", "train_lm", "load_lm", "save_lm", "batch", "split", "evaluate"]

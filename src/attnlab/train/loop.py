@@ -1,0 +1,248 @@
+"""The training loop for translation models, with validation, checkpoints and exact resume.
+
+Any model with ``forward(src, src_mask, tgt_in) -> logits (b, t, V)``, a
+``config_dict()`` for its checkpoint, and (for validation by decoding) the step
+interface of ``attnlab.train.decode`` trains here. The loss is the mean
+cross-entropy over target tokens (padding ignored); Adam with gradient-norm
+clipping.
+
+Determinism and resume: the batches of step i are a pure function of (seed, i)
+(``attnlab.data.batching.batch_order``), and a checkpoint holds the weights,
+Adam's moments, the step and the torch RNG state. ``train(..., resume=True)``
+loads them and continues, so a run killed after its last checkpoint and
+resumed ends with the same weights as an uninterrupted one (tested).
+
+Checkpoint layout (``attnlab.train.checkpoint``): ``model.safetensors`` with
+``model.*``, ``optim.<param index>.<name>`` and ``rng.torch`` tensors;
+``config.json`` with ``model``, ``train``, ``state`` and any extra entries
+(data name, tokenisation); further text files such as the vocabularies.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ..data.batching import Example, batch_order, batches_in_order, collate, source_batch
+from ..data.vocab import PAD
+from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000  # optimizer steps in all
+    batch_size: int = 64
+    lr: float = 2e-3
+    clip: float = 1.0  # max gradient norm
+    seed: int = 0
+    eval_every: int = 500  # validation loss + greedy exact match every so many steps (0: only at the end)
+    save_every: int = 500  # checkpoint every so many steps (0: only at the end)
+    log_every: int = 20
+    valid_decode: int = 200  # validation sentences decoded greedily for exact match
+    max_len: int = 200  # decoding guard
+
+    def __post_init__(self):
+        for f in ("steps", "batch_size", "log_every"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"{f} must be >= 1; got {getattr(self, f)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0; got {self.lr}")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    train_loss: float
+    valid: dict = field(default_factory=dict)
+    tokens_per_s: float = 0.0
+    history: list = field(default_factory=list)
+
+
+def loss_on(model, batch) -> tuple[torch.Tensor, int]:
+    logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (b, t, V)
+    n = batch.n_tokens
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
+    return loss / max(1, n), n
+
+
+@torch.no_grad()
+def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Callable | None = None) -> dict:
+    """Teacher-forced loss on every example; greedy exact match on the first ``valid_decode``."""
+    from .decode import greedy
+
+    was = model.training
+    model.eval()
+    total, n = 0.0, 0
+    for idx in batches_in_order(examples, cfg.batch_size):
+        loss, k = loss_on(model, collate([examples[i] for i in idx]))
+        total, n = total + float(loss) * k, n + k
+    out = {"loss": total / max(1, n)}
+    sub = list(examples[: cfg.valid_decode])
+    if sub and hasattr(model, "step"):
+        hits = 0
+        for i in range(0, len(sub), cfg.batch_size):
+            part = sub[i : i + cfg.batch_size]
+            src, mask = source_batch([s for s, _ in part])
+            guard = min(cfg.max_len, 2 * max(len(t) for _, t in part) + 10)
+            hyps = (decode or greedy)(model, src, mask, max_len=guard)
+            hits += sum(h.tokens == t for h, (_, t) in zip(hyps, part))
+        out["exact"] = 100.0 * hits / len(sub)
+    model.train(was)
+    return out
+
+
+def _optim_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    out = {}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            out[f"optim.{i}.{k}"] = v if isinstance(v, torch.Tensor) else torch.tensor(v)
+    return out
+
+
+def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
+    state: dict[int, dict] = {}
+    for name, t in tensors.items():
+        if name.startswith("optim."):
+            _, i, k = name.split(".", 2)
+            state.setdefault(int(i), {})[k] = t
+    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+
+
+def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict) -> None:
+    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tensors.update(_optim_tensors(opt))
+    tensors["rng.torch"] = torch.get_rng_state()
+    config = {"model": model.config_dict(), "train": asdict(cfg), "state": {"step": step, "valid": valid}, **extra}
+    save_checkpoint(out, tensors, config, files)
+
+
+def load_weights(model, tensors: dict[str, torch.Tensor], where: str) -> None:
+    sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise CheckpointError(f"the weights in {where} do not fit the model its config.json describes: {first}") from None
+
+
+def train(
+    model,
+    train_examples: Sequence[Example],
+    valid_examples: Sequence[Example],
+    cfg: TrainConfig,
+    *,
+    out: str | Path | None = None,
+    resume: bool = False,
+    extra_config: dict | None = None,
+    files: dict[str, str] | None = None,
+    progress: bool = True,
+    stream=None,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``cfg.steps`` steps; checkpoints go to ``out`` (a folder).
+
+    ``resume=True`` continues from the checkpoint in ``out``. ``stop_after``
+    stops after that many steps *without* saving (as if the run were killed).
+    """
+    if not train_examples:
+        raise ValueError("no training examples")
+    stream = stream or sys.stderr
+    extra, files = dict(extra_config or {}), dict(files or {})
+    torch.manual_seed(cfg.seed)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    step, valid = 0, {}
+    out = Path(out) if out is not None else None
+    if resume:
+        if out is None or not (out / "config.json").exists():
+            raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
+        tensors, config, _ = load_checkpoint(out)
+        if config.get("model") != model.config_dict():
+            raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')})")
+        load_weights(model, tensors, str(out))
+        _load_optim(opt, tensors)
+        torch.set_rng_state(tensors["rng.torch"])
+        step = int(config["state"]["step"])
+        for name in files:
+            read_text(out, name)  # the vocabularies must be there too
+    model.train()
+    history, loss_sum, loss_n, tok, t0 = [], 0.0, 0, 0, time.perf_counter()
+    n_batches = len(batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=0))
+    order, order_epoch = None, -1
+    tty = progress and getattr(stream, "isatty", lambda: False)()
+    train_loss = float("nan")
+    while step < cfg.steps:
+        if stop_after is not None and step >= stop_after:
+            break
+        epoch, pos = divmod(step, n_batches)
+        if epoch != order_epoch:
+            order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
+        batch = collate([train_examples[i] for i in order[pos]])
+        loss, n = loss_on(model, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        step += 1
+        loss_sum, loss_n, tok = loss_sum + loss.item() * n, loss_n + n, tok + n
+        if step % cfg.log_every == 0 or step == cfg.steps:
+            train_loss = loss_sum / max(1, loss_n)
+            rate = tok / max(1e-9, time.perf_counter() - t0)
+            history.append({"step": step, "loss": train_loss, "tokens_per_s": rate})
+            if progress:
+                print(("\r" if tty else "") + f"step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s",
+                      end="" if tty else "\n", file=stream, flush=True)
+            loss_sum = loss_n = 0
+        last = step == cfg.steps
+        if valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+            t_eval = time.perf_counter()
+            valid = validate(model, valid_examples, cfg)
+            t0 += time.perf_counter() - t_eval  # the rate counts training time only
+            if progress:
+                ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
+                print(("\n" if tty else "") + f"step {step}: valid loss {valid['loss']:.4f}{ex}", file=stream, flush=True)
+        if out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
+            t_save = time.perf_counter()
+            save(out, model, opt, cfg, step, extra, files, valid)
+            t0 += time.perf_counter() - t_save
+    elapsed = time.perf_counter() - t0
+    return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
+
+
+def train_config_from(d: dict) -> TrainConfig:
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in d.items() if k in names})
+
+
+
+
+
+def load_translator(directory: str | Path):
+    """(model in eval mode, source Vocab, target Vocab, config) from a checkpoint folder."""
+    from ..data.vocab import Vocab
+    from ..models import build_model
+
+    tensors, config, path = load_checkpoint(directory)
+    if "model" not in config:
+        raise CheckpointError(f"{path}/config.json has no 'model' entry: not a translation checkpoint")
+    try:
+        model = build_model(config["model"])
+    except ValueError as e:
+        raise CheckpointError(f"{path}/config.json: {e}") from None
+    load_weights(model, tensors, str(path))
+    try:
+        src_vocab = Vocab.from_json(read_text(path, "src_vocab.json"))
+        tgt_vocab = Vocab.from_json(read_text(path, "tgt_vocab.json"))
+    except CheckpointError:
+        raise
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return model.eval(), src_vocab, tgt_vocab, config
+
+__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "load_weights", "train_config_from", "load_translator"]

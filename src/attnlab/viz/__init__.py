@@ -1,0 +1,15 @@
+"""attnlab.viz: draw attention weights (matplotlib) and write an offline interactive viewer (HTML).
+
+* ``heatmap``, ``head_grid``, ``alignment``, ``pattern``, ``spatial_overlay``, ``save`` (PNG/SVG)
+* ``viewer.write_html(data, path)``: a self-contained page (all script inline, no network)
+* ``fonts.use_cjk_font()``: Chinese labels render with a CJK font, or a warning says what to install
+
+The plotting functions import matplotlib (the ``viz`` extra) when called; the
+viewer needs nothing beyond the standard library.
+"""
+
+from .heatmap import alignment, head_grid, heatmap, pattern, save, spatial_overlay
+from .viewer import from_example, load_json, write_html
+
+__all__ = ["heatmap", "head_grid", "alignment", "pattern", "spatial_overlay", "save", "write_html",
+           "from_example", "load_json"]

@@ -1,0 +1,219 @@
+"""The block-sparse kernel against dense masked attention (attnlab.attention with the materialised mask)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import attnlab
+from attnlab import patterns as P
+from attnlab.kernels import block_sparse_attention, topk_attention, weights_for_rows
+
+
+def qkv(b, h, n, d, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, n, d, generator=g, dtype=dtype).requires_grad_() for _ in range(3)]
+
+
+def padding(b, n):
+    pad = torch.ones(b, n, dtype=torch.bool)
+    if b > 1:
+        pad[1, n - n // 3 :] = False  # the second sequence is shorter
+    return pad
+
+
+def dense(q, k, v, pattern, pad=None):
+    n = q.shape[-2]
+    mask = pattern.materialize(n)
+    if pad is not None:
+        mask = mask & pad[:, None, None, :]
+    out, w = attnlab.attention(q, k, v, mask=mask, need_weights=True)
+    return out, w
+
+
+def compare(pattern, n, block, dtype=torch.float64, tol=1e-10, b=2, h=3, d=8, use_pad=True):
+    q, k, v = qkv(b, h, n, d, dtype)
+    pad = padding(b, n) if use_pad else None
+    out, _ = block_sparse_attention(q, k, v, pattern, block=block, key_padding_mask=pad)
+    ref, _ = dense(q, k, v, pattern, pad)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), g)
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    torch.testing.assert_close(out, ref, atol=tol, rtol=0)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, atol=tol, rtol=0)
+
+
+PATTERNS = [
+    P.full(),
+    P.causal(),
+    P.sliding_window(5, 2),
+    P.sliding_window(6, 0),
+    P.dilated_window(2, 4),
+    P.strided(5),
+    P.fixed(6, 2),
+    P.global_tokens([0, 17]),
+    P.random_blocks(2, 8, seed=1),
+    P.sliding_window(3) | P.global_tokens([5]) | P.random_blocks(1, 8, seed=2),
+    P.strided(4) & P.causal(),
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=repr)
+@pytest.mark.parametrize("n", [16, 37])
+def test_float64_equals_dense_masked(pattern, n):
+    compare(pattern, n, block=8)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS[:4] + PATTERNS[-2:], ids=repr)
+def test_float32_equals_dense_masked(pattern):
+    compare(pattern, 45, block=16, dtype=torch.float32, tol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    block=st.sampled_from([2, 3, 4, 8]),
+    nb=st.integers(1, 6),
+    cut=st.integers(0, 1),
+    bits=st.lists(st.booleans(), min_size=36, max_size=36),
+    padded=st.booleans(),
+)
+def test_random_layouts_equal_dense(block, nb, cut, bits, padded):
+    layout = torch.tensor(bits[: nb * nb], dtype=torch.bool).reshape(nb, nb)
+    n = max(1, nb * block - cut * (block - 1))
+    compare(P.block_sparse(layout, block), n, block, b=2, h=2, d=3, use_pad=padded)
+
+
+def test_gradcheck():
+    q, k, v = qkv(1, 2, 11, 3)
+    pad = torch.tensor([[True] * 9 + [False] * 2])
+    pat = P.sliding_window(2, 3) | P.global_tokens([4])
+    f = lambda q, k, v: block_sparse_attention(q, k, v, pat, block=4, key_padding_mask=pad)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_gradcheck_with_dropout():
+    q, k, v = qkv(1, 1, 9, 2)
+
+    def f(q, k, v):
+        torch.manual_seed(3)  # the same dropout mask on every call
+        return block_sparse_attention(q, k, v, P.sliding_window(2), block=4, dropout_p=0.3)[0]
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    with torch.no_grad():
+        assert not torch.allclose(f(q, k, v), block_sparse_attention(q, k, v, P.sliding_window(2), block=4)[0])
+
+
+def test_fully_masked_rows_are_zero_with_finite_grads():
+    # block row 1 has no key block at all, and batch 1 pads every key out
+    layout = torch.tensor([[1, 0], [0, 0]], dtype=torch.bool)
+    q, k, v = qkv(2, 2, 7, 3)
+    pad = torch.tensor([[True] * 7, [False] * 7])
+    out, _ = block_sparse_attention(q, k, v, P.block_sparse(layout, 4), block=4, key_padding_mask=pad)
+    assert (out[0, :, 4:] == 0).all() and (out[1] == 0).all()
+    out.sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+    assert (q.grad[0, :, 4:] == 0).all() and (q.grad[1] == 0).all() and (k.grad[1] == 0).all()
+
+
+def test_bfloat16_close_to_float32():
+    q, k, v = qkv(1, 2, 40, 16, torch.float32)
+    pat = P.sliding_window(7)
+    ref, _ = block_sparse_attention(q, k, v, pat, block=16)
+    low = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]
+    out, _ = block_sparse_attention(*low, pat, block=16)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=3e-2)
+    out.float().sum().backward()
+    assert low[0].grad.dtype == torch.bfloat16 and torch.isfinite(low[0].grad.float()).all()
+
+
+def test_weights_of_blocks_and_rows_equal_dense():
+    q, k, v = qkv(2, 2, 21, 4)
+    pat = P.sliding_window(3, 1) | P.global_tokens([10])
+    pad = padding(2, 21)
+    out, bw = block_sparse_attention(q, k, v, pat, block=8, key_padding_mask=pad, need_weights=True)
+    ref, w = dense(q, k, v, pat, pad)
+    torch.testing.assert_close(bw.to_dense(), w.detach(), atol=1e-12, rtol=0)
+    assert {tuple(t) for t in bw.index.tolist()} == {tuple(t) for t in pat.blocks(21, 8).tolist()}
+    rows = weights_for_rows(q, k, pat, [0, 10, 20], key_padding_mask=pad)
+    torch.testing.assert_close(rows, w[:, :, [0, 10, 20]], atol=1e-12, rtol=0)
+    # the fast path (no weights) gives the same output
+    fast, none = block_sparse_attention(q, k, v, pat, block=8, key_padding_mask=pad)
+    assert none is None
+    torch.testing.assert_close(fast, out, atol=0, rtol=0)
+
+
+def test_topk_attention_equals_dense_with_the_topk_mask():
+    q, k, v = qkv(2, 2, 19, 4)
+    pad = padding(2, 19)
+    tk = P.top_k(5, within=P.causal())
+    out = topk_attention(q, k, v, tk, key_padding_mask=pad[:, None])
+    mask = tk.mask(q.detach(), k.detach(), key_padding_mask=pad[:, None])
+    ref, _ = attnlab.attention(q, k, v, mask=mask)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"block": 0}, "block must be a positive integer"),
+        ({"key_padding_mask": torch.ones(2, 5, dtype=torch.bool)}, "key_padding_mask must be bool"),
+        ({"dropout_p": 1.0}, "dropout_p"),
+    ],
+)
+def test_bad_input_raises(kwargs, match):
+    q, k, v = qkv(2, 1, 6, 2)
+    with pytest.raises(ValueError, match=match):
+        block_sparse_attention(q, k, v, P.causal(), **kwargs)
+    with pytest.raises(ValueError, match="same b, h, n and d"):
+        block_sparse_attention(q, k[:, :, :5], v, P.causal())
+    with pytest.raises(ValueError, match="Pattern"):
+        block_sparse_attention(q, k, v, torch.ones(6, 6, dtype=torch.bool))
+
+
+PEAK = textwrap.dedent(
+    """
+    import sys, torch
+    from attnlab import patterns as P
+    from attnlab.kernels import block_sparse_attention
+    torch.set_num_threads(2)
+    n, w, h, d = (int(a) for a in sys.argv[1:5])
+    q, k, v = (torch.randn(1, h, n, d, requires_grad=True) for _ in range(3))
+    out, _ = block_sparse_attention(q, k, v, P.sliding_window(w), block=64)
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+    print(int(hwm.split()[1]) * 1024)
+    """
+)
+
+
+def peak_bytes(n, w, h, d):
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    res = subprocess.run([sys.executable, "-c", PEAK, str(n), str(w), str(h), str(d)], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc/self/status (Linux) for VmHWM")
+def test_memory_has_no_n_by_n_tensor():
+    # n = 32768: one fp32 n×n score matrix would be 4 GiB; the window kernel stays far below
+    peak = peak_bytes(32768, 32, 1, 16)
+    assert peak < 1.0 * 2**30, f"peak RSS {peak / 2**30:.2f} GiB"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc/self/status (Linux) for VmHWM")
+def test_memory_65536_window_256_fits_4_gib():
+    peak = peak_bytes(65536, 256, 8, 64)
+    assert peak < 4 * 2**30, f"peak RSS {peak / 2**30:.2f} GiB"

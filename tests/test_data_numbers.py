@@ -1,0 +1,106 @@
+"""The numbers corpus, the Ding loader (on a fixture, and on the real file when installed), vocabularies, batches."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.data import Vocab, build_corpus, collate, load_dataset
+from attnlab.data.batching import batch_order
+from attnlab.data.ding import DEFAULT_PATH, load_pairs
+from attnlab.data.numbers import number_pairs, sample_numbers, spell
+from attnlab.data.vocab import tokenize
+
+
+def test_spelling_examples():
+    assert spell(21, "de") == "einundzwanzig"  # units before tens: the alignment is not diagonal
+    assert spell(402, "de") == "vierhundertzwei"
+    assert spell(402, "en") == "four hundred and two"
+    assert spell(21, "zh") == "二十一"
+    assert spell(402, "digits") == "402"
+
+
+def test_splits_never_share_a_number_and_lengths_spread():
+    nums = sample_numbers(3000, seed=5)
+    assert len(set(nums)) == 3000
+    assert max(nums) >= 10**12 and min(nums) < 100
+    sp = number_pairs("en", "digits", 3000, seed=5)
+    sets = [{int(t) for _, t in part} for part in (sp.train, sp.valid, sp.test)]
+    assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
+    assert sum(map(len, sets)) == 3000
+    lengths = [len(tokenize(s, "word")) for s, _ in sp.train]
+    assert min(lengths) <= 2 and max(lengths) >= 30
+    assert number_pairs("en", "digits", 3000, seed=5) == sp  # fixed seed, same corpus
+
+
+def test_dataset_names_and_errors():
+    ds = load_dataset("numbers-de-en", n=200)
+    assert (ds.src_level, ds.tgt_level) == ("char", "word")
+    for bad in ("numbers-xx-en", "numbers-en-en", "wmt14"):
+        with pytest.raises(ValueError, match="dataset"):
+            load_dataset(bad)
+
+
+def test_vocab_roundtrip_and_unknown_tokens():
+    v = Vocab.build(["vierhundertzwei", "einundzwanzig"], "char")
+    ids = v.encode("zwei")
+    assert v.decode(ids) == "zwei"
+    assert Vocab.from_json(v.to_json()).itos == v.itos
+    with pytest.raises(ValueError, match="'X'"):
+        v.encode("zwXi", strict=True)
+    w = Vocab.build(["It's four."], "word")
+    assert w.tokens(w.encode("It's four.")) == ["It", "'", "s", "four", "."]
+    assert w.decode(w.encode("It's four.")) == "It's four."
+    with pytest.raises(ValueError, match="vocabulary"):
+        Vocab.from_json('{"level": "char"}')
+
+
+def test_batches_masks_and_determinism():
+    c = build_corpus(load_dataset("numbers-en-de", n=300))
+    b = collate(c.train[:5])
+    lengths = torch.tensor([len(s) for s, _ in c.train[:5]])
+    assert torch.equal(b.src_mask.sum(1), lengths)
+    assert torch.all(b.src[~b.src_mask] == 0)
+    assert torch.all(b.tgt_in[:, 0] == 1)  # BOS
+    for i, (_, t) in enumerate(c.train[:5]):
+        assert b.tgt_in[i, 1 : len(t) + 1].tolist() == t and b.tgt_out[i, : len(t) + 1].tolist() == [*t, 2]
+    o1 = batch_order(c.train, 16, seed=3, epoch=2)
+    assert o1 == batch_order(c.train, 16, seed=3, epoch=2) and o1 != batch_order(c.train, 16, seed=3, epoch=1)
+    assert sorted(i for bt in o1 for i in bt) == list(range(len(c.train)))
+
+
+FIXTURE = """# Version :: test
+Haus {n} | Das Haus ist sehr alt. | Häuser {pl} :: house | The house is very old. | houses
+Er kommt morgen zurück. [ugs.] :: He will be back tomorrow. [coll.]
+Wir gehen (heute) nach Hause. | Zu kurz. :: We are going home (today). | Too short.
+Das ist eins; Das ist zwei. :: That is one; That is two.
+Ungleich | Ein Satz hier. :: uneven
+"""
+
+
+def test_ding_loader_on_a_fixture(tmp_path):
+    f = tmp_path / "de-en"
+    f.write_text(FIXTURE, encoding="utf-8")
+    pairs = load_pairs(f)
+    assert pairs == [
+        ("Das Haus ist sehr alt.", "The house is very old."),
+        ("Er kommt morgen zurück.", "He will be back tomorrow."),
+        ("Wir gehen nach Hause.", "We are going home."),
+    ]
+    with pytest.raises(FileNotFoundError, match="trans-de-en"):
+        load_pairs(tmp_path / "missing")
+    (tmp_path / "empty").write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no sentence pairs"):
+        load_pairs(tmp_path / "empty")
+
+
+@pytest.mark.skipif(not Path(DEFAULT_PATH).is_file(), reason="the Ding dictionary is absent: apt-get install trans-de-en")
+def test_real_ding_corpus():
+    pairs = load_pairs()
+    assert 15000 <= len(pairs) <= 30000
+    for de, en in pairs[::997]:
+        assert 3 <= len(de.split()) <= 15 and 3 <= len(en.split()) <= 15
+        assert not re.search(r"[{}\[\]<>]", de + en)
+    ds = load_dataset("ding-de-en")
+    assert ds.src_level == "word" and len(ds.splits.test) > 500

@@ -1,0 +1,94 @@
+"""Sparse multi-head modules against a hand-written multi-head attention with the dense pattern mask."""
+
+import pytest
+import torch
+
+import attnlab
+from attnlab import patterns as P
+from attnlab.nn import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
+
+
+def reference(mod, x, pattern, pad=None):
+    """Multi-head attention written out: qkv Linear, split heads, dense masked softmax, merge, proj."""
+    b, n, dim = x.shape
+    h, d = mod.num_heads, dim // mod.num_heads
+    w_q, w_k, w_v = mod.qkv.weight.chunk(3, 0)
+    bias = mod.qkv.bias.chunk(3) if mod.qkv.bias is not None else (None,) * 3
+    heads = [torch.nn.functional.linear(x, w, bb).reshape(b, n, h, d).transpose(1, 2) for w, bb in zip((w_q, w_k, w_v), bias)]
+    q, k, v = heads
+    s = q @ k.transpose(-1, -2) / d**0.5  # (b, h, n, n)
+    allow = pattern.materialize(n).expand(b, 1, n, n)
+    if pad is not None:
+        allow = allow & pad[:, None, None, :]
+    s = s.masked_fill(~allow, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no key: zero weights
+    o = (w @ v).transpose(1, 2).reshape(b, n, dim)
+    return mod.proj(o), w
+
+
+CASES = [
+    (lambda: LocalAttention(16, 4, window=3, qkv_bias=True, block=8), P.sliding_window(3)),
+    (lambda: LocalAttention(16, 2, window=4, causal=True, block=8), P.sliding_window(4, 0)),
+    (lambda: SparseAttention(16, 4, pattern=P.strided(5) & P.causal(), block=8), P.strided(5) & P.causal()),
+    (lambda: LongformerAttention(16, 4, window=2, global_indices=[0, 9], block=8), P.sliding_window(2) | P.global_tokens([0, 9])),
+    (
+        lambda: BigBirdAttention(16, 4, window=2, global_indices=[0], random_per_row=1, random_block=8, seed=4, block=8),
+        P.sliding_window(2) | P.global_tokens([0]) | P.random_blocks(1, 8, seed=4),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_module_equals_written_out_multihead(case):
+    make, pattern = CASES[case]
+    torch.manual_seed(case)
+    mod = make().double().eval()
+    x = torch.randn(2, 29, 16, dtype=torch.float64, requires_grad=True)
+    pad = torch.ones(2, 29, dtype=torch.bool)
+    pad[1, 20:] = False
+    y, w = mod(x, mask=pad, need_weights=True)
+    y_ref, w_ref = reference(mod, x, pattern, pad)
+    torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=0)
+    torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=0)
+    g = torch.randn_like(y)
+    gx, gw = torch.autograd.grad(y, (x, mod.qkv.weight), g)
+    gx_ref, gw_ref = torch.autograd.grad(y_ref, (x, mod.qkv.weight), g)
+    torch.testing.assert_close(gx, gx_ref, atol=1e-10, rtol=0)
+    torch.testing.assert_close(gw, gw_ref, atol=1e-10, rtol=0)
+    # the fast path (no weights) agrees, and (b, 1, 1, n) padding equals (b, n)
+    y_fast, none = mod(x, mask=pad[:, None, None, :])
+    assert none is None
+    torch.testing.assert_close(y_fast, y, atol=0, rtol=0)
+
+
+def test_registry_builds_each_module():
+    assert {"local", "sparse", "longformer", "bigbird"} <= set(attnlab.available())
+    x = torch.randn(1, 70, 32)
+    for name, kw in [("local", {}), ("sparse", {"pattern": P.causal()}), ("longformer", {}), ("bigbird", {})]:
+        y, _ = attnlab.create(name, dim=32, num_heads=4, **kw)(x)
+        assert y.shape == x.shape and torch.isfinite(y).all()
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    mod = LocalAttention(8, 2, window=2, attn_drop=0.5, block=4)
+    x = torch.randn(1, 12, 8)
+    mod.eval()
+    a, b = mod(x)[0], mod(x)[0]
+    assert torch.equal(a, b)
+    mod.train()
+    assert not torch.allclose(mod(x)[0], a)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: LocalAttention(10, 3), "divisible"),
+        (lambda: SparseAttention(8, 2, pattern="window"), "Pattern"),
+        (lambda: LocalAttention(8, 2)(torch.randn(1, 5, 8), mask=torch.ones(1, 4, dtype=torch.bool)), "padding mask"),
+        (lambda: LocalAttention(8, 2)(torch.randn(1, 5, 6)), "dim=8"),
+    ],
+)
+def test_bad_input_raises(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,149 @@
+"""Seq2Seq: packed encoder, each decoder learns to reverse strings, greedy == beam 1, exact resume."""
+
+import random
+
+import pytest
+import torch
+
+from attnlab.data.batching import collate, encode_pairs
+from attnlab.data.vocab import EOS, Vocab
+from attnlab.models import Seq2Seq, Seq2SeqConfig, build_model
+from attnlab.train.decode import beam_search, greedy
+from attnlab.train.loop import TrainConfig, train
+
+LETTERS = "abcdef"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # small RNN steps: one thread is fastest (and immune to a busy machine)
+    yield
+    torch.set_num_threads(old)
+
+
+def reversal(n, seed, lo=2, hi=5):
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        s = "".join(rng.choice(LETTERS) for _ in range(rng.randint(lo, hi)))
+        pairs.append((s, s[::-1]))
+    return pairs
+
+
+VOCAB = Vocab(list(LETTERS), "char")
+
+
+def small(decoder, **kw):
+    torch.manual_seed(0)
+    cfg = dict(src_vocab=len(VOCAB), tgt_vocab=len(VOCAB), decoder=decoder, emb_dim=16, hidden=32, attn_dim=32)
+    cfg.update(kw)
+    return Seq2Seq(Seq2SeqConfig(**cfg))
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_packed_encoder_ignores_padding(rnn, bidirectional):
+    m = small("bahdanau", rnn=rnn, bidirectional=bidirectional).eval()
+    src = torch.tensor([[4, 5, 6, 7]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    out1, fin1, _ = m.encoder(src, mask)
+    for extra in (1, 5):
+        padded = torch.cat([src, torch.full((1, extra), 9)], 1)  # junk ids beyond the mask
+        pmask = torch.cat([mask, torch.zeros(1, extra, dtype=torch.bool)], 1)
+        out2, fin2, _ = m.encoder(padded, pmask)
+        torch.testing.assert_close(out2[:, :4], out1, atol=1e-6, rtol=0)
+        assert torch.all(out2[:, 4:] == 0)
+        torch.testing.assert_close(fin2, fin1, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="empty"):
+        m.encoder(src, torch.zeros(1, 4, dtype=torch.bool))
+
+
+def test_teacher_forcing_equals_stepwise_decoding():
+    m = small("luong").eval()
+    src = torch.tensor([[4, 5, 6], [7, 8, 0]])
+    mask = src != 0
+    tgt = torch.tensor([[1, 6, 5, 4], [1, 8, 7, 2]])
+    logits, w = m(src, mask, tgt, need_weights=True)
+    memory, state = m.start(src, mask)
+    for t in range(4):
+        lg, state, wt = m.step(memory, state, tgt[:, t])
+        torch.testing.assert_close(lg, logits[:, t])
+        torch.testing.assert_close(wt, w[:, t])
+    assert torch.all(w[1, :, 2] == 0)  # padding gets no weight
+
+
+@pytest.mark.parametrize("decoder,steps,lr", [("none", 500, 3e-3), ("bahdanau", 250, 1e-2), ("luong", 250, 1e-2)])
+def test_each_decoder_learns_reversal(decoder, steps, lr):
+    train_ex = encode_pairs(reversal(1500, 0), VOCAB, VOCAB)
+    test_ex = encode_pairs(reversal(100, 1), VOCAB, VOCAB)
+    m = small(decoder)
+    train(m, train_ex, [], TrainConfig(steps=steps, batch_size=32, lr=lr, eval_every=0, save_every=0), progress=False)
+    m.eval()
+    batch = collate(test_ex)
+    hyps = greedy(m, batch.src, batch.src_mask, max_len=12)
+    acc = sum(h.tokens == t for h, (_, t) in zip(hyps, test_ex)) / len(test_ex)
+    assert acc >= 0.9, f"{decoder}: {acc:.2f}"
+    if decoder != "none":
+        # the alignment of a reversal is the anti-diagonal: output i looks most at source n-1-i
+        hits = total = 0
+        for h, (s, _) in zip(hyps, test_ex):
+            assert h.ended and h.weights.shape == (len(h.tokens) + 1, len(s))  # + the EOS step
+            if len(h.tokens) == len(s):
+                hits += sum(a == len(s) - 1 - i for i, a in enumerate(h.weights.argmax(-1).tolist()))
+                total += len(s)
+        assert hits / total >= 0.7, f"{decoder}: {hits}/{total} outputs aligned to their mirror position"
+
+
+@pytest.mark.parametrize("decoder", ["none", "bahdanau", "luong"])
+def test_beam_one_is_greedy_and_wider_beams_score_no_worse(decoder):
+    m = small(decoder, rnn="lstm").eval()
+    ex = encode_pairs(reversal(8, 2), VOCAB, VOCAB)
+    b = collate(ex)
+    g = greedy(m, b.src, b.src_mask, max_len=7)
+    b1 = beam_search(m, b.src, b.src_mask, beam=1, max_len=7)
+    b4 = beam_search(m, b.src, b.src_mask, beam=4, max_len=7)
+    assert [h.tokens for h in g] == [h.tokens for h in b1]
+    for x, y, z in zip(g, b1, b4):
+        assert abs(x.score - y.score) < 1e-5
+        assert z.score >= x.score - 1e-5
+        if x.weights is not None:
+            torch.testing.assert_close(x.weights, y.weights)
+
+
+def test_max_len_guard():
+    m = small("bahdanau").eval()
+    with torch.no_grad():
+        m.output.predict.bias[EOS] = -1e4  # never ends
+    b = collate(encode_pairs(reversal(3, 3), VOCAB, VOCAB))
+    for h in greedy(m, b.src, b.src_mask, max_len=9) + beam_search(m, b.src, b.src_mask, beam=2, max_len=9):
+        assert len(h.tokens) == 9 and not h.ended
+    with pytest.raises(ValueError, match="max_len"):
+        greedy(m, b.src, b.src_mask, max_len=0)
+
+
+def test_resume_gives_the_same_weights(tmp_path):
+    train_ex = encode_pairs(reversal(300, 0), VOCAB, VOCAB)
+    valid_ex = encode_pairs(reversal(20, 1), VOCAB, VOCAB)
+    cfg = TrainConfig(steps=24, batch_size=16, lr=5e-3, eval_every=8, save_every=8, log_every=4)
+    full = small("bahdanau", dropout=0.1)
+    train(full, train_ex, valid_ex, cfg, out=tmp_path / "full", progress=False)
+    part = small("bahdanau", dropout=0.1)
+    train(part, train_ex, valid_ex, cfg, out=tmp_path / "part", progress=False, stop_after=13)  # "killed" at 13
+    again = small("bahdanau", dropout=0.1)  # a fresh process: new model, state from the checkpoint (step 8)
+    r = train(again, train_ex, valid_ex, cfg, out=tmp_path / "part", resume=True, progress=False)
+    assert r.step == 24
+    for (n, a), (_, b) in zip(full.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), n
+    assert not torch.equal(small("bahdanau").state_dict()["bridge.weight"], full.state_dict()["bridge.weight"])
+
+
+def test_build_model_checks_config():
+    m = small("luong")
+    assert isinstance(build_model(m.config_dict()), Seq2Seq)
+    with pytest.raises(ValueError, match="unknown model kind"):
+        build_model({"kind": "rnn"})
+    with pytest.raises(ValueError, match="unknown fields"):
+        build_model({**m.config_dict(), "heads": 4})
+    with pytest.raises(ValueError, match="decoder must be"):
+        Seq2SeqConfig(src_vocab=5, tgt_vocab=5, decoder="transformer")

@@ -1,0 +1,127 @@
+"""attnlab.viz: pictures (PNG, SVG), CJK fonts with a fallback warning, and the offline viewer page."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("matplotlib", reason="attnlab.viz needs matplotlib (pip install 'attnlab[viz]')")
+
+from attnlab.cli import main  # noqa: E402
+from attnlab.explain import load, run  # noqa: E402
+from attnlab.viz import (  # noqa: E402
+    alignment,
+    fonts,  # noqa: E402
+    from_example,
+    head_grid,
+    heatmap,
+    load_json,
+    pattern,
+    save,
+    spatial_overlay,
+    write_html,
+)
+from attnlab.viz.viewer import render_html  # noqa: E402
+
+
+def _rows(n, k, seed=0):
+    w = torch.rand(n, k, generator=torch.Generator().manual_seed(seed))
+    return w / w.sum(-1, keepdim=True)
+
+
+def test_heatmap_png_and_svg(tmp_path):
+    fig = heatmap(_rows(3, 4), ["a", "b", "c", "d"], ["x", "y", "z"], title="t")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c", "d"]
+    img = ax.images[0].get_array()
+    np.testing.assert_allclose(np.asarray(img), _rows(3, 4).numpy())  # the picture shows the weights as given
+    png = save(fig, tmp_path / "w.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = save(heatmap(np.eye(2)), tmp_path / "w.svg")
+    assert "<svg" in svg.read_text()[:500]
+    with pytest.raises(ValueError, match="labels"):
+        heatmap(_rows(3, 4), ["a"])
+    with pytest.raises(ValueError, match=".png or .svg"):
+        save(heatmap(np.eye(2)), tmp_path / "w.jpg")
+
+
+def test_head_grid_alignment_pattern_overlay(tmp_path):
+    fig = head_grid(torch.stack([_rows(3, 3, s) for s in range(4)]).reshape(2, 2, 3, 3))
+    assert len([a for a in fig.axes if a.images]) == 4
+    al = alignment(_rows(2, 3), ["le", "chat", "noir"], ["the", "cat"])
+    assert [t.get_text() for t in al.axes[0].get_yticklabels()] == ["the", "cat"]
+    mask = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    p = pattern(mask)
+    np.testing.assert_array_equal(np.asarray(p.axes[0].images[0].get_array()), mask.numpy())
+    assert "15 of 25" in p.axes[0].get_title()
+    ov = spatial_overlay(np.random.rand(8, 8), np.arange(4.0).reshape(2, 2))
+    big = np.asarray(ov.axes[1].images[1].get_array())
+    assert big.shape == (8, 8) and big[0, 0] == 0 and big[7, 7] == 3
+    save(ov, tmp_path / "o.png")
+
+
+def test_cjk_labels_get_a_font_or_a_warning(monkeypatch):
+    assert fonts.has_cjk(["猫"]) and not fonts.has_cjk(["cat"])
+    if fonts.cjk_font() is None:
+        pytest.skip("no CJK font installed (Debian: fonts-wqy-microhei or fonts-noto-cjk); fallback tested below")
+    name = fonts.use_cjk_font(["猫"])
+    import matplotlib
+
+    assert matplotlib.rcParams["font.sans-serif"][0] == name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "missing glyph" warnings with the CJK font
+        fig = heatmap(_rows(2, 2), ["猫", "垫子"], ["坐", "上"])
+        fig.canvas.draw()
+
+
+def test_cjk_fallback_warns(monkeypatch):
+    monkeypatch.setattr(fonts, "cjk_font", lambda: None)
+    with pytest.warns(UserWarning, match="fonts-wqy-microhei"):
+        assert fonts.use_cjk_font(["猫"]) is None
+
+
+def test_viewer_page_is_self_contained(tmp_path):
+    ex = load("seed-001-multi-head")
+    data = from_example(ex, run(ex))
+    assert len(data["layers"]) == 1 and len(data["layers"][0]) == 2
+    page = render_html(data)
+    assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", page), "the page must not load anything"
+    assert "http://" not in page and "https://" not in page
+    payload = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1)
+    back = json.loads(payload)
+    np.testing.assert_allclose(np.array(back["layers"][0]), run(ex)["weights"].value[0].numpy())
+    # a token that tries to close the script tag cannot
+    evil = render_html({"layers": [[0.5, 0.5]], "tokens": ["</script><b>"], "key_tokens": ["a", "b"]})
+    assert "</script><b>" not in evil
+
+
+def test_viewer_reads_model_json_and_explain_json(tmp_path, capsys):
+    layers = torch.softmax(torch.randn(2, 3, 4, 4), -1)
+    f = tmp_path / "att.json"
+    f.write_text(json.dumps({"tokens": list("abcd"), "layers": layers.tolist()}))
+    data = load_json(f)
+    assert len(data["layers"]) == 2 and len(data["layers"][1]) == 3 and data["key_tokens"] == list("abcd")
+    assert main(["view", "--json", str(f), "-o", str(tmp_path / "v.html")]) == 0
+    capsys.readouterr()
+    assert main(["explain", "masked", "--format", "json"]) == 0
+    doc = tmp_path / "doc.json"
+    doc.write_text(capsys.readouterr().out, encoding="utf-8")
+    d = load_json(doc)
+    assert d["masked"][0][0] == np.triu(np.ones((4, 4), bool), 1).tolist()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"tokens": ["a"], "layers": [[[0.5, 0.5], [0.5]]]}))
+    assert main(["view", "--json", str(bad), "-o", str(tmp_path / "b.html")]) == 2
+
+
+def test_cli_view_with_picture(tmp_path):
+    out, pic = tmp_path / "p.html", tmp_path / "p.png"
+    assert main(["view", "--example", "seed-001-self-attention", "-o", str(out), "--picture", str(pic)]) == 0
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and pic.stat().st_size > 1000
+    data = from_example(load("attnlab-masked-causal"), run(load("attnlab-masked-causal")))
+    write_html(data, tmp_path / "m.html")
+    assert data["masked"][0][0][0] == [False, True, True, True]
