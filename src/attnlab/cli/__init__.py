@@ -15,7 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate"]
+VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate", "caption"]
 
 
 class UsageError(Exception):

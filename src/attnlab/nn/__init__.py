@@ -19,6 +19,7 @@ from .positional import (
 )
 from .registry import available, create, register
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
+from .vision import CBAM, ECA, ChannelAttention, SpatialAttention, SqueezeExcite
 
 __all__ = [
     "DotProductAttention",
@@ -40,6 +41,11 @@ __all__ = [
     "AdditiveAttention",
     "AttentionalOutput",
     "LuongAttention",
+    "ChannelAttention",
+    "SpatialAttention",
+    "CBAM",
+    "SqueezeExcite",
+    "ECA",
     "available",
     "create",
     "register",

