@@ -13,13 +13,23 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    the element-level mask of each gathered tile (partial blocks at window
    edges, positions beyond n when n is not a multiple of B).
 2. **Forward**, one group of rows at a time: gather the key and value blocks
-   into (b, h, R, m·B, d), one batched matmul for the (b, h, R, B, m·B)
-   scores, a masked softmax inside the tiles (one fused ``torch.softmax``
-   pass), one batched matmul with the values. Only the output is kept.
-3. **Backward** recomputes the scores and their softmax group by group from q
-   and k (as FlashAttention does; it keeps the row log-sum-exp to skip the
-   normalisation, here the fused softmax recomputes it in the same pass), and
-   scatters dK and dV back with ``index_add_``.
+   into (b·h, R, m·B, d) and run the fused CPU flash kernel
+   (``aten._scaled_dot_product_flash_attention_for_cpu``: scores, online
+   softmax and the weighted sum in one pass, no score tensor) with the tiles'
+   additive mask; only the output and the row log-sum-exp are kept.
+3. **Backward**: the kernel's own backward per group, from the saved
+   log-sum-exp (FlashAttention's recomputation), with dK and dV scattered back
+   with ``index_add_``. Dropout, and values wider or narrower than the keys,
+   take an explicit path (scores, one fused ``torch.softmax``, a dropout mask
+   replayed from a per-group seed).
+4. A plain ``sliding_window`` needs no gather and no plan: ``attnlab.kernels.band``
+   views the keys as overlapping contiguous spans (one ``unfold``) and runs
+   the fused SDPA on them with one shared mask for the interior tiles.
+
+Non-finite keys and values: they are zeroed before the tiles are computed,
+and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,
+cheap pass with uniform weights finds them), so keys and values at masked
+positions never influence an output, as in ``attnlab.attention``.
 
 Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
 A fully masked row (all its keys padded out, or a pattern row with no key)
