@@ -1,22 +1,28 @@
 """Block-sparse kernel against dense masked SDPA, compiled flex_attention and dense SDPA (CPU).
 
-    .venv/bin/python benchmarks/bench_sparse.py [--sizes 4096 16384 65536] [--repeats 2] [--threads 1] [--no-flex]
+    .venv/bin/python benchmarks/bench_sparse.py [--sizes 4096 16384 65536] [--repeats 2] [--threads 1]
+        [--budget-gib 12] [--dense-max 16384] [--dense-bwd-max 4096] [--no-flex]
 
 b=1, h=8, d=64, fp32; sliding window w=256 each side at every n, plus a
 Longformer (window + 64 global tokens) and a BigBird (window + global + 2
-random 64-blocks per row) pattern at n=16384. Times are medians of
-interleaved repeats in one process; peak memory is the VmHWM of a fresh
-subprocess that runs one call (so it includes the ~0.3 GiB of torch itself;
-not measured for flex, whose fresh process would compile again, nor for dense
-SDPA beyond the window rows, where it does not depend on the pattern). The
-default is one thread for every method: on a shared, oversubscribed machine
-each OpenMP parallel region waits for a descheduled thread, which taxes the
-kernel's many small ops far more than one fused call.
+random 64-blocks per row) pattern at n=16384, forward and forward+backward.
+Every (pattern, n, mode, method) runs in its own subprocess: one warm-up
+call, then ``--repeats`` timed calls (median), and the subprocess's peak RSS
+(VmHWM, torch included) is that configuration's memory. The methods of one
+configuration run back to back, so they see the same machine load. Dense
+baselines whose estimated memory exceeds ``--budget-gib`` are skipped
+("skipped: needs ~X GiB"); dense ones beyond ``--dense-max`` (forward) or
+``--dense-bwd-max`` (forward+backward) are not run for time (minutes per call
+on a shared machine). flex_attention's compile time (its first call) is
+reported apart; its backward on the CPU raises, and the row says what it raised.
+One thread for every method by default: on a shared, oversubscribed machine
+each OpenMP parallel region waits for descheduled threads.
 The fp32 GEMM rate (torch.mm 2048×2048) is measured in the same run, and the
-kernel's rate is counted on the FLOPs of its non-empty tiles (4·B²·d per tile
-and head forward; 10·B²·d more backward, with the recomputed scores).
-Prints a Markdown table and writes benchmarks/sparse_scaling.png.
+kernel's rate is counted on the FLOPs of its non-empty 64-tiles (4·B²·d per
+tile and head forward; 14·B²·d forward+backward, with the recomputed scores).
+Prints a Markdown table, writes benchmarks/sparse_results.json and benchmarks/sparse_scaling.png.
 """
+
 
 from __future__ import annotations
 
@@ -105,20 +111,46 @@ def make_runner(method: str, name: str, n: int, backward: bool):
     return run
 
 
-def child(method: str, name: str, n: int, backward: bool, threads: int) -> None:
-    """One call in a fresh process; print the peak RSS (VmHWM) in bytes."""
+def estimate_gib(method: str, n: int, backward: bool) -> float:
+    """Rough peak of a dense baseline: the (n, n) bool mask, SDPA's float copy of it, and, for the
+    backward (math path), a few (b, h, n, n) fp32 tensors."""
+    if method == "sdpa_masked":
+        return (n * n * (1 + 4) + (3 * B_ * H * n * n * 4 if backward else 0)) / 2**30
+    if method == "sdpa_dense":
+        return (3 * B_ * H * n * n * 4 if backward else 0) / 2**30
+    return 0.0
+
+
+def child(method: str, name: str, n: int, backward: bool, threads: int, repeats: int) -> None:
+    """Warm-up, `repeats` timed calls; print times and the peak RSS (VmHWM) as JSON."""
     torch.set_num_threads(threads)
-    make_runner(method, name, n, backward)()
+    res: dict = {}
+    t = time.perf_counter()
+    try:
+        run = make_runner(method, name, n, backward)
+        run()
+    except Exception as e:  # noqa: BLE001  (report what happened)
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    else:
+        res["first_s"] = time.perf_counter() - t  # flex: compile + first call
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            ts.append(time.perf_counter() - t)
+        res["time_s"] = statistics.median(ts)
+        res["times"] = ts
     hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM"))
-    print(json.dumps({"peak": int(hwm.split()[1]) * 1024}))
+    res["peak_gib"] = int(hwm.split()[1]) * 1024 / 2**30
+    print(json.dumps(res))
 
 
-def peak_rss(method, name, n, backward, threads) -> float | None:
-    cmd = [sys.executable, __file__, "--child", method, name, str(n), str(int(backward)), str(threads)]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+def run_child(method, name, n, backward, threads, repeats) -> dict:
+    cmd = [sys.executable, __file__, "--child", method, name, str(n), str(int(backward)), str(threads), str(repeats)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if res.returncode != 0:
-        return None
-    return json.loads(res.stdout.strip().splitlines()[-1])["peak"] / 2**30
+        return {"error": f"exit {res.returncode}: {res.stderr.strip().splitlines()[-1][:160] if res.stderr.strip() else ''}"}
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def gemm_rate(repeats: int = 5) -> float:
@@ -132,41 +164,27 @@ def gemm_rate(repeats: int = 5) -> float:
     return 2 * 2048**3 / statistics.median(ts)
 
 
-def time_interleaved(runners: dict, repeats: int) -> dict:
-    runners["kernel"]()  # warm-up (the others are warm: SDPA needs none, flex ran when compiled)
-    ts = {m: [] for m in runners}
-    for _ in range(repeats):
-        for m, r in runners.items():
-            t = time.perf_counter()
-            r()
-            ts[m].append(time.perf_counter() - t)
-    return {m: statistics.median(v) for m, v in ts.items()}
-
-
-def flex_setup(name, n, backward):
-    """Compile flex for this shape; return (compile seconds, runner or None, note)."""
-    try:
-        t = time.perf_counter()
-        r = make_runner("flex", name, n, backward)
-        r()
-        return time.perf_counter() - t, r, ""
-    except Exception as e:  # noqa: BLE001  (report what happened)
-        return None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384, 65536])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-flex", action="store_true")
-    ap.add_argument("--no-memory", action="store_true")
-    ap.add_argument("--dense-bwd-max", type=int, default=4096, help="largest n for full dense fwd+bwd baselines")
-    ap.add_argument("--dense-max", type=int, default=16384, help="largest n for the dense baselines")
+    ap.add_argument("--budget-gib", type=float, default=12.0, help="skip dense baselines estimated above this")
+    ap.add_argument("--dense-bwd-max", type=int, default=4096, help="largest n for dense fwd+bwd baselines (time)")
+    ap.add_argument("--dense-max", type=int, default=16384, help="largest n for dense forward baselines (time)")
+    ap.add_argument("--flex-max", type=int, default=16384, help="largest n for flex_attention (compile + time)")
+    ap.add_argument("--from-json", action="store_true", help="only redraw the table and plot from sparse_results.json")
     args = ap.parse_args()
+    if args.from_json:
+        rows = json.loads((HERE / "sparse_results.json").read_text())
+        table(rows)
+        plot(rows)
+        return
     torch.set_num_threads(args.threads)
 
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"load average {' '.join(open('/proc/loadavg').read().split()[:3])}")
     gemm = gemm_rate()
     print(f"fp32 GEMM rate (torch.mm 2048²): {gemm / 1e9:.1f} GFLOP/s")
     rows = []
@@ -175,45 +193,40 @@ def main() -> None:
         pl = plan(pattern(name, n), n, BLOCK, B_ * H)
         tile_flops = pl.nnz_blocks * BLOCK * BLOCK * D * H * B_
         for backward in (False, True):
-            reps = args.repeats if n <= 16384 else 1
-            runners = {"kernel": make_runner("kernel", name, n, backward)}
-            notes = []
-            if backward and n > args.dense_bwd_max:
-                if name == "window" and n <= args.dense_max:
-                    runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
-                    reps = 1
-                    notes.append("masked SDPA fwd+bwd: 1 repeat, peak memory not measured (minutes per call)")
+            methods, notes = ["kernel"], []
+            for m in ("sdpa_masked", "sdpa_dense"):
+                if m == "sdpa_dense" and name != "window":
+                    continue  # pattern-independent: see the window row
+                est = estimate_gib(m, n, backward)
+                if est > args.budget_gib:
+                    notes.append(f"{m} skipped: needs ~{est:.0f} GiB (budget {args.budget_gib:.0f})")
+                elif n > (args.dense_bwd_max if backward else args.dense_max):
+                    notes.append(f"{m} not run: minutes per call at this n (time budget)")
                 else:
-                    notes.append("dense fwd+bwd not run (pattern-independent cost, see the window row)")
-            elif n <= args.dense_max:
-                runners["sdpa_masked"] = make_runner("sdpa_masked", name, n, backward)
-                runners["sdpa_dense"] = make_runner("sdpa_dense", name, n, backward)
-            else:
-                notes.append(f"dense skipped: the (n, n) bool mask alone is {n * n / 2**30:.0f} GiB")
-            compile_s = None
-            if not args.no_flex:
-                compile_s, r, note = flex_setup(name, n, backward)
-                if r is not None:
-                    runners["flex"] = r
-                else:
-                    notes.append(f"flex {'fwd+bwd' if backward else 'fwd'} failed: {note}")
-            t = time_interleaved(runners, reps)
+                    methods.append(m)
+            if not args.no_flex and n <= args.flex_max:
+                methods.append("flex")
+            res = {}
+            for m in methods:
+                reps = args.repeats if (n <= 16384 and m != "sdpa_masked" or n <= 4096) else 1
+                res[m] = run_child(m, name, n, backward, args.threads, reps)
+                if "error" in res[m]:
+                    notes.append(f"{m} {'fwd+bwd' if backward else 'fwd'} failed: {res[m]['error']}")
+                print(name, n, "fwd+bwd" if backward else "fwd", m, json.dumps(res[m]))
+                sys.stdout.flush()
+            times = {m: r["time_s"] for m, r in res.items() if "time_s" in r}
             flops = tile_flops * (14 if backward else 4)
             row = {
-                "pattern": name, "n": n, "mode": "fwd+bwd" if backward else "fwd", "repeats": reps,
-                "density": pl.allowed / n**2, "times": t, "flex_compile_s": compile_s,
-                "kernel_gflops": flops / t["kernel"] / 1e9, "gemm_gflops": gemm / 1e9,
-                "notes": notes, "peak_gib": {},
+                "pattern": name, "n": n, "mode": "fwd+bwd" if backward else "fwd",
+                "repeats": {m: len(r.get("times", [])) for m, r in res.items()},
+                "density": pl.allowed / n**2, "times": times,
+                "flex_compile_s": res.get("flex", {}).get("first_s"),
+                "kernel_gflops": flops / times["kernel"] / 1e9 if "kernel" in times else None,
+                "gemm_gflops": gemm / 1e9, "notes": notes,
+                "peak_gib": {m: r["peak_gib"] for m, r in res.items() if "time_s" in r},
             }
-            if not args.no_memory:
-                for m in runners:
-                    if m == "flex" or (m == "sdpa_dense" and name != "window") or (m != "kernel" and backward and n > args.dense_bwd_max):
-                        continue
-                    row["peak_gib"][m] = peak_rss(m, name, n, backward, args.threads)
             rows.append(row)
-            print(json.dumps(row))
-            sys.stdout.flush()
-    (HERE / "sparse_results.json").write_text(json.dumps(rows, indent=1))
+            (HERE / "sparse_results.json").write_text(json.dumps(rows, indent=1))
     table(rows)
     plot(rows)
 
@@ -277,6 +290,6 @@ def plot(rows) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), bool(int(sys.argv[5])), int(sys.argv[6]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), bool(int(sys.argv[5])), int(sys.argv[6]), int(sys.argv[7]))
     else:
         main()

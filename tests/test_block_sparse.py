@@ -89,6 +89,69 @@ def test_random_layouts_equal_dense(block, nb, cut, bits, padded):
     compare(P.block_sparse(layout, block), n, block, b=2, h=2, d=3, use_pad=padded)
 
 
+@pytest.mark.parametrize("before, after", [(70, 30), (0, 64), (100, 0), (16, 16)])
+@pytest.mark.parametrize("use_pad", [False, True])
+def test_window_band_path_interior_and_boundary_tiles(before, after, use_pad):
+    # the banded path tiles queries by `block` without autograd and by 256 with it: n spans many tiles
+    pat = P.sliding_window(before, after)
+    q, k, v = qkv(2, 2, 1100, 4)
+    pad = padding(2, 1100) if use_pad else None
+    ref, _ = dense(q, k, v, pat, pad)
+    with torch.no_grad():
+        fast, _ = block_sparse_attention(q, k, v, pat, block=16, key_padding_mask=pad)
+    torch.testing.assert_close(fast, ref, atol=1e-10, rtol=0)
+    out, _ = block_sparse_attention(q, k, v, pat, block=16, key_padding_mask=pad)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    g = torch.randn_like(out)
+    for a, w in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, w, atol=1e-10, rtol=0)
+
+
+DIRTY = [P.sliding_window(3, 2), P.sliding_window(3, 2) | P.global_tokens([4]), P.random_blocks(1, 8, seed=3), P.causal()]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("pattern", DIRTY, ids=repr)
+def test_masked_keys_and_values_never_influence_the_output(bad, pattern):
+    n = 29
+    q, k, v = qkv(2, 2, n, 4)
+    pad = padding(2, n)  # the second sequence's last n // 3 keys are padding
+    clean, cw = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad, need_weights=True)
+    k2, v2 = k.detach().clone(), v.detach().clone()
+    k2[1, :, n - n // 3 :] = bad
+    v2[1, :, n - n // 3 :] = bad
+    k2.requires_grad_(), v2.requires_grad_()
+    dirty, dw = block_sparse_attention(q, k2, v2, pattern, block=8, key_padding_mask=pad, need_weights=True)
+    torch.testing.assert_close(dirty, clean, atol=1e-12, rtol=0)
+    torch.testing.assert_close(dw.values, cw.values, atol=1e-12, rtol=0)
+    g = torch.randn_like(dirty)
+    got = torch.autograd.grad(dirty, (q, k2, v2), g)
+    want = torch.autograd.grad(clean, (q, k, v), g)
+    for a, w in zip(got, want):  # finite, and equal: padded keys get zero gradients either way
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, w, atol=1e-12, rtol=0)
+    # the same non-finite inputs through dense masked attention (attnlab.attention, the contract's source)
+    ref, _ = dense(q, k2, v2, pattern, pad)
+    torch.testing.assert_close(dirty, ref, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("what", ["key", "value"])
+def test_a_non_finite_key_or_value_reaches_exactly_the_queries_that_may_attend_it(what):
+    # window (2, 1): the key at 20 is seen by queries 19..22 only; both the banded and the tile path
+    n, at = 40, 20
+    for pattern in (P.sliding_window(2, 1), P.sliding_window(2, 1) | P.global_tokens([0])):
+        q, k, v = qkv(1, 2, n, 3)
+        (k if what == "key" else v).data[:, :, at, 0] = float("nan")
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                out, _ = block_sparse_attention(q, k, v, pattern, block=8)
+            ref, _ = dense(q, k, v, pattern)
+            torch.testing.assert_close(out, ref, atol=1e-10, rtol=0, equal_nan=True)
+            hit = ~torch.isfinite(out).all(-1)[0, 0]  # (n,) queries whose output is NaN
+            seen = pattern.materialize(n)[:, at]
+            assert torch.equal(hit, seen), (pattern, hit.nonzero().flatten().tolist())
+
+
 def test_gradcheck():
     q, k, v = qkv(1, 2, 11, 3)
     pad = torch.tensor([[True] * 9 + [False] * 2])
@@ -217,3 +280,16 @@ def test_memory_has_no_n_by_n_tensor():
 def test_memory_65536_window_256_fits_4_gib():
     peak = peak_bytes(65536, 256, 8, 64)
     assert peak < 4 * 2**30, f"peak RSS {peak / 2**30:.2f} GiB"
+
+
+@pytest.mark.parametrize("pattern", [P.sliding_window(3, 1), P.strided(4)], ids=repr)
+def test_value_width_different_from_key_width(pattern):
+    q, k, _ = qkv(2, 2, 21, 3)
+    v = torch.randn(2, 2, 21, 5, dtype=torch.float64, requires_grad=True)
+    pad = padding(2, 21)
+    out, _ = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad)
+    ref, _ = dense(q, k, v, pattern, pad)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    g = torch.randn_like(out)
+    for a, w in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, w, atol=1e-10, rtol=0)

@@ -13,13 +13,23 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    the element-level mask of each gathered tile (partial blocks at window
    edges, positions beyond n when n is not a multiple of B).
 2. **Forward**, one group of rows at a time: gather the key and value blocks
-   into (b, h, R, m·B, d), one batched matmul for the (b, h, R, B, m·B)
-   scores, a masked softmax inside the tiles (one fused ``torch.softmax``
-   pass), one batched matmul with the values. Only the output is kept.
-3. **Backward** recomputes the scores and their softmax group by group from q
-   and k (as FlashAttention does; it keeps the row log-sum-exp to skip the
-   normalisation, here the fused softmax recomputes it in the same pass), and
-   scatters dK and dV back with ``index_add_``.
+   into (b·h, R, m·B, d) and run the fused CPU flash kernel
+   (``aten._scaled_dot_product_flash_attention_for_cpu``: scores, online
+   softmax and the weighted sum in one pass, no score tensor) with the tiles'
+   additive mask; only the output and the row log-sum-exp are kept.
+3. **Backward**: the kernel's own backward per group, from the saved
+   log-sum-exp (FlashAttention's recomputation), with dK and dV scattered back
+   with ``index_add_``. Dropout, and values wider or narrower than the keys,
+   take an explicit path (scores, one fused ``torch.softmax``, a dropout mask
+   replayed from a per-group seed).
+4. A plain ``sliding_window`` needs no gather and no plan: ``attnlab.kernels.band``
+   views the keys as overlapping contiguous spans (one ``unfold``) and runs
+   the fused SDPA on them with one shared mask for the interior tiles.
+
+Non-finite keys and values: they are zeroed before the tiles are computed,
+and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,
+cheap pass with uniform weights finds them), so keys and values at masked
+positions never influence an output, as in ``attnlab.attention``.
 
 Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
 A fully masked row (all its keys padded out, or a pattern row with no key)
@@ -40,8 +50,9 @@ from dataclasses import dataclass
 import torch
 
 from .. import _checks
-from ..patterns import Pattern
+from ..patterns import Pattern, _Window
 from ..softmax import masked_softmax
+from .band import band_attention, query_tile
 
 # Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
 SCORE_BUDGET = 1 << 22
@@ -144,59 +155,105 @@ def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
     return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
 
 
+_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_FLASH_BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor:
+    """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend; rows with no key are opened
+    (their output is zeroed afterwards) so that the fused kernel never sees a row of −inf."""
+    deny = grp.deny
+    if pad_deny is not None:
+        pd = pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
+        deny = pd if deny is None else pd | deny
+    if deny is None:
+        return None
+    deny = deny & ~deny.all(-1, keepdim=True)  # open the rows with no key
+    bias = torch.zeros(deny.shape, dtype=dtype).masked_fill_(deny, float("-inf"))
+    if bias.dim() == 3:
+        return bias[None]  # (1, R, B, m·B)
+    return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
+
+
 class _BlockSparse(torch.autograd.Function):
+    """Forward and backward one tile group at a time with the fused CPU flash kernel (no dropout),
+    or with explicit scores and softmax (dropout, whose mask must be replayed in the backward)."""
+
     @staticmethod
     def forward(ctx, q, k, v, pl: Plan, pad_deny, scale: float, dropout_p: float, seed: int):
         b, h, n, d = q.shape
+        dv = v.shape[-1]
         B, nb = pl.block, pl.n_blocks
-        qb = _blocks(q, nb, B) * scale
-        kb, vb = _blocks(k, nb, B), _blocks(v, nb, B)
-        out = q.new_zeros(b, h, nb, B, v.shape[-1])
+        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+        out = q.new_zeros(b, h, nb, B, dv)
+        lses, fused = [], dropout_p == 0 and d == dv  # the fused kernel needs d_v = d
         for gi, grp in enumerate(pl.groups):
+            R = len(grp.q_blocks)
             kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
             vg = vb[:, :, grp.k_blocks].flatten(3, 4)
-            s = _scores(qb[:, :, grp.q_blocks], kg, grp, pad_deny, B)
             dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
-            p = _softmax(s, dead)
-            if dropout_p > 0:
-                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-            out[:, :, grp.q_blocks] = p @ vg  # (b, h, R, B, d)
-        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d)
-        ctx.save_for_backward(q, k, v, out)
+            if fused:
+                o, lse = _FLASH(
+                    qb[:, :, grp.q_blocks].reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
+                    vg.reshape(b * h, R, -1, dv), 0.0, False, attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
+                )
+                o = o.reshape(b, h, R, B, dv)
+                lses.append(lse)
+            else:
+                p = _softmax(_scores(qb[:, :, grp.q_blocks] * scale, kg, grp, pad_deny, B), dead)
+                if dropout_p > 0:
+                    p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
+                o = p @ vg  # (b, h, R, B, d_v)
+            out[:, :, grp.q_blocks] = o.masked_fill_(dead, 0.0) if dead is not None else o
+        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
+        ctx.save_for_backward(q, k, v, out, *lses)
         ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out = ctx.saved_tensors
+        q, k, v, out, *lses = ctx.saved_tensors
         pl, pad_deny, scale, dropout_p, seed = ctx.extras
         b, h, n, d = q.shape
+        dv_ = v.shape[-1]
         B, nb = pl.block, pl.n_blocks
-        qb = _blocks(q, nb, B) * scale
-        kb, vb = _blocks(k, nb, B), _blocks(v, nb, B)
-        dob = _blocks(dout.contiguous(), nb, B)
-        delta = (dob * _blocks(out, nb, B)).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
+        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+        dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
+        delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
         dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
         for gi, grp in enumerate(pl.groups):
             rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+            R, m = grp.k_blocks.shape
             kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
             vg = vb[:, :, grp.k_blocks].flatten(3, 4)
             qg, dog = qb[:, :, rows], dob[:, :, rows]
-            p = _softmax(_scores(qg, kg, grp, pad_deny, B), _dead(grp, pad_deny))  # (b, h, R, B, m·B)
-            dp = dog @ vg.transpose(-1, -2)
-            if dropout_p > 0:
-                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
-                dvg = (p * keep).transpose(-1, -2) @ dog
-                dp.mul_(keep)
+            dead = _dead(grp, pad_deny)
+            if dead is not None:
+                dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
+            if lses:
+                gq, gk, gv = _FLASH_BWD(
+                    dog.reshape(b * h, R, B, dv_), qg.reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
+                    vg.reshape(b * h, R, -1, dv_), ob[:, :, rows].reshape(b * h, R, B, dv_), lses[gi], 0.0, False,
+                    attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
+                )
+                dq[:, :, rows] = gq.reshape(b, h, R, B, d)
+                dkg, dvg = gk.reshape(b, h, R * m, B, d), gv.reshape(b, h, R * m, B, dv_)
             else:
-                dvg = p.transpose(-1, -2) @ dog  # (b, h, R, m·B, d)
-            ds = p.mul_(dp.sub_(delta[:, :, rows]))  # dS = P ∘ (dP − Δ)
-            dq[:, :, rows] = ds @ kg
-            dkg = ds.transpose(-1, -2) @ qg  # (b, h, R, m·B, d), q already scaled
-            m = grp.k_blocks.shape[1]
-            dk.index_add_(2, idx, dkg.reshape(b, h, -1, B, d))
-            dv.index_add_(2, idx, dvg.reshape(b, h, len(rows) * m, B, -1))
-        dq = dq.mul_(scale).flatten(2, 3)[:, :, :n]
+                qs = qg * scale
+                p = _softmax(_scores(qs, kg, grp, pad_deny, B), dead)  # (b, h, R, B, m·B)
+                dp = dog @ vg.transpose(-1, -2)
+                if dropout_p > 0:
+                    keep = _dropout_keep(p.shape, dropout_p, seed, gi)
+                    dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+                    dp.mul_(keep)
+                else:
+                    dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+                ds = p.mul_(dp.sub_(delta[:, :, rows]))  # dS = P ∘ (dP − Δ)
+                dq[:, :, rows] = (ds @ kg) * scale
+                dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
+            dk.index_add_(2, idx, dkg)
+            dv.index_add_(2, idx, dvg)
+        dq = dq.flatten(2, 3)[:, :, :n]
         dk = dk.flatten(2, 3)[:, :, :n]
         dv = dv.flatten(2, 3)[:, :, :n]
         return dq, dk, dv, None, None, None, None, None
@@ -290,19 +347,44 @@ def block_sparse_attention(
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     b, h, n, d = query.shape
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    pl = plan(pattern, n, block, b * h)
-    pad = _key_deny(key_padding_mask, b, n, pl.n_blocks, block, query.device)
+    pad = _key_deny(key_padding_mask, b, n, -(-n // block), block, query.device)
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
-    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
-    out = _BlockSparse.apply(q, k, v, pl, pad, scale, dropout_p, seed)
-    weights = _tile_weights(q, k, pl, pad, scale) if need_weights else None
+    # Keys and values that no query may attend must not influence anything, even when NaN or inf:
+    # zero the non-finite ones, then make NaN exactly the outputs whose allowed keys hold one.
+    bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
+    bad_v = ~torch.isfinite(v)  # (b, h, n, d_v)
+    dirty = bool(bad_k.any()) or bool(bad_v.any())
+    if dirty:
+        k, v = k.masked_fill(bad_k, 0.0), v.masked_fill(bad_v, 0.0)
+    out = _attend(q, k, v, pattern, block, pad, scale, dropout_p)
+    reach_k = None
+    if dirty:
+        with torch.no_grad():  # uniform weights over the allowed keys: > 0 iff one of them is bad
+            z = q.new_zeros(b, h, n, 1 + v.shape[-1])
+            reach = _attend(z, z, torch.cat([bad_k, bad_v], -1).to(q.dtype), pattern, block, pad, 1.0, 0.0) > 0
+        reach_k = reach[..., :1]  # (b, h, n, 1) the query may attend a non-finite key
+        out = out.masked_fill(reach_k | reach[..., 1:], float("nan"))
+    weights = None
+    if need_weights:
+        weights = _tile_weights(q, k, plan(pattern, n, block, b * h), pad, scale, reach_k)
     return out.to(dtype), weights
 
 
+def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
+    """The attention on finite k and v: the banded path for a plain sliding window, else the tile plan."""
+    b, h, n, _ = q.shape
+    if type(pattern) is _Window and dropout_p == 0:
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
+        return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, grad))
+    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
+    return _BlockSparse.apply(q, k, v, plan(pattern, n, block, b * h), pad, scale, dropout_p, seed)
+
+
 @torch.no_grad()
-def _tile_weights(q, k, pl: Plan, pad, scale) -> BlockWeights:
+def _tile_weights(q, k, pl: Plan, pad, scale, reach_k=None) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)
@@ -318,6 +400,9 @@ def _tile_weights(q, k, pl: Plan, pad, scale) -> BlockWeights:
         values.append(w[:, :, keep])
     idx = torch.cat(index) if index else torch.zeros(0, 2, dtype=torch.long)
     val = torch.cat(values, 2) if values else q.new_zeros(b, h, 0, B, B)
+    if reach_k is not None:  # rows that may attend a non-finite key are NaN, as in attnlab.attention
+        rk = _blocks(reach_k.to(q.dtype), nb, B)[..., 0] > 0  # (b, h, nb, B)
+        val = val.masked_fill(rk[:, :, idx[:, 0], :, None], float("nan"))
     return BlockWeights(idx, val, B, n)
 
 
