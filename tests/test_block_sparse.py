@@ -293,3 +293,21 @@ def test_value_width_different_from_key_width(pattern):
     g = torch.randn_like(out)
     for a, w in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
         torch.testing.assert_close(a, w, atol=1e-10, rtol=0)
+
+
+def test_explicit_path_when_the_private_fused_op_is_missing(monkeypatch):
+    """Where a torch build lacks the private flash op, the kernel takes its explicit path."""
+    import attnlab.kernels.block_sparse as bs
+
+    torch.manual_seed(0)
+    pattern = P.sliding_window(3) | P.global_tokens([0])
+    q, k, v = (torch.randn(1, 2, 40, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    fused_out, _ = bs.block_sparse_attention(q, k, v, pattern, block=8)
+    (g_fused,) = torch.autograd.grad(fused_out.sum(), q)
+    monkeypatch.setattr(bs, "HAS_FUSED", False)
+    out, _ = bs.block_sparse_attention(q, k, v, pattern, block=8)
+    (g,) = torch.autograd.grad(out.sum(), q)
+    ref, _ = attnlab.attention(q, k, v, mask=pattern.materialize(40))
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(out, fused_out, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(g, g_fused, atol=1e-10, rtol=1e-10)

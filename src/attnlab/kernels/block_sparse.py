@@ -155,8 +155,11 @@ def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
     return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
 
 
-_FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_FLASH_BWD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+# PyTorch's fused CPU flash kernel and its backward are private ops: where a torch
+# build lacks them, every group takes the explicit path (same numbers, slower).
+_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+HAS_FUSED = _FLASH is not None and _FLASH_BWD is not None
 
 
 def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor:
@@ -186,7 +189,7 @@ class _BlockSparse(torch.autograd.Function):
         B, nb = pl.block, pl.n_blocks
         qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
         out = q.new_zeros(b, h, nb, B, dv)
-        lses, fused = [], dropout_p == 0 and d == dv  # the fused kernel needs d_v = d
+        lses, fused = [], HAS_FUSED and dropout_p == 0 and d == dv  # the fused kernel needs d_v = d
         for gi, grp in enumerate(pl.groups):
             R = len(grp.q_blocks)
             kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
