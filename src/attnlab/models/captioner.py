@@ -1,31 +1,31 @@
 """An image captioner whose words attend to image regions (cross-attention).
 
 Xu et al. 2015, "Show, Attend and Tell", https://arxiv.org/abs/1502.03044, with
-Luong-style attention after the recurrent step (Luong et al. 2015,
-https://arxiv.org/abs/1508.04025) and scaled dot-product scores (Vaswani et al. 2017).
+Luong-style attention after the recurrent step and input feeding (Luong et al.
+2015, https://arxiv.org/abs/1508.04025), scaled dot-product scores over h heads
+(Vaswani et al. 2017) through ``attnlab.nn.CrossAttention``.
 
-    encoder:  V = CNN(image) + P          regions v_1 … v_n (n = g×g grid), (b, n, d)
-    state:    s_0 = tanh(W_init mean_i v_i)
-              s_t = GRU(E y_{t-1}, s_{t-1})                           (b, d)
-    attend:   α_t = softmax((W_q s_t)(W_k V)ᵀ / √d_h)                  (b, h, n), sums to 1 over regions
-              c_t = W_o concat_h(α_t (W_v V))                          (b, d)
-    output:   p(y_t) = softmax(W_y tanh(W_c [s_t; c_t]))
+    encoder:  V = CNN(image) + P           regions v_1 … v_n (n = g×g grid), (b, n, d)
+    state:    s_0 = learned vector;  h̃_0 = 0
+              s_t = GRU([E y_{t-1}; h̃_{t-1}], s_{t-1})                       (b, d)
+    attend:   c_t, α_t = CrossAttention(query=s_t, context=V)                 α_t: (b, h, n), sums to 1
+    output:   h̃_t = tanh(W_c [s_t; c_t]);   p(y_t) = softmax(W_y h̃_t)
 
 The seeds' picture of cross-attention: the text's query s_t attends to the
 image's keys/values; α_t says where the model looks when it writes word t.
+Two choices make the maps mean something: the decoder's start state does not
+see the image (so what it writes must come through α), and input feeding
+(h̃_{t-1} into the next step) tells it where it looked last, so it can move on.
 
 | symbol | parameter |
 |--------|-----------|
-| W_q, W_k, W_v, W_o | ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj`` (``nn.Linear``, d → d) |
-| P (region positions) | ``pos`` (n, d) |
-| E, W_init, W_c, W_y | ``embed``, ``init``, ``combine``, ``out`` |
+| W_q, W_k, W_v, W_o | ``attn`` (``attnlab.nn.CrossAttention``: ``in_proj_weight``, ``out_proj``) |
+| P (region positions) | ``encoder.pos`` (n, d) |
+| s_0, E, W_c, W_y | ``start``, ``embed``, ``combine``, ``out`` |
 
-The attention step is ``attnlab.functional.multi_head_attention`` called with
-this module's own projections (``num_heads`` heads; the maps returned are the
-mean over heads, which still sums to 1). It is written so that a future
-``attnlab.nn.MultiHeadAttention`` with the same four projections can replace
-``_attend`` one for one. Shapes: images (b, 3, S, S) with S = ``image_size``;
-tokens (b, T) → logits (b, T, vocab), weights (b, T, n).
+Shapes: images (b, 3, S, S) with S = ``image_size``; tokens (b, T) → logits
+(b, T, vocab), weights (b, h, T, n) per head (``.mean(1)`` for one map per word;
+the mean over heads still sums to 1 over regions).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..multihead import multi_head_attention
+from ..nn.multihead import CrossAttention
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Encoder(nn.Module):
             c_in = c
         self.features = nn.Sequential(*layers)
         self.proj = nn.Conv2d(c_in, cfg.d_model, 1)
-        self.pos = nn.Parameter(torch.randn(cfg.grid * cfg.grid, cfg.d_model) * 0.02)
+        self.pos = nn.Parameter(torch.randn(cfg.grid * cfg.grid, cfg.d_model) * 0.1)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         f = self.proj(self.features(images))  # (b, d, g, g)
@@ -86,7 +86,7 @@ class Encoder(nn.Module):
 
 
 class Captioner(nn.Module):
-    """CNN encoder → region features; GRU decoder with cross-attention to the regions."""
+    """CNN encoder → region features; GRU decoder whose state queries the regions (CrossAttention)."""
 
     def __init__(self, config: CaptionerConfig):
         super().__init__()
@@ -95,9 +95,9 @@ class Captioner(nn.Module):
         d = cfg.d_model
         self.encoder = Encoder(cfg)
         self.embed = nn.Embedding(cfg.vocab_size, d)
-        self.init = nn.Linear(d, d)
-        self.gru = nn.GRU(d, d, batch_first=True)
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d) for _ in range(4))
+        self.start = nn.Parameter(torch.zeros(d))
+        self.gru = nn.GRUCell(2 * d, d)
+        self.attn = CrossAttention(d, cfg.num_heads)
         self.combine = nn.Linear(2 * d, d)
         self.out = nn.Linear(d, cfg.vocab_size)
 
@@ -106,50 +106,45 @@ class Captioner(nn.Module):
         if images.dim() != 4 or tuple(images.shape[1:]) != (3, s, s):
             raise ValueError(f"images must be (b, 3, {s}, {s}); got shape {tuple(images.shape)}")
 
-    def _attend(self, s: torch.Tensor, regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """s (b, T, d) attends to regions (b, n, d) → context (b, T, d), weights (b, T, n)."""
-        ctx, w = multi_head_attention(
-            s, regions, regions, num_heads=self.config.num_heads,
-            w_q=self.q_proj.weight, b_q=self.q_proj.bias, w_k=self.k_proj.weight, b_k=self.k_proj.bias,
-            w_v=self.v_proj.weight, b_v=self.v_proj.bias, w_o=self.o_proj.weight, b_o=self.o_proj.bias,
-            need_weights=True,
-        )  # (b, T, d), (b, h, T, n)
-        return ctx, w.mean(dim=1)
-
-    def _logits(self, s: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.tanh(self.combine(torch.cat([s, ctx], dim=-1))))  # (b, T, vocab)
-
-    def _start(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _begin(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         self._check(images)
         regions = self.encoder(images)  # (b, n, d)
-        h0 = torch.tanh(self.init(regions.mean(dim=1)))[None]  # (1, b, d)
-        return regions, h0
+        b, d = images.shape[0], self.config.d_model
+        return regions, self.start.expand(b, d), regions.new_zeros(b, d)
+
+    def step(self, y_prev, s, feed, regions):
+        """One word: y_prev (b,), s and h̃ (b, d) → logits (b, vocab), s, h̃, weights (b, h, n)."""
+        s = self.gru(torch.cat([self.embed(y_prev), feed], dim=-1), s)  # (b, d)
+        ctx, w = self.attn(s[:, None], regions, need_weights=True)  # (b, 1, d), (b, h, 1, n)
+        feed = torch.tanh(self.combine(torch.cat([s, ctx[:, 0]], dim=-1)))  # (b, d)
+        return self.out(feed), s, feed, w[:, :, 0]
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher forcing: tokens (b, T) start with <bos>; → logits (b, T, vocab), weights (b, T, n)."""
-        regions, h0 = self._start(images)
-        s, _ = self.gru(self.embed(tokens), h0)  # (b, T, d)
-        ctx, w = self._attend(s, regions)
-        return self._logits(s, ctx), w
+        """Teacher forcing: tokens (b, T) start with <bos>; → logits (b, T, vocab), weights (b, h, T, n)."""
+        regions, s, feed = self._begin(images)
+        logits, weights = [], []
+        for t in range(tokens.shape[1]):
+            lg, s, feed, w = self.step(tokens[:, t], s, feed, regions)
+            logits.append(lg)
+            weights.append(w)
+        return torch.stack(logits, 1), torch.stack(weights, 2)
 
     @torch.no_grad()
     def generate(self, images: torch.Tensor, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy decoding → tokens (b, L) (no <bos>; <eos> where a caption ends), weights (b, L, n)."""
-        regions, h = self._start(images)
-        y = torch.full((images.shape[0], 1), bos, dtype=torch.long, device=images.device)
+        """Greedy decoding → tokens (b, L) (no <bos>; <eos> where a caption ends), weights (b, h, L, n)."""
+        regions, s, feed = self._begin(images)
+        y = torch.full((images.shape[0],), bos, dtype=torch.long, device=images.device)
         done = torch.zeros(images.shape[0], dtype=torch.bool, device=images.device)
         tokens, weights = [], []
         for _ in range(self.config.max_len):
-            s, h = self.gru(self.embed(y), h)  # (b, 1, d)
-            ctx, w = self._attend(s, regions)
-            y = self._logits(s, ctx).argmax(-1)  # (b, 1)
-            y = y.masked_fill(done[:, None], eos)
+            lg, s, feed, w = self.step(y, s, feed, regions)
+            y = lg.argmax(-1).masked_fill(done, eos)  # (b,)
             tokens.append(y)
             weights.append(w)
-            done |= y[:, 0] == eos
+            done |= y == eos
             if bool(done.all()):
                 break
-        return torch.cat(tokens, dim=1), torch.cat(weights, dim=1)
+        return torch.stack(tokens, 1), torch.stack(weights, 2)
 
 
 __all__ = ["Captioner", "CaptionerConfig", "Encoder"]
