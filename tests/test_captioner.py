@@ -34,36 +34,38 @@ def test_attention_maps_sum_to_one_over_regions_and_match_a_manual_decoder():
     m = Captioner(CaptionerConfig(vocab_size=20, num_heads=2, **SMALL)).eval()
     x, tok = torch.rand(3, 3, 32, 32), torch.randint(0, 20, (3, 5))
     logits, w = m(x, tok)
+    dec = m.decoder
     assert logits.shape == (3, 5, 20) and w.shape == (3, 2, 5, 16)  # (b, h, T, n): 4×4 regions, per head
     torch.testing.assert_close(w.sum(-1), torch.ones(3, 2, 5))
     assert (w >= 0).all()
     # independent recomputation: the decoder loop with softmax(q kᵀ/√d_h) written out from the packed weights
     with torch.no_grad():
         regions = m.encoder(x)  # (b, n, d)
-        wq, wk, wv = m.attn.in_proj_weight.double().split(32)
-        bq, bk, bv = m.attn.in_proj_bias.double().split(32)
+        wq, wk, wv = dec.attn.in_proj_weight.double().split(32)
+        bq, bk, bv = dec.attn.in_proj_bias.double().split(32)
         r = regions.double()
         k = (r @ wk.T + bk).view(3, 16, 2, 16).transpose(1, 2)  # (b, h, n, d_h)
         v = (r @ wv.T + bv).view(3, 16, 2, 16).transpose(1, 2)
-        s, feed = m.start.expand(3, 32), torch.zeros(3, 32)
+        s, feed = dec.start.expand(3, 32), torch.zeros(3, 32)
         ref_w, ref_logits = [], []
         for t in range(5):
-            s = m.gru(torch.cat([m.embed(tok[:, t]), feed], -1), s)
+            s = dec.gru(torch.cat([dec.embed(tok[:, t]), feed], -1), s)
             q = (s.double() @ wq.T + bq).view(3, 2, 1, 16)
             a = torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1)  # (b, h, 1, n)
-            ctx = (a @ v).transpose(1, 2).reshape(3, 32) @ m.attn.out_proj.weight.double().T + m.attn.out_proj.bias
-            feed = torch.tanh(m.combine(torch.cat([s, ctx.float()], -1)))
+            ctx = (a @ v).transpose(1, 2).reshape(3, 32) @ dec.attn.out_proj.weight.double().T + dec.attn.out_proj.bias
+            feed = torch.tanh(dec.combine(torch.cat([s, ctx.float()], -1)))
             ref_w.append(a[:, :, 0])
-            ref_logits.append(m.out(feed))
+            ref_logits.append(dec.out(feed))
     torch.testing.assert_close(w, torch.stack(ref_w, 2).float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(logits, torch.stack(ref_logits, 1), rtol=1e-4, atol=1e-5)
     tokens, gw = m.generate(x, bos=1, eos=2)
     assert gw.shape == (3, 2, tokens.shape[1], 16) and torch.allclose(gw.sum(-1), torch.ones(gw.shape[:-1]))
 
 
-def test_generate_agrees_with_teacher_forcing():
+@pytest.mark.parametrize("decoder", ["gru", "transformer"])
+def test_generate_agrees_with_teacher_forcing(decoder):
     torch.manual_seed(1)
-    m = Captioner(CaptionerConfig(vocab_size=12, max_len=6, num_heads=2, **SMALL)).eval()
+    m = Captioner(CaptionerConfig(vocab_size=12, max_len=6, num_heads=2, decoder=decoder, **SMALL)).eval()
     x = torch.rand(2, 3, 32, 32)
     tokens, gw = m.generate(x, bos=1, eos=2)
     inp = torch.cat([torch.ones(2, 1, dtype=torch.long), tokens[:, :-1]], dim=1)
@@ -72,6 +74,27 @@ def test_generate_agrees_with_teacher_forcing():
     alive = torch.cumprod(torch.cat([torch.ones(2, 1), (tokens[:, :-1] != 2).float()], 1), 1).bool()
     assert torch.equal(logits.argmax(-1)[alive], tokens[alive])
     torch.testing.assert_close(w.transpose(1, 2)[alive], gw.transpose(1, 2)[alive], rtol=1e-4, atol=1e-5)
+    assert w.shape == (2, 2, tokens.shape[1], 16) and torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]))
+
+
+def test_transformer_decoder_maps_are_the_last_layers_cross_attention():
+    """The layer loop that keeps weights gives the library layer's own output (no weights asked there)."""
+    torch.manual_seed(2)
+    m = Captioner(CaptionerConfig(vocab_size=12, num_heads=2, decoder="transformer", layers=2, **SMALL)).eval()
+    x, tok = torch.rand(2, 3, 32, 32), torch.randint(0, 12, (2, 4))
+    logits, w = m(x, tok)
+    with torch.no_grad():
+        regions = m.encoder(x)
+        h = m.decoder.embed(tok) + m.decoder.pos[:4]
+        for layer in m.decoder.layers:
+            before = h
+            h = layer(h, regions, causal=True)  # the library layer's forward
+        last = m.decoder.layers[-1]
+        mid = before + last.self_attn(last.norm1(before), causal=True)[0]
+        _, ref_w = last.multihead_attn(last.norm2(mid), regions, need_weights=True)
+    torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(logits, m.decoder.out(m.decoder.norm(h)), rtol=1e-5, atol=1e-6)
+    assert w.shape == (2, 2, 4, 16) and torch.allclose(w.sum(-1), torch.ones(2, 2, 4))
 
 
 def test_bad_images_and_config():

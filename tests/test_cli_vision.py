@@ -66,7 +66,7 @@ def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys)
     assert "reference:" in out
     n_words = sum(1 for line in out.splitlines() if "; cell (row" in line)
     assert n_words >= 1, out
-    assert len(list(maps.glob("*.png"))) == n_words + 1  # one per word + caption.png
+    assert len(list(maps.glob("*.png"))) == n_words + 2  # one per word + caption.png + caption_heads.png
     assert "attention accuracy on this image: " in out and ("✓" in out or "✗" in out)
 
 
@@ -87,7 +87,7 @@ def test_train_caption_then_caption_and_errors(tmp_path, capsys):
     out = capsys.readouterr().out
     n_words = sum(1 for line in out.splitlines() if "region (row" in line)
     assert "cell (row" not in out  # single-emoji checkpoints have no scene cells
-    assert len(list(maps.glob("*.png"))) == (n_words + 1 if n_words else 0)
+    assert len(list(maps.glob("*.png"))) == (n_words + 2 if n_words else 0)  # + caption.png, caption_heads.png
 
     def err(argv):
         assert main(argv) == 2

@@ -7,7 +7,8 @@ image sits next to a ``scenes.json`` (as in the ``DIR/test-scenes/`` folder that
 ``attnlab train caption`` writes) the reference caption is printed too, and
 each word is marked right or wrong: does it look at its own emoji's cell?
 With ``--out`` (default ``caption-maps/``) writes ``NN_word.png`` per word and
-``caption.png`` (the image and every word's map on one row).
+``caption.png`` (the image and every word's map, averaged over heads, on one row),
+and with several heads ``caption_heads.png`` (a row per head).
 Image rules (``attnlab.data.emoji.read_image``): RGB, L, RGBA, LA, P or PA
 (transparency composited onto white); square; at least 8 pixels; resized to
 the model's size. Other images, non-image files and missing checkpoints are
@@ -98,12 +99,18 @@ def run_caption(args: argparse.Namespace) -> int:
         print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "
               f"exact match: {'yes' if cap.words == truth['caption'] else 'no'}")
     if not args.no_overlays and cap.words:
-        from ..experiments.overlays import save_caption_strip, save_word_overlay
+        from ..experiments.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
         out = Path(args.out)
         for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
             save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png", cells=cells)
         save_caption_strip(image, np.asarray(cap.maps), cap.words, out / "caption.png", cells=cells,
                            title=f"“{cap.text}”")
-        print(f"wrote {len(cap.words)} overlays and caption.png to {out}/")
+        extra = ""
+        if cap.head_maps.shape[0] > 1:  # one row per head: what each head looked at for each word
+            save_overlay_grid([image] * cap.head_maps.shape[0], [list(h) for h in cap.head_maps],
+                              out / "caption_heads.png", column_titles=["image", *cap.words],
+                              row_titles=[f"head {i + 1}" for i in range(cap.head_maps.shape[0])])
+            extra = " and caption_heads.png"
+        print(f"wrote {len(cap.words)} overlays, caption.png{extra} to {out}/")
     return 0

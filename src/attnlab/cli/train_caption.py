@@ -13,11 +13,12 @@ import argparse
 import torch
 
 from ..data.emoji import LANGS
+from ..models.captioner import DECODERS
 from ..train.caption import DATASETS, CaptionTrainConfig, save_captioner, train_captioner
 from . import UsageError
 
 POSITIVE = ("epochs", "batch_size", "d_model", "heads", "image_size", "n_train", "n_test", "cells", "max_objects",
-            "pool", "limit")
+            "pool", "limit", "layers")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--d-model", type=int, default=d.d_model)
     p.add_argument("--heads", type=int, default=d.num_heads, help=f"cross-attention heads (default {d.num_heads})")
+    p.add_argument("--decoder", choices=sorted(DECODERS), default=d.decoder,
+                   help="gru (default; Luong attention with input feeding) or transformer")
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer decoder layers (default 2)")
     p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often faster "
@@ -67,6 +71,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
     cfg = CaptionTrainConfig(data=args.data, lang=args.lang, limit=args.limit, n_train=args.n_train,
                              n_test=args.n_test, cells=args.cells, max_objects=args.max_objects, pool=args.pool,
                              image_size=args.image_size, d_model=args.d_model, num_heads=args.heads,
+                             decoder=args.decoder, layers=args.layers,
                              epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work

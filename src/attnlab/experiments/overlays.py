@@ -53,6 +53,9 @@ def save_overlay_grid(
     row_titles: list[str] | None = None,
 ) -> Path:
     """One row per image: the image, then each of its maps over it. Returns the PNG path."""
+    from ..viz.fonts import use_cjk_font
+
+    use_cjk_font(list(column_titles or []) + list(row_titles or []))
     plt = _plt()
     rows, cols = len(images), 1 + max(len(m) for m in maps)
     fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.6 * rows), squeeze=False)

@@ -21,7 +21,13 @@ see the image (so what it writes must come through α), and input feeding
 |--------|-----------|
 | W_q, W_k, W_v, W_o | ``attn`` (``attnlab.nn.CrossAttention``: ``in_proj_weight``, ``out_proj``) |
 | P (region positions) | ``encoder.pos`` (n, d) |
-| s_0, E, W_c, W_y | ``start``, ``embed``, ``combine``, ``out`` |
+| s_0, E, W_c, W_y | ``decoder.start``, ``decoder.embed``, ``decoder.combine``, ``decoder.out`` |
+
+``decoder="transformer"`` swaps the GRU for a stack of pre-norm
+``attnlab.nn.layers.TransformerDecoderLayer`` (causal self-attention over the
+words so far, cross-attention to V, feed-forward); its maps are the last
+layer's cross-attention weights. Generation recomputes the prefix each step
+(captions are a dozen tokens at most).
 
 Shapes: images (b, 3, S, S) with S = ``image_size``; tokens (b, T) → logits
 (b, T, vocab), weights (b, h, T, n) per head (``.mean(1)`` for one map per word;
@@ -35,6 +41,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ..nn.layers import TransformerDecoderLayer
 from ..nn.multihead import CrossAttention
 
 
@@ -46,6 +53,8 @@ class CaptionerConfig:
     d_model: int = 64
     num_heads: int = 1
     max_len: int = 12  # tokens generated at most (the <eos> included)
+    decoder: str = "gru"  # gru | transformer (see DECODERS)
+    layers: int = 2  # transformer decoder layers
 
     @property
     def grid(self) -> int:
@@ -61,6 +70,10 @@ class CaptionerConfig:
             )
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {self.decoder!r}")
+        if self.layers < 1:
+            raise ValueError(f"layers must be >= 1; got {self.layers}")
 
     def to_dict(self) -> dict:
         return {**asdict(self), "widths": list(self.widths)}
@@ -85,15 +98,12 @@ class Encoder(nn.Module):
         return f.flatten(2).transpose(1, 2) + self.pos  # (b, n, d)
 
 
-class Captioner(nn.Module):
-    """CNN encoder → region features; GRU decoder whose state queries the regions (CrossAttention)."""
+class GRUDecoder(nn.Module):
+    """s_t = GRU([E y_{t-1}; h̃_{t-1}], s_{t-1}); c_t, α_t = CrossAttention(s_t, V); h̃_t = tanh(W_c [s_t; c_t])."""
 
-    def __init__(self, config: CaptionerConfig):
+    def __init__(self, cfg: CaptionerConfig):
         super().__init__()
-        config.validate()
-        self.config = cfg = config
         d = cfg.d_model
-        self.encoder = Encoder(cfg)
         self.embed = nn.Embedding(cfg.vocab_size, d)
         self.start = nn.Parameter(torch.zeros(d))
         self.gru = nn.GRUCell(2 * d, d)
@@ -101,50 +111,108 @@ class Captioner(nn.Module):
         self.combine = nn.Linear(2 * d, d)
         self.out = nn.Linear(d, cfg.vocab_size)
 
+    def begin(self, regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, d = regions.shape[0], regions.shape[-1]
+        return self.start.expand(b, d), regions.new_zeros(b, d)
+
+    def step(self, y_prev, state, regions):
+        """One word: y_prev (b,), state (s, h̃) → logits (b, vocab), state, weights (b, h, n)."""
+        s, feed = state
+        s = self.gru(torch.cat([self.embed(y_prev), feed], dim=-1), s)  # (b, d)
+        ctx, w = self.attn(s[:, None], regions, need_weights=True)  # (b, 1, d), (b, h, 1, n)
+        feed = torch.tanh(self.combine(torch.cat([s, ctx[:, 0]], dim=-1)))  # (b, d)
+        return self.out(feed), (s, feed), w[:, :, 0]
+
+    def forward(self, regions: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        state, logits, weights = self.begin(regions), [], []
+        for t in range(tokens.shape[1]):
+            lg, state, w = self.step(tokens[:, t], state, regions)
+            logits.append(lg)
+            weights.append(w)
+        return torch.stack(logits, 1), torch.stack(weights, 2)  # (b, T, vocab), (b, h, T, n)
+
+
+class TransformerDecoder(nn.Module):
+    """Pre-norm ``TransformerDecoderLayer`` stack over word + position embeddings; maps of the last layer."""
+
+    def __init__(self, cfg: CaptionerConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d)
+        self.pos = nn.Parameter(torch.randn(cfg.max_len + 1, d) * 0.02)
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(d, cfg.num_heads, ffn_dim=2 * d, dropout=0.0, norm_first=True)
+            for _ in range(cfg.layers)
+        )
+        self.norm = nn.LayerNorm(d)
+        self.out = nn.Linear(d, cfg.vocab_size)
+
+    @staticmethod
+    def _layer(layer: TransformerDecoderLayer, x, memory):
+        """TransformerDecoderLayer.forward (pre-norm, causal, no dropout) that keeps the cross-attention weights."""
+        x = x + layer.self_attn(layer.norm1(x), causal=True)[0]
+        ctx, w = layer.multihead_attn(layer.norm2(x), memory, need_weights=True)  # (b, T, d), (b, h, T, n)
+        x = x + ctx
+        return x + layer.linear2(layer.activation(layer.linear1(layer.norm3(x)))), w
+
+    def forward(self, regions: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if tokens.shape[1] > self.pos.shape[0]:
+            raise ValueError(f"at most {self.pos.shape[0]} tokens; got {tokens.shape[1]}")
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # (b, T, d)
+        for layer in self.layers:
+            x, w = self._layer(layer, x, regions)
+        return self.out(self.norm(x)), w  # (b, T, vocab), (b, h, T, n)
+
+
+DECODERS = {"gru": GRUDecoder, "transformer": TransformerDecoder}
+
+
+class Captioner(nn.Module):
+    """CNN encoder → region features; a decoder (GRU or Transformer) whose words query the regions."""
+
+    def __init__(self, config: CaptionerConfig):
+        super().__init__()
+        config.validate()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.decoder = DECODERS[config.decoder](config)
+
     def _check(self, images: torch.Tensor) -> None:
         s = self.config.image_size
         if images.dim() != 4 or tuple(images.shape[1:]) != (3, s, s):
             raise ValueError(f"images must be (b, 3, {s}, {s}); got shape {tuple(images.shape)}")
 
-    def _begin(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        self._check(images)
-        regions = self.encoder(images)  # (b, n, d)
-        b, d = images.shape[0], self.config.d_model
-        return regions, self.start.expand(b, d), regions.new_zeros(b, d)
-
-    def step(self, y_prev, s, feed, regions):
-        """One word: y_prev (b,), s and h̃ (b, d) → logits (b, vocab), s, h̃, weights (b, h, n)."""
-        s = self.gru(torch.cat([self.embed(y_prev), feed], dim=-1), s)  # (b, d)
-        ctx, w = self.attn(s[:, None], regions, need_weights=True)  # (b, 1, d), (b, h, 1, n)
-        feed = torch.tanh(self.combine(torch.cat([s, ctx[:, 0]], dim=-1)))  # (b, d)
-        return self.out(feed), s, feed, w[:, :, 0]
-
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher forcing: tokens (b, T) start with <bos>; → logits (b, T, vocab), weights (b, h, T, n)."""
-        regions, s, feed = self._begin(images)
-        logits, weights = [], []
-        for t in range(tokens.shape[1]):
-            lg, s, feed, w = self.step(tokens[:, t], s, feed, regions)
-            logits.append(lg)
-            weights.append(w)
-        return torch.stack(logits, 1), torch.stack(weights, 2)
+        self._check(images)
+        return self.decoder(self.encoder(images), tokens)
 
     @torch.no_grad()
     def generate(self, images: torch.Tensor, bos: int, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Greedy decoding → tokens (b, L) (no <bos>; <eos> where a caption ends), weights (b, h, L, n)."""
-        regions, s, feed = self._begin(images)
-        y = torch.full((images.shape[0],), bos, dtype=torch.long, device=images.device)
-        done = torch.zeros(images.shape[0], dtype=torch.bool, device=images.device)
+        self._check(images)
+        regions = self.encoder(images)  # (b, n, d)
+        b = images.shape[0]
+        y = torch.full((b,), bos, dtype=torch.long, device=images.device)
+        done = torch.zeros(b, dtype=torch.bool, device=images.device)
+        gru = isinstance(self.decoder, GRUDecoder)
+        state = self.decoder.begin(regions) if gru else None
+        prefix = y[:, None]
         tokens, weights = [], []
         for _ in range(self.config.max_len):
-            lg, s, feed, w = self.step(y, s, feed, regions)
+            if gru:
+                lg, state, w = self.decoder.step(y, state, regions)
+            else:  # the whole prefix again; the last position's logits and maps
+                lg, w = self.decoder(regions, prefix)
+                lg, w = lg[:, -1], w[:, :, -1]
             y = lg.argmax(-1).masked_fill(done, eos)  # (b,)
             tokens.append(y)
             weights.append(w)
+            prefix = torch.cat([prefix, y[:, None]], 1)
             done |= y == eos
             if bool(done.all()):
                 break
         return torch.stack(tokens, 1), torch.stack(weights, 2)
 
 
-__all__ = ["Captioner", "CaptionerConfig", "Encoder"]
+__all__ = ["Captioner", "CaptionerConfig", "Encoder", "GRUDecoder", "TransformerDecoder", "DECODERS"]

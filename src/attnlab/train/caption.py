@@ -57,6 +57,8 @@ class CaptionTrainConfig:
     widths: tuple[int, ...] | None = None  # encoder stages; None: DEFAULT_WIDTHS[data]
     d_model: int = 64
     num_heads: int = 2
+    decoder: str = "gru"  # gru | transformer
+    layers: int = 2  # transformer decoder layers
     epochs: int = 20
     batch_size: int = 32
     lr: float = 1e-2
@@ -211,14 +213,14 @@ def train_captioner(
         images, captions, _ = load_corpus(cfg)
     vocab = Vocab.build(captions)
     mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, widths=cfg.widths,
-                           d_model=cfg.d_model, num_heads=cfg.num_heads,
+                           d_model=cfg.d_model, num_heads=cfg.num_heads, decoder=cfg.decoder, layers=cfg.layers,
                            max_len=max(len(c) for c in captions) + 1)
     model = Captioner(mcfg)
     inp, tgt = encode_captions(captions, vocab, mcfg.max_len)
     if log:
         what = f"{len(images)} scenes (+{len(test)} held-out layouts)" if test is not None else f"{len(images)} images"
         log(f"caption: {what}, {len(vocab)} tokens ({cfg.lang}), {mcfg.grid}×{mcfg.grid} regions, "
-            f"{mcfg.num_heads} heads, {sum(p.numel() for p in model.parameters()):,} parameters")
+            f"{mcfg.decoder} decoder, {mcfg.num_heads} heads, {sum(p.numel() for p in model.parameters()):,} parameters")
     probe = None
     if test is not None:
         sub = Scenes(test.images[:64], test.layouts[:64], test.captions[:64], test.token_cells[:64], test.names)
