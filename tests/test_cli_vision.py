@@ -51,22 +51,43 @@ def test_experiment_vision_bad_arguments(capsys):
 
 
 @needs_twemoji
+def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys):
+    ck = tmp_path / "ck"
+    assert main(["train", "caption", "--out", str(ck), "--n-train", "128", "--n-test", "8", "--epochs", "4",
+                 "--d-model", "16", "--heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
+                 "--lr", "2e-2"]) == 0
+    out = capsys.readouterr().out
+    assert "validation: exact match" in out and "attention accuracy" in out and "chance 25.0%" in out
+    scene = ck / "test-scenes" / "000.png"
+    assert scene.is_file() and (ck / "test-scenes" / "scenes.json").is_file()
+    maps = tmp_path / "maps"
+    assert main(["caption", "--checkpoint", str(ck), str(scene), "--out", str(maps)]) == 0
+    out = capsys.readouterr().out
+    assert "reference:" in out
+    n_words = sum(1 for line in out.splitlines() if "; cell (row" in line)
+    assert n_words >= 1, out
+    assert len(list(maps.glob("*.png"))) == n_words + 2  # one per word + caption.png + caption_heads.png
+    assert "attention accuracy on this image: " in out and ("✓" in out or "✗" in out)
+
+
+@needs_twemoji
 def test_train_caption_then_caption_and_errors(tmp_path, capsys):
     from PIL import Image
 
     from attnlab.data.emoji import load_emoji_items
 
     ck = tmp_path / "ck"
-    assert main(["train", "caption", "--out", str(ck), "--limit", "6", "--epochs", "2", "--d-model", "16"]) == 0
+    assert main(["train", "caption", "--data", "emoji", "--out", str(ck), "--limit", "6", "--epochs", "2",
+                 "--d-model", "16"]) == 0
     assert (ck / "model.safetensors").is_file() and (ck / "vocab.json").is_file()
     png = load_emoji_items("en", limit=1)[0].path
     maps = tmp_path / "maps"
     capsys.readouterr()
     assert main(["caption", "--checkpoint", str(ck), str(png), "--out", str(maps)]) == 0
     out = capsys.readouterr().out
-    assert "region" in out or out.strip() == ""  # words with their most-attended region (may be empty after 2 epochs)
-    n_words = sum(1 for line in out.splitlines() if "max weight" in line)
-    assert len(list(maps.glob("*.png"))) == n_words
+    n_words = sum(1 for line in out.splitlines() if "region (row" in line)
+    assert "cell (row" not in out  # single-emoji checkpoints have no scene cells
+    assert len(list(maps.glob("*.png"))) == (n_words + 2 if n_words else 0)  # + caption.png, caption_heads.png
 
     def err(argv):
         assert main(argv) == 2
@@ -84,3 +105,8 @@ def test_train_caption_then_caption_and_errors(tmp_path, capsys):
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")
     assert "missing model.safetensors" in err(["caption", "--checkpoint", str(tmp_path / "half"), str(png)])
+    out = str(tmp_path / "never")
+    assert "--cells must be >= 1" in err(["train", "caption", "--out", out, "--cells", "0"])
+    assert "max_objects" in err(["train", "caption", "--out", out, "--cells", "2", "--max-objects", "5"])
+    assert "multiple of cells" in err(["train", "caption", "--out", out, "--cells", "5"])
+    assert "--lr must be > 0" in err(["train", "caption", "--out", out, "--lr", "0"])

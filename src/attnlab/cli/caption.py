@@ -1,8 +1,14 @@
 """``attnlab caption --checkpoint DIR IMAGE.png``: caption an image and draw where each word looked.
 
-Prints the caption, then one line per word with the region it attended to most;
-with ``--out`` (default ``caption-maps/``) writes ``NN_word.png`` per word: the
-attention over the g×g regions drawn over the image (each map sums to 1).
+Prints the caption, then one line per word with the region it attended to most
+(the mean over heads) and, for a checkpoint trained on scenes, the cell of the
+scene's grid that region lies in and the weight inside that cell. When the
+image sits next to a ``scenes.json`` (as in the ``DIR/test-scenes/`` folder that
+``attnlab train caption`` writes) the reference caption is printed too, and
+each word is marked right or wrong: does it look at its own emoji's cell?
+With ``--out`` (default ``caption-maps/``) writes ``NN_word.png`` per word and
+``caption.png`` (the image and every word's map, averaged over heads, on one row),
+and with several heads ``caption_heads.png`` (a row per head).
 Image rules (``attnlab.data.emoji.read_image``): RGB, L, RGBA, LA, P or PA
 (transparency composited onto white); square; at least 8 pixels; resized to
 the model's size. Other images, non-image files and missing checkpoints are
@@ -12,11 +18,14 @@ errors (exit 2).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 
-from ..data.emoji import LANGS, read_image
-from ..train.caption import caption_image, load_captioner
+import numpy as np
+
+from ..data.emoji import LANGS, join_tokens, read_image
+from ..train.caption import caption_image, load_captioner, region_cells
 from . import UsageError
 
 
@@ -39,6 +48,17 @@ def _safe(word: str) -> str:
     return re.sub(r"[^\w-]+", "_", word, flags=re.UNICODE).strip("_")[:40] or "word"
 
 
+def _truth(image: Path) -> dict | None:
+    """The image's reference from a scenes.json beside it, if there is one."""
+    f = image.parent / "scenes.json"
+    if not f.is_file():
+        return None
+    try:
+        return json.loads(f.read_text(encoding="utf-8")).get(image.name)
+    except (ValueError, AttributeError):
+        raise UsageError(f"{f} is not a scenes.json written by `attnlab train caption`") from None
+
+
 def run_caption(args: argparse.Namespace) -> int:
     if not Path(args.checkpoint).exists():
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
@@ -49,20 +69,48 @@ def run_caption(args: argparse.Namespace) -> int:
             f"the checkpoint captions in {lang!r}, not {args.lang!r}; train one with "
             f"`attnlab train caption --lang {args.lang} --out DIR`"
         )
-    if not Path(args.image).is_file():
+    path = Path(args.image)
+    if not path.is_file():
         raise UsageError(f"no image file at {args.image}")
-    image = read_image(args.image, model.config.image_size)
-    text, words, maps = caption_image(model, vocab, image, lang)
-    print(text)
-    g = model.config.grid
-    for i, (w, m) in enumerate(zip(words, maps), start=1):
+    image = read_image(path, model.config.image_size)
+    cap = caption_image(model, vocab, image, lang)
+    print(cap.text)
+    g, cells = model.config.grid, config.get("cells")
+    truth = _truth(path)
+    if truth:
+        print(f"reference: {join_tokens(truth['caption'], lang)}")
+    rcell = region_cells(g, cells) if cells else None
+    hits = 0
+    for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
         r, c = divmod(int(m.argmax()), g)
-        print(f"  {i:2d} {w:<16} max weight {m.max():.3f} at region (row {r}, col {c}) of {g}×{g}")
-    if not args.no_overlays and words:
-        from ..experiments.overlays import save_word_overlay
+        line = f"  {i:2d} {w:<12} region (row {r}, col {c}) of {g}×{g}, weight {m.max():.3f}"
+        if rcell is not None:
+            cell = int(rcell[m.argmax()])
+            line += f"; cell (row {cell // cells}, col {cell % cells}) of {cells}×{cells}"
+            line += f", mass {float(m.reshape(-1)[rcell == cell].sum()):.2f}"
+            if truth:
+                ok = {tc for t, tc in zip(truth["caption"], truth["token_cells"]) if t == w}
+                right = cell in ok
+                hits += right
+                line += "  ✓ on its emoji" if right else ("  ✗ (its emoji: cell " + ", ".join(
+                    f"row {k // cells}, col {k % cells}" for k in sorted(ok)) + ")" if ok else "  ✗ (not in the scene)")
+        print(line)
+    if truth and cap.words:
+        print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "
+              f"exact match: {'yes' if cap.words == truth['caption'] else 'no'}")
+    if not args.no_overlays and cap.words:
+        from ..experiments.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
         out = Path(args.out)
-        for i, (w, m) in enumerate(zip(words, maps), start=1):
-            save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png")
-        print(f"wrote {len(words)} overlays to {out}/")
+        for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
+            save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png", cells=cells)
+        save_caption_strip(image, np.asarray(cap.maps), cap.words, out / "caption.png", cells=cells,
+                           title=f"“{cap.text}”")
+        extra = ""
+        if cap.head_maps.shape[0] > 1:  # one row per head: what each head looked at for each word
+            save_overlay_grid([image] * cap.head_maps.shape[0], [list(h) for h in cap.head_maps],
+                              out / "caption_heads.png", column_titles=["image", *cap.words],
+                              row_titles=[f"head {i + 1}" for i in range(cap.head_maps.shape[0])])
+            extra = " and caption_heads.png"
+        print(f"wrote {len(cap.words)} overlays, caption.png{extra} to {out}/")
     return 0

