@@ -6,6 +6,7 @@ for each claim): it computes nothing. ``lang`` is ``"en"`` or ``"zh"``.
 
 from __future__ import annotations
 
+import unicodedata
 from decimal import Decimal
 from typing import Any
 
@@ -85,12 +86,22 @@ def summary(verdicts: list[Verdict], lang: str) -> str:
     return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], wrong=count[WRONG])
 
 
+def _width(s: str) -> int:
+    """Columns a string takes in a terminal: CJK (wide) characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+
+
+def _pad(s: str, width: int) -> str:
+    return s + " " * max(0, width - _width(s))
+
+
 def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> list[str]:
     lines = ["", i18n.t(lang, "claims")]
+    status_width = max([6] + [_width(i18n.t(lang, s)) for s in (EXACT, DRIFT, WRONG)])
     for v in verdicts:
         text, true, notes = claim_lines(v, digits, lang)
         status = i18n.t(lang, v.status)
-        lines.append(f"  {MARKS[v.status]} {status:<6} {text:<36} {true}")
+        lines.append(f"  {MARKS[v.status]} {_pad(status, status_width)} {_pad(text, 36)} {true}")
         lines.extend(f"           {n}" for n in notes)
     lines.append("  " + summary(verdicts, lang))
     return lines
