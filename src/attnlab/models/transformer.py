@@ -76,6 +76,8 @@ class Transformer(nn.Module):
         self.config = c = config
         self.src_emb = nn.Embedding(c.src_vocab, c.dim)
         self.tgt_emb = nn.Embedding(c.tgt_vocab, c.dim)
+        for emb in (self.src_emb, self.tgt_emb):  # N(0, 1/dim): after the ·√dim scale, unit size like the positions
+            nn.init.normal_(emb.weight, std=c.dim**-0.5)
         self.pos = POSITIONAL[c.positional](c)  # None for rope
         self.drop = nn.Dropout(c.dropout)
         kw = dict(ffn_dim=c.ffn_dim, dropout=c.dropout, norm_first=c.norm_first, num_kv_heads=c.num_kv_heads,
