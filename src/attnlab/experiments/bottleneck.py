@@ -56,7 +56,7 @@ class BottleneckConfig:
     tf_layers: int = 2  # encoder and decoder layers each
     tf_ff: int = 192
     tf_dropout: float = 0.0
-    tf_lr: float = 1e-3
+    tf_lr: float = 2e-3
 
     def __post_init__(self):
         self.decoders = tuple(self.decoders)
