@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             refs.append(tv.decode(t))
             lengths.append(len(s))
     overall = metrics.scores(hyps, refs)
-    print(f"{ds.name} {args.split}: {overall['n']} sentences, {model.config.decoder} decoder, beam {args.beam}")
+    print(f"{ds.name} {args.split}: {overall['n']} sentences, {model.label}, beam {args.beam}")
     print(f"exact {overall['exact']:.1f}%  BLEU {overall['bleu']:.1f}  chrF {overall['chrf']:.1f}")
     print("\n| source length | n | exact % | BLEU | chrF |\n|---|---|---|---|---|")
     for row in metrics.by_length(hyps, refs, lengths, metrics.length_buckets(lengths, args.buckets)):

@@ -2,6 +2,7 @@
 
     attnlab experiment bottleneck              # the default size (≤ 10 min on 2 cores)
     attnlab experiment bottleneck --quick      # seconds: a smoke run
+    attnlab experiment bottleneck --models none,bahdanau,luong,transformer   # the Transformer beside them
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="training steps per model")
     p.add_argument("--n", type=int, help="numbers in all splits")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--models", help="comma-separated, from none,bahdanau,luong,transformer (default none,bahdanau,luong)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
     p.add_argument("--out", default="runs/bottleneck", help="folder for table.md, results.json, bottleneck.png")
     p.add_argument("--quiet", action="store_true")
@@ -27,15 +29,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..experiments.bottleneck import BottleneckConfig, table
+    from ..experiments.bottleneck import MODEL_NAMES, BottleneckConfig, table
     from ..experiments.bottleneck import run as run_experiment
     from . import UsageError
 
     if args.threads < 1:
         raise UsageError(f"--threads must be >= 1; got {args.threads}")
     torch.set_num_threads(args.threads)
+    if args.models is not None:
+        models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+        bad = [m for m in models if m not in MODEL_NAMES]
+        if bad or not models or len(set(models)) != len(models):
+            raise UsageError(f"--models takes distinct names from {','.join(MODEL_NAMES)}; got {args.models!r}")
     cfg = BottleneckConfig.quick() if args.quick else BottleneckConfig()
     changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("n", args.n)) if v is not None}
+    if args.models is not None:
+        changes["decoders"] = models
     cfg = replace(cfg, seed=args.seed, **changes)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")

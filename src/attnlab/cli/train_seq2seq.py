@@ -1,7 +1,13 @@
-"""``attnlab train seq2seq``: train an RNN encoder–decoder (with or without attention) on a corpus.
+"""``attnlab train seq2seq``: train a translation model on a corpus: an RNN encoder–decoder
+(with or without attention, the default) or a Transformer (``--model transformer``).
 
     attnlab train seq2seq --data numbers-de-en --attention bahdanau --steps 3000 --out runs/de-en
+    attnlab train seq2seq --data numbers-de-en --model transformer --layers 2 --heads 4 --dim 128 --out runs/de-en-tf
     attnlab train seq2seq --out runs/de-en --resume        # continue a killed run exactly
+
+Both kinds share the data, vocabularies, batches, validation and checkpoints;
+the RNN flags (--attention, --rnn, --emb, --hidden, ...) apply to --model rnn,
+the Transformer flags (--layers, --heads, --dim, --ff, --pos) to --model transformer.
 
 The checkpoint folder holds model.safetensors (weights, Adam state, RNG),
 config.json (model, training, data) and the two vocabularies.
@@ -15,10 +21,12 @@ from pathlib import Path
 from . import UsageError
 
 ATTENTIONS = ("none", "bahdanau", "luong")
+MODEL_KINDS = ("rnn", "transformer")
+POSITIONS = ("sinusoidal", "learned", "rope")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("seq2seq", help="an RNN encoder-decoder translation model",
+    p = sub.add_parser("seq2seq", help="a translation model: RNN encoder-decoder or Transformer",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = p.add_argument_group("data")
     d.add_argument("--data", default="numbers-de-en", help="numbers-SRC-TGT (en de fr es it zh digits) or ding-de-en, ding-en-de")
@@ -28,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--src-level", choices=("char", "word"), help="tokenisation of the source (default: per language)")
     d.add_argument("--tgt-level", choices=("char", "word"), help="tokenisation of the target (default: per language)")
     m = p.add_argument_group("model")
+    m.add_argument("--model", choices=MODEL_KINDS, default="rnn", help="rnn (encoder-decoder, default) or transformer")
     m.add_argument("--attention", choices=ATTENTIONS, default="bahdanau", help="the decoder (default bahdanau)")
     m.add_argument("--score", choices=("dot", "general", "concat"), default="general", help="Luong's score (default general)")
     m.add_argument("--rnn", choices=("gru", "lstm"), default="gru")
@@ -35,7 +44,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--hidden", type=int, default=128)
     m.add_argument("--attn-dim", type=int, default=128)
     m.add_argument("--unidirectional", action="store_true", help="a one-directional encoder")
-    m.add_argument("--dropout", type=float, default=0.0)
+    m.add_argument("--dropout", type=float, help="dropout (default 0 for rnn, 0.1 for transformer)")
+    tf = p.add_argument_group("transformer (--model transformer)")
+    tf.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each (default 2)")
+    tf.add_argument("--heads", type=int, default=4, help="attention heads; must divide --dim (default 4)")
+    tf.add_argument("--dim", type=int, default=128, help="model width d_model (default 128)")
+    tf.add_argument("--ff", type=int, help="feed-forward width (default 4 x --dim)")
+    tf.add_argument("--pos", choices=POSITIONS, default="sinusoidal", help="positional encoding (default sinusoidal)")
     t = p.add_argument_group("training")
     t.add_argument("--steps", type=int, help="optimizer steps in all (default 3000)")
     t.add_argument("--batch-size", type=int, default=64)
@@ -58,12 +73,44 @@ def _data(args, data_cfg: dict):  # noqa: ARG001
     return ds
 
 
+def _model(args, src_vocab: int, tgt_vocab: int, max_len: int = 512):
+    """The model the flags describe (ValueError for flags that do not fit, e.g. --heads not dividing --dim)."""
+    from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
+
+    if args.model == "transformer":
+        dropout = 0.1 if args.dropout is None else args.dropout
+        return TransformerTranslator(TransformerConfig(
+            src_vocab=src_vocab, tgt_vocab=tgt_vocab, dim=args.dim, num_heads=args.heads, num_encoder_layers=args.layers,
+            num_decoder_layers=args.layers, ffn_dim=args.ff, dropout=dropout, positional=args.pos, max_len=max_len))
+    return Seq2Seq(Seq2SeqConfig(
+        src_vocab=src_vocab, tgt_vocab=tgt_vocab, decoder=args.attention, rnn=args.rnn, emb_dim=args.emb,
+        hidden=args.hidden, bidirectional=not args.unidirectional, attn_dim=args.attn_dim, luong_score=args.score,
+        dropout=0.0 if args.dropout is None else args.dropout))
+
+
+def _check_flags(args) -> None:
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        raise UsageError(f"--dropout must be in [0, 1); got {args.dropout}")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be >= 1; got {args.steps}")
+    if not args.resume:
+        try:
+            _model(args, 8, 8)  # the model flags, checked before any data is built
+        except ValueError as e:
+            flags = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff"}
+            msg = str(e)
+            for name, flag in flags.items():
+                msg = msg.replace(f"{name}=", f"{flag}=").replace(f"{name} must", f"{flag} must")
+            raise UsageError(msg) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..data import Vocab, build_corpus
-    from ..models import Seq2Seq, Seq2SeqConfig, build_model
+    from ..models import build_model
     from ..train.checkpoint import load_checkpoint, read_text
     from ..train.loop import TrainConfig, train, train_config_from
 
+    _check_flags(args)
     out = Path(args.out)
     if args.resume:
         _, config, _ = load_checkpoint(out)
@@ -87,10 +134,9 @@ def run(args: argparse.Namespace) -> int:
         ds = _data(args, data_cfg)
         data_cfg["src_level"], data_cfg["tgt_level"] = ds.src_level, ds.tgt_level
         corpus = build_corpus(ds)
-        model = Seq2Seq(Seq2SeqConfig(
-            src_vocab=len(corpus.src_vocab), tgt_vocab=len(corpus.tgt_vocab), decoder=args.attention,
-            rnn=args.rnn, emb_dim=args.emb, hidden=args.hidden, bidirectional=not args.unidirectional,
-            attn_dim=args.attn_dim, luong_score=args.score, dropout=args.dropout))
+        longest = max(max(len(s), len(t)) for s, t in corpus.train)
+        # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
+        model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))
         cfg = TrainConfig(steps=args.steps or 3000, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                           eval_every=args.eval_every, save_every=args.save_every)
         extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
@@ -98,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
-              f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.config.decoder} decoder, {n_par:,} parameters")
+              f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.label}, {n_par:,} parameters")
     result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
                    files=files, progress=not args.quiet)
     print(f"saved {out} at step {result.step}: valid {result.valid}")

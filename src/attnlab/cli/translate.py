@@ -5,6 +5,9 @@
 
 For each output token the text alignment shows one shaded cell per source
 token (darker = more weight, `█` ≥ 0.5) and the source token with the most weight.
+For an RNN checkpoint the weights are the decoder's attention α_t; for a
+Transformer checkpoint they are the cross-attention of the last decoder layer,
+averaged over heads (the output says so).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def alignment_text(src_tokens: list[str], out_tokens: list[str], weights) -> str
     return "\n".join(lines)
 
 
-def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weights) -> None:
+def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weights, title: str | None = None) -> None:
     try:
         import matplotlib
 
@@ -59,6 +62,8 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
     ax.set_yticks(range(len(out_tokens)), out_tokens)
     ax.set_xlabel("source")
     ax.set_ylabel("output")
+    if title:
+        ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -91,10 +96,13 @@ def run(args: argparse.Namespace) -> int:
         out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
         print(f"{text.strip()} → {tv.decode(h.tokens)}" + ("" if h.ended else f"  (stopped at --max-len {args.max_len})"))
         if h.weights is not None and not args.no_alignment:
+            if getattr(model, "alignment", None):
+                print(f"(alignment: {model.alignment})")
             print(alignment_text(tokenize(text.strip(), sv.level), out_tokens, h.weights))
         if args.plot and n == 0:
             if h.weights is None:
                 raise UsageError("this model has no attention (decoder 'none'): there is no alignment to plot")
-            plot_alignment(args.plot, tokenize(text.strip(), sv.level), out_tokens, h.weights)
+            plot_alignment(args.plot, tokenize(text.strip(), sv.level), out_tokens, h.weights,
+                           title=getattr(model, "alignment", None))
             print(f"wrote {args.plot}")
     return 0

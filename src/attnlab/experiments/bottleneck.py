@@ -8,6 +8,11 @@ decoders of ``attnlab.models.Seq2Seq`` with the same size, steps, batches and
 seed on the same data, decodes the test split greedily and reports exact match
 and chrF per source-length bucket, as a Markdown table and a PNG plot.
 
+``decoders`` may also name ``"transformer"`` (``attnlab.models.TransformerTranslator``,
+``tf_*`` sizes): it trains on the same data, split, batches, steps and seed, so
+the table puts the Transformer beside the RNNs under the same budget (its own
+learning rate ``tf_lr``: Adam without warm-up needs a smaller one).
+
 ``BottleneckConfig.quick()`` is a seconds-long version for the tests.
 """
 
@@ -15,19 +20,20 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
-from ..models import Seq2Seq, Seq2SeqConfig
+from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
 from ..train import metrics
 from ..train.decode import greedy
 from ..train.loop import TrainConfig, train
 
 DECODERS = ("none", "bahdanau", "luong")
+MODEL_NAMES = (*DECODERS, "transformer")  # what ``decoders`` may hold
 
 
 @dataclass
@@ -44,11 +50,35 @@ class BottleneckConfig:
     buckets: int = 4
     test_size: int = 400
     seed: int = 0
-    decoders: tuple[str, ...] = DECODERS
+    decoders: tuple[str, ...] = DECODERS  # any of MODEL_NAMES
+    tf_dim: int = 96  # the Transformer ("transformer" in decoders)
+    tf_heads: int = 4
+    tf_layers: int = 2  # encoder and decoder layers each
+    tf_ff: int = 192
+    tf_dropout: float = 0.0
+    tf_lr: float = 2e-3
+
+    def __post_init__(self):
+        self.decoders = tuple(self.decoders)
+        bad = [d for d in self.decoders if d not in MODEL_NAMES]
+        if bad or not self.decoders:
+            raise ValueError(f"models must be a non-empty selection of {', '.join(MODEL_NAMES)}; got {', '.join(self.decoders) or 'none'}")
 
     @classmethod
-    def quick(cls) -> BottleneckConfig:
-        return cls(n=600, max_digits=6, steps=30, batch_size=32, emb_dim=16, hidden=24, attn_dim=24, buckets=3, test_size=40)
+    def quick(cls, **kw) -> BottleneckConfig:
+        small = dict(n=600, max_digits=6, steps=30, batch_size=32, emb_dim=16, hidden=24, attn_dim=24, buckets=3,
+                     test_size=40, tf_dim=24, tf_heads=2, tf_layers=1, tf_ff=48)
+        return cls(**{**small, **kw})
+
+
+def _build(name: str, cfg: BottleneckConfig, src_vocab: int, tgt_vocab: int):
+    torch.manual_seed(cfg.seed)
+    if name == "transformer":
+        return TransformerTranslator(TransformerConfig(
+            src_vocab=src_vocab, tgt_vocab=tgt_vocab, dim=cfg.tf_dim, num_heads=cfg.tf_heads, num_encoder_layers=cfg.tf_layers,
+            num_decoder_layers=cfg.tf_layers, ffn_dim=cfg.tf_ff, dropout=cfg.tf_dropout))
+    return Seq2Seq(Seq2SeqConfig(src_vocab=src_vocab, tgt_vocab=tgt_vocab, decoder=name,
+                                 emb_dim=cfg.emb_dim, hidden=cfg.hidden, attn_dim=cfg.attn_dim))
 
 
 def _evaluate(model, corpus, test, batch_size):
@@ -73,11 +103,9 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
                        eval_every=0, save_every=0, log_every=max(1, cfg.steps // 5))
     results = {"config": asdict(cfg), "buckets": buckets, "models": {}}
     for dec in cfg.decoders:
-        torch.manual_seed(cfg.seed)
-        model = Seq2Seq(Seq2SeqConfig(src_vocab=len(corpus.src_vocab), tgt_vocab=len(corpus.tgt_vocab), decoder=dec,
-                                      emb_dim=cfg.emb_dim, hidden=cfg.hidden, attn_dim=cfg.attn_dim))
+        model = _build(dec, cfg, len(corpus.src_vocab), len(corpus.tgt_vocab))
         t0 = time.perf_counter()
-        r = train(model, corpus.train, [], tcfg, progress=progress)
+        r = train(model, corpus.train, [], replace(tcfg, lr=cfg.tf_lr) if dec == "transformer" else tcfg, progress=progress)
         model.eval()
         hyps, refs, lengths = _evaluate(model, corpus, test, cfg.batch_size)
         results["models"][dec] = {
@@ -86,6 +114,7 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
             "train_loss": r.train_loss,
             "tokens_per_s": r.tokens_per_s,
             "seconds": time.perf_counter() - t0,
+            "parameters": sum(p.numel() for p in model.parameters()),
         }
     if out is not None:
         out = Path(out)
@@ -134,4 +163,4 @@ def plot(results: dict, path: str | Path) -> Path | None:
     return Path(path)
 
 
-__all__ = ["BottleneckConfig", "run", "table", "plot", "DECODERS"]
+__all__ = ["BottleneckConfig", "run", "table", "plot", "DECODERS", "MODEL_NAMES"]

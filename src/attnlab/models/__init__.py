@@ -1,8 +1,8 @@
 """attnlab.models: whole models built from attnlab parts.
 
 ``MODELS`` maps a checkpoint's ``config["model"]["kind"]`` to (config class,
-model class), so ``build_model(config_dict)`` rebuilds any saved model; other
-model families (e.g. a Transformer translator) add their entry here.
+model class), so ``build_model(config_dict)`` rebuilds any saved model: the RNN
+encoder–decoders (``"seq2seq"``) and the Transformer translator (``"transformer"``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .seq2seq import DECODERS, Seq2Seq, Seq2SeqConfig
+from .transformer import TransformerConfig
+from .transformer_translator import TransformerTranslator
 
-MODELS = {"seq2seq": (Seq2SeqConfig, Seq2Seq)}
+MODELS = {"seq2seq": (Seq2SeqConfig, Seq2Seq), "transformer": (TransformerConfig, TransformerTranslator)}
 
 
 def build_model(config: dict):
@@ -30,4 +32,4 @@ def build_model(config: dict):
         raise ValueError(f"model config does not fit {cfg_cls.__name__}: {e}") from None
 
 
-__all__ = ["Seq2Seq", "Seq2SeqConfig", "DECODERS", "MODELS", "build_model"]
+__all__ = ["Seq2Seq", "Seq2SeqConfig", "TransformerTranslator", "TransformerConfig", "DECODERS", "MODELS", "build_model"]

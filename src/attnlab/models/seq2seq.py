@@ -115,6 +115,11 @@ class Seq2Seq(nn.Module):
         self.output = AttentionalOutput(d_e, H, H, cfg.tgt_vocab, dropout=cfg.dropout)
         self.dropout = nn.Dropout(cfg.dropout)
 
+    @property
+    def label(self) -> str:
+        """What the command line prints for this model."""
+        return f"{self.config.decoder} decoder"
+
     def config_dict(self) -> dict:
         return {"kind": self.kind, **asdict(self.config)}
 

@@ -4,8 +4,11 @@
     h      = Decoder(E_tgt[tgt] · √d + PE, memory)          (b, t, dim)   causal self-attn + cross-attn
     logits = h W_outᵀ                                       (b, t, tgt_vocab)
 
-Built from ``attnlab.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
-with sinusoidal positions. Padding masks are (b, s) / (b, t) bool, **True on real
+Built from ``attnlab.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``.
+``positional`` picks how order enters: ``"sinusoidal"`` (the paper, the default),
+``"learned"`` (one (max_len, dim) table shared by source and target) or ``"rope"``
+(rotary, in every self-attention; cross-attention has no positions of its own).
+Padding masks are (b, s) / (b, t) bool, **True on real
 tokens**. ``greedy`` decodes with the decoder's key/value cache. Pre-norm
 (``norm_first=True``, the default here: it trains without warm-up) adds a final
 LayerNorm to each stack. ``attention_maps`` returns the encoder's, the decoder's
@@ -22,8 +25,15 @@ from torch import nn
 
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
-from ..nn.positional import SinusoidalPositionalEncoding
+from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from ..trace import trace
+
+# how order enters: a module added to the embeddings (or None: rotary, inside the attention)
+POSITIONAL = {
+    "sinusoidal": lambda c: SinusoidalPositionalEncoding(c.dim),
+    "learned": lambda c: LearnedPositionalEmbedding(c.max_len, c.dim),
+    "rope": lambda c: None,
+}
 
 
 @dataclass
@@ -38,6 +48,24 @@ class TransformerConfig:
     dropout: float = 0.1
     norm_first: bool = True
     num_kv_heads: int | None = None
+    positional: str = "sinusoidal"  # one of POSITIONAL
+    max_len: int = 512  # the longest source or target ("learned" positions only)
+
+    def __post_init__(self):
+        if self.positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {tuple(POSITIONAL)}; got {self.positional!r}")
+        for name in ("src_vocab", "tgt_vocab", "dim", "num_heads", "num_encoder_layers", "num_decoder_layers", "max_len"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        if self.dim % self.num_heads:
+            raise ValueError(f"dim must be a multiple of num_heads; got dim={self.dim}, num_heads={self.num_heads}")
+        if self.positional in ("sinusoidal", "rope") and (self.dim if self.positional == "sinusoidal" else self.dim // self.num_heads) % 2:
+            what = "dim" if self.positional == "sinusoidal" else "the head size dim / num_heads"
+            raise ValueError(f"{self.positional} positions need an even {what}; got dim={self.dim}, num_heads={self.num_heads}")
+        if self.ffn_dim is not None and self.ffn_dim < 1:
+            raise ValueError(f"ffn_dim must be >= 1; got {self.ffn_dim}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
 
 
 class Transformer(nn.Module):
@@ -48,18 +76,25 @@ class Transformer(nn.Module):
         self.config = c = config
         self.src_emb = nn.Embedding(c.src_vocab, c.dim)
         self.tgt_emb = nn.Embedding(c.tgt_vocab, c.dim)
-        self.pos = SinusoidalPositionalEncoding(c.dim)
+        for emb in (self.src_emb, self.tgt_emb):  # N(0, 1/dim): after the ·√dim scale, unit size like the positions
+            nn.init.normal_(emb.weight, std=c.dim**-0.5)
+        self.pos = POSITIONAL[c.positional](c)  # None for rope
         self.drop = nn.Dropout(c.dropout)
-        kw = dict(ffn_dim=c.ffn_dim, dropout=c.dropout, norm_first=c.norm_first, num_kv_heads=c.num_kv_heads)
+        kw = dict(ffn_dim=c.ffn_dim, dropout=c.dropout, norm_first=c.norm_first, num_kv_heads=c.num_kv_heads,
+                  rope=c.positional == "rope")
         self.encoder = nn.ModuleList(TransformerEncoderLayer(c.dim, c.num_heads, **kw) for _ in range(c.num_encoder_layers))
         self.decoder = nn.ModuleList(TransformerDecoderLayer(c.dim, c.num_heads, **kw) for _ in range(c.num_decoder_layers))
         self.enc_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
         self.dec_norm = nn.LayerNorm(c.dim) if c.norm_first else nn.Identity()
         self.out = nn.Linear(c.dim, c.tgt_vocab)
 
+    def _embed(self, emb: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        x = emb(ids) * math.sqrt(self.config.dim)  # (b, n, dim)
+        return self.drop(x if self.pos is None else self.pos(x, offset))
+
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (b, s) ids, src_mask (b, s) True on real tokens → memory (b, s, dim)."""
-        x = self.drop(self.pos(self.src_emb(src) * math.sqrt(self.config.dim)))
+        x = self._embed(self.src_emb, src)
         for layer in self.encoder:
             x = layer(x, mask=src_mask)
         return self.enc_norm(x)
@@ -72,13 +107,25 @@ class Transformer(nn.Module):
         src_mask: torch.Tensor | None = None,
         tgt_mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
-    ) -> torch.Tensor:
-        """tgt (b, t) ids → logits (b, t, tgt_vocab); with a cache, tgt holds only the new tokens."""
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """tgt (b, t) ids → logits (b, t, tgt_vocab); with a cache, tgt holds only the new tokens.
+
+        ``need_weights=True`` also returns the last decoder layer's cross-attention
+        weights (b, h, t, s), per head.
+        """
         offset = 0 if cache is None else cache.length
-        x = self.drop(self.pos(self.tgt_emb(tgt) * math.sqrt(self.config.dim), offset))
+        x = self._embed(self.tgt_emb, tgt, offset)
+        weights = None
+        last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            x = layer(x, memory, mask=tgt_mask, memory_mask=src_mask, causal=True, cache=None if cache is None else cache[i])
-        return self.out(self.dec_norm(x))
+            kw = dict(mask=tgt_mask, memory_mask=src_mask, causal=True, cache=None if cache is None else cache[i])
+            if need_weights and i == last:
+                x, weights = layer(x, memory, need_weights=True, **kw)
+            else:
+                x = layer(x, memory, **kw)
+        logits = self.out(self.dec_norm(x))
+        return (logits, weights) if need_weights else logits
 
     def forward(
         self,
@@ -134,4 +181,4 @@ def attention_maps(
     return {"encoder": torch.stack(maps[:n_enc]), "decoder": torch.stack(dec[0::2]), "cross": torch.stack(dec[1::2])}
 
 
-__all__ = ["Transformer", "TransformerConfig", "attention_maps"]
+__all__ = ["Transformer", "TransformerConfig", "attention_maps", "POSITIONAL"]

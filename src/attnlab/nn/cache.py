@@ -78,6 +78,30 @@ class LayerCache:
         self.length = need
         return self.keys, self.values
 
+    def buffers(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The whole key and value buffers (b, h_kv, capacity, d_h); the first ``length`` are filled.
+
+        With ``from_buffers`` a decoder can keep its cache as plain tensors with the
+        batch first (so beam search can reorder them with ``index_select``).
+        """
+        return self._k, self._v
+
+    @classmethod
+    def from_buffers(cls, k: torch.Tensor | None, v: torch.Tensor | None, length: int) -> LayerCache:
+        """A cache over existing buffers (b, h_kv, capacity, d_h) whose first ``length`` positions are filled."""
+        cache = cls()
+        if k is None or v is None:
+            if length:
+                raise ValueError(f"a cache of length {length} needs key and value buffers")
+            return cache
+        if k.dim() != 4 or k.shape != v.shape or not 0 <= length <= k.shape[2]:
+            raise ValueError(
+                f"cache buffers must be k, v of one shape (b, h_kv, capacity, d_h) with length <= capacity; "
+                f"got {_checks.shape(k)}, {_checks.shape(v)}, length {length}"
+            )
+        cache._k, cache._v, cache.length = k, v, int(length)
+        return cache
+
     def reset(self) -> None:
         self._k = self._v = None
         self.length = 0

@@ -135,8 +135,9 @@ class TransformerDecoderLayer(nn.Module):
     def _sa(self, x, mask, causal, cache):
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
-    def _ca(self, x, memory, memory_mask):
-        return self.dropout2(self.multihead_attn(x, memory, mask=memory_mask)[0])
+    def _ca(self, x, memory, memory_mask, need_weights=False):
+        out, weights = self.multihead_attn(x, memory, mask=memory_mask, need_weights=need_weights)
+        return self.dropout2(out), weights
 
     def _ff(self, x):
         return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -150,19 +151,25 @@ class TransformerDecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
         causal: bool = True,
         cache: LayerCache | None = None,
-    ) -> torch.Tensor:
+        need_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """x (b, t, dim), memory (b, s, memory_dim) → (b, t, dim).
 
         mask: self-attention mask ((b, t) padding or broadcastable to (b, h, t, t));
         memory_mask: (b, s) padding of the source or broadcastable to (b, h, t, s).
+        ``need_weights=True`` returns ``(x, cross-attention weights (b, h, t, s))``.
         """
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, causal, cache)
-            x = x + self._ca(self.norm2(x), memory, memory_mask)
-            return x + self._ff(self.norm3(x))
-        x = self.norm1(x + self._sa(x, mask, causal, cache))
-        x = self.norm2(x + self._ca(x, memory, memory_mask))
-        return self.norm3(x + self._ff(x))
+            ca, w = self._ca(self.norm2(x), memory, memory_mask, need_weights)
+            x = x + ca
+            x = x + self._ff(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa(x, mask, causal, cache))
+            ca, w = self._ca(x, memory, memory_mask, need_weights)
+            x = self.norm2(x + ca)
+            x = self.norm3(x + self._ff(x))
+        return (x, w) if need_weights else x
 
 
 __all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "ACTIVATIONS"]
