@@ -147,3 +147,33 @@ def test_bad_input_and_registry():
         m(torch.randn(2, 3), torch.randn(2, 4, 5), mask=torch.ones(2, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="attn_dim"):
         AdditiveAttention(3, 5, 0)
+
+
+@pytest.mark.parametrize("chunk", [2, 5])  # several blocks / one block (kept from the forward, not recomputed)
+@pytest.mark.parametrize("wanted", ["abv", "a", "b", "v"])
+def test_chunked_kernel_partial_grads_and_retain_graph(chunk, wanted):
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(2, 5, 4, generator=g, dtype=torch.float64, requires_grad="a" in wanted)
+    b = torch.randn(2, 3, 4, generator=g, dtype=torch.float64, requires_grad="b" in wanted)
+    v = torch.randn(4, generator=g, dtype=torch.float64, requires_grad="v" in wanted)
+    up = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    inputs = [t for t in (a, b, v) if t.requires_grad]
+    ref = torch.autograd.grad(((torch.tanh(a[:, :, None] + b[:, None]) @ v) * up).sum(), inputs)
+    loss = (chunked_additive_scores(a, b, v, chunk=chunk) * up).sum()
+    first = torch.autograd.grad(loss, inputs, retain_graph=True)
+    second = torch.autograd.grad(loss, inputs)  # the kept block was consumed: recomputed
+    for r, x, y in zip(ref, first, second):
+        torch.testing.assert_close(x, r, atol=1e-12, rtol=0)
+        torch.testing.assert_close(y, r, atol=1e-12, rtol=0)
+
+
+def test_chunk_budget_quarter_of_the_whole_tensor():
+    from attnlab.kernels.chunked_additive import DEFAULT_MAX_ELEMS, _chunk
+
+    b, q, k, d_a = 32, 200, 200, 256
+    c = _chunk(b, q, k, d_a, None, DEFAULT_MAX_ELEMS)
+    assert 1 <= c and c * b * k * d_a <= min(DEFAULT_MAX_ELEMS, b * q * k * d_a // 4)
+    assert _chunk(4, 10, 10, 8, None, DEFAULT_MAX_ELEMS) == 10  # small: one block
+    assert _chunk(1, 10, 1, 1, None, 3) == 3  # budget 3 → blocks of 3 (4 blocks, evened: ceil(10/4) = 3)
+    with pytest.raises(ValueError, match="chunk"):
+        _chunk(1, 10, 1, 1, 0, 3)

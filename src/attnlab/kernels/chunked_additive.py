@@ -7,21 +7,34 @@ Align and Translate", https://arxiv.org/abs/1409.0473 (eq. 6 of appendix A).
 
 The readable reference (``attnlab.scores.additive``) broadcasts ``a_i + b_j`` to
 a ``(b, q, k, d_a)`` tensor, and autograd keeps it (and its tanh) for the
-backward pass: at b=32, q=k=200, d_a=256 that is 1.3 GB per copy. Here the
-forward pass computes the scores ``chunk`` queries at a time and keeps only the
-inputs; the backward pass recomputes ``u = tanh(a_i + b_j)`` per chunk and
-accumulates
+backward pass: at b=32, q=k=200, d_a=256 that is 1.3 GB per copy, and its peak
+holds about three copies. Here the forward pass computes the scores ``chunk``
+queries at a time in one reused buffer, ``u = tanh(a_i + b_j)`` (tanh once per
+chunk); the backward pass recomputes ``u`` per chunk (the last chunk of the
+forward is kept, so a problem that fits in one chunk, e.g. a decoding step, is
+never recomputed) and accumulates, with ``w = 1 − u²`` factored so that ``v``
+and the plain sums of ``g`` leave the big loop:
 
-    ∂e/∂a_i = Σ_j g_ij v ⊙ (1 − u_ij²),   ∂e/∂b_j = Σ_i g_ij v ⊙ (1 − u_ij²),   ∂e/∂v = Σ_ij g_ij u_ij
+    ∂e/∂v   = Σ_ij g_ij u_ij                                  (a batched matmul)
+    ∂e/∂a_i = v ⊙ (Σ_j g_ij − Σ_j g_ij u_ij²)
+    ∂e/∂b_j = v ⊙ (Σ_i g_ij − Σ_i g_ij u_ij²)
 
-so at most a ``(b, chunk, k, d_a)`` block is alive at any time. The chunk size
-is chosen from a budget of elements (``max_elems``, default 2**24 ≈ 64 MB in
-float32), or given. The function takes the *projected* query and keys, so the
-keys' projection can be computed once per source sentence and reused at every
-decoding step.
+(``g u²`` is formed in place in the buffer, so a chunk costs one
+``(b, chunk, k, d_a)`` block and no other temporary of that size.)
+
+Chunk size: at most ``max_elems`` elements per block (default 2**26, 256 MB in
+float32) and at most a quarter of the whole ``(b, q, k, d_a)`` tensor (so the
+peak stays ≤ 1/4 of the naive version's), unless the whole tensor is small
+(≤ 2**22 elements), when one chunk is used; or give ``chunk`` (queries per block).
+Few large chunks matter on a busy machine: every op is a parallel region, and
+a region waits for its slowest thread. The function takes the *projected*
+query and keys, so the keys' projection can be computed once per source
+sentence and reused at every decoding step.
 
 Caveats: double backward is not supported (the backward is not itself
 differentiable); masks are applied afterwards by ``attnlab.masked_softmax``.
+The kept buffer is released by the first backward; a second backward
+(``retain_graph=True``) recomputes every chunk.
 """
 
 from __future__ import annotations
@@ -30,15 +43,36 @@ import torch
 
 from .. import _checks
 
-DEFAULT_MAX_ELEMS = 1 << 24
+DEFAULT_MAX_ELEMS = 1 << 26
+SMALL_ELEMS = 1 << 22  # below this, one chunk: chunking buys nothing
 
 
-def _chunk(b: int, k: int, d_a: int, chunk: int | None, max_elems: int) -> int:
+def _chunk(b: int, q: int, k: int, d_a: int, chunk: int | None, max_elems: int) -> int:
+    """Queries per block: the largest block within the budget, then evened out over the blocks."""
     if chunk is not None:
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1; got {chunk}")
         return int(chunk)
-    return max(1, max_elems // max(1, b * k * d_a))
+    if max_elems < 1:
+        raise ValueError(f"max_elems must be >= 1; got {max_elems}")
+    per_query = max(1, b * k * d_a)
+    total = per_query * q
+    budget = max_elems if total <= SMALL_ELEMS else min(max_elems, total // 4)
+    c = max(1, min(q, budget // per_query))
+    n = -(-q // c)
+    return -(-q // n)
+
+
+def _block(buf: torch.Tensor, shape: tuple[int, int, int, int]) -> torch.Tensor:
+    """A contiguous (B, c, k, d_a) view at the start of the flat buffer."""
+    return buf[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
+
+
+def _tanh_block(buf, a, bb, i, c):
+    """u = tanh(a_i + b_j) for queries i..i+c, written into the buffer: (B, c, k, d_a)."""
+    B, _, n_k, d = bb.shape
+    u = _block(buf, (B, c, n_k, d))
+    return torch.add(a[:, i : i + c].unsqueeze(2), bb, out=u).tanh_()
 
 
 class ChunkedAdditive(torch.autograd.Function):
@@ -46,36 +80,58 @@ class ChunkedAdditive(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
+        B, n_q, d = a.shape
+        n_k = b.shape[1]
+        out = a.new_empty(B, n_q, n_k)  # (B, q, k)
+        buf = a.new_empty(B * min(chunk, n_q) * n_k * d)
+        bb = b.unsqueeze(1)  # (B, 1, k, d_a)
+        starts = range(0, n_q, chunk)
+        for i in starts:
+            c = min(chunk, n_q - i)
+            u = _tanh_block(buf, a, bb, i, c)  # (B, c, k, d_a)
+            if c == n_q:
+                torch.matmul(u, v, out=out)
+            else:
+                out[:, i : i + c] = u @ v
         ctx.save_for_backward(a, b, v)
         ctx.chunk = chunk
-        n_q = a.shape[1]
-        out = a.new_empty(a.shape[0], n_q, b.shape[1])  # (B, q, k)
-        bb = b.unsqueeze(1)  # (B, 1, k, d_a)
-        for i in range(0, n_q, chunk):
-            u = torch.tanh_(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
-            out[:, i : i + chunk] = u @ v
+        ctx.kept = (buf, starts[-1]) if any(ctx.needs_input_grad[:3]) else None
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         a, b, v = ctx.saved_tensors
+        kept, ctx.kept = ctx.kept, None
         chunk = ctx.chunk
         need_a, need_b, need_v = ctx.needs_input_grad[:3]
-        grad_a = torch.empty_like(a) if need_a else None
-        grad_b = torch.zeros_like(b) if need_b else None
-        grad_v = torch.zeros_like(v) if need_v else None
+        B, n_q, d = a.shape
+        n_k = b.shape[1]
+        grad = grad.contiguous()  # (B, q, k)
+        buf = kept[0] if kept is not None else a.new_empty(B * min(chunk, n_q) * n_k * d)
+        sa = a.new_empty(B, n_q, d) if need_a else None  # Σ_j g_ij u_ij²
+        sb = b.new_zeros(B, n_k, d) if need_b else None  # Σ_i g_ij u_ij²
+        grad_v = v.new_zeros(d) if need_v else None
         bb = b.unsqueeze(1)
-        for i in range(0, a.shape[1], chunk):
-            u = torch.tanh_(a[:, i : i + chunk].unsqueeze(2) + bb)  # (B, c, k, d_a)
-            g = grad[:, i : i + chunk]  # (B, c, k)
+        for i in reversed(range(0, n_q, chunk)):  # the kept block (the last) first
+            c = min(chunk, n_q - i)
+            if kept is not None and i == kept[1]:
+                u = _block(buf, (B, c, n_k, d))
+            else:
+                u = _tanh_block(buf, a, bb, i, c)  # (B, c, k, d_a)
+            g = grad[:, i : i + c]  # (B, c, k)
             if need_v:
-                grad_v += (g.reshape(1, -1) @ u.reshape(-1, u.shape[-1])).squeeze(0)
+                grad_v += torch.bmm(g.reshape(-1, 1, n_k), u.view(-1, n_k, d)).view(-1, d).sum(0)
             if need_a or need_b:
-                gp = u.mul_(u).neg_().add_(1).mul_(g.unsqueeze(-1)).mul_(v)  # (B, c, k, d_a): ∂e/∂(a_i + b_j)
+                x = u.mul_(u).mul_(g.unsqueeze(-1))  # g u², in place: (B, c, k, d_a)
                 if need_a:
-                    grad_a[:, i : i + chunk] = gp.sum(2)
+                    if c == n_q:
+                        torch.sum(x, 2, out=sa)
+                    else:
+                        sa[:, i : i + c] = x.sum(2)
                 if need_b:
-                    grad_b += gp.sum(1)
+                    sb += x.sum(1)
+        grad_a = (grad.sum(2, keepdim=True) - sa).mul_(v) if need_a else None
+        grad_b = (grad.sum(1).unsqueeze(-1) - sb).mul_(v) if need_b else None
         return grad_a, grad_b, grad_v, None
 
 
@@ -100,12 +156,14 @@ def chunked_additive_scores(
     for name, t in (("projected_query", projected_query), ("projected_keys", projected_keys)):
         if t.shape[-1] != d_a:
             raise ValueError(f"{name} must end in d_a={d_a} (the size of v); got shape {_checks.shape(t)}")
-    lead = _checks.leading_broadcast(("projected_query", "projected_keys"), (projected_query, projected_keys))
+    lead = projected_query.shape[:-2]
+    if projected_keys.shape[:-2] != lead:  # (torch.broadcast_shapes costs a Python call, and an import the first time)
+        lead = _checks.leading_broadcast(("projected_query", "projected_keys"), (projected_query, projected_keys))
     a = projected_query.expand(*lead, *projected_query.shape[-2:]).reshape(-1, *projected_query.shape[-2:])
     b = projected_keys.expand(*lead, *projected_keys.shape[-2:]).reshape(-1, *projected_keys.shape[-2:])
-    c = _chunk(a.shape[0], b.shape[1], d_a, chunk, max_elems)
+    c = _chunk(a.shape[0], a.shape[1], b.shape[1], d_a, chunk, max_elems)
     out = ChunkedAdditive.apply(a, b, v, c)  # (B, q, k)
     return out.reshape(*lead, a.shape[1], b.shape[1])
 
 
-__all__ = ["ChunkedAdditive", "chunked_additive_scores", "DEFAULT_MAX_ELEMS"]
+__all__ = ["ChunkedAdditive", "chunked_additive_scores", "DEFAULT_MAX_ELEMS", "SMALL_ELEMS"]

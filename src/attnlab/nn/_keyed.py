@@ -41,7 +41,8 @@ def prepare(query, keys, values, mask):
             raise ValueError(f"mask must be a torch.Tensor; got {type(mask).__name__}")
         if mask.dim() == 2:
             mask = mask.unsqueeze(1)  # (b, 1, k)
-        _checks.mask(mask, (b, q, k))
+        if mask.dtype != torch.bool or mask.shape not in ((b, 1, k), (b, q, k)):  # else: valid, skip the general check
+            _checks.mask(mask, (b, q, k))  # (it costs a torch.broadcast_shapes call, at every decoding step)
     return query, values, mask, single
 
 

@@ -71,7 +71,7 @@ def loss_on(model, batch) -> tuple[torch.Tensor, int]:
     return loss / max(1, n), n
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Callable | None = None) -> dict:
     """Teacher-forced loss on every example; greedy exact match on the first ``valid_decode``."""
     from .decode import greedy
