@@ -1,5 +1,18 @@
+import pytest
 import torch
 
 torch.manual_seed(0)
 # Two cores are shared by the suite; keep torch from oversubscribing them.
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest on one thread (two threads on shared cores spin-wait).
+
+    A test module opts in with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

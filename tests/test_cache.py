@@ -10,14 +10,7 @@ from attnlab.models.gpt import GPT, GPTConfig
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.nn import KVCache, LayerCache, MultiHeadAttention
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 POSITIONAL = ["learned", "sinusoidal", "rope", "alibi"]
 

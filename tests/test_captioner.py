@@ -20,13 +20,7 @@ SMALL = dict(d_model=32, widths=(16, 32, 32))
 TINY_SCENES = S.SceneConfig(canvas=32, cells=2, max_objects=2, pool=4, jitter=1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is faster than two and does not spin on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_attention_maps_sum_to_one_over_regions_and_match_a_manual_decoder():

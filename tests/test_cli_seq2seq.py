@@ -4,7 +4,6 @@ import json
 import shutil
 
 import pytest
-import torch
 
 from attnlab.cli import main
 
@@ -12,12 +11,7 @@ TRAIN = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "300", "--max-dig
          "--hidden", "16", "--attn-dim", "16", "--batch-size", "16", "--eval-every", "10", "--save-every", "10", "--quiet"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

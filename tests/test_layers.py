@@ -12,14 +12,7 @@ from attnlab.models.transformer import Transformer, TransformerConfig, attention
 from attnlab.nn import TransformerDecoderLayer, TransformerEncoderLayer
 from attnlab.nn.convert import from_torch
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _copy_layer(ours: nn.Module, theirs: nn.Module, attn_names: tuple[str, ...]) -> None:

@@ -14,14 +14,7 @@ from attnlab.multihead import multi_head_attention
 from attnlab.nn import CrossAttention, GroupedQueryAttention, MultiHeadAttention
 from attnlab.nn.convert import from_torch, mask_from_torch, mask_to_torch, to_torch
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 ATOL = 1e-5
 

@@ -15,12 +15,7 @@ HAS_ORT = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxrun
 HAS_CXX = shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class _Padded(torch.nn.Module):

@@ -19,14 +19,7 @@ from attnlab.nn import (
 )
 from attnlab.nn.positional import alibi_slopes
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors run fastest on one thread (two threads on shared cores spin-wait)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_sinusoidal_matches_the_paper_formula():

@@ -14,12 +14,7 @@ from attnlab.train.loop import TrainConfig, train
 LETTERS = "abcdef"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # small RNN steps: one thread is fastest (and immune to a busy machine)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small RNN steps: one thread is fastest
 
 
 def reversal(n, seed, lo=2, hi=5):

@@ -20,12 +20,7 @@ VOCAB = Vocab(list(LETTERS), "char")
 POSITIONS = ("sinusoidal", "learned", "rope")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def reversal(n, seed, lo=2, hi=5):  # the toy task of tests/test_seq2seq.py
