@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from ._threads import add_threads, apply_threads
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bottleneck", help="the fixed-vector bottleneck against attention, by source length",
@@ -20,22 +22,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, help="numbers in all splits")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--models", help="comma-separated, from none,bahdanau,luong,transformer (default none,bahdanau,luong)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
+    add_threads(p, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
     p.add_argument("--out", default="runs/bottleneck", help="folder for table.md, results.json, bottleneck.png")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
 
     from ..experiments.bottleneck import MODEL_NAMES, BottleneckConfig, table
     from ..experiments.bottleneck import run as run_experiment
     from . import UsageError
 
-    if args.threads < 1:
-        raise UsageError(f"--threads must be >= 1; got {args.threads}")
-    torch.set_num_threads(args.threads)
+    apply_threads(args)
     if args.models is not None:
         models = tuple(m.strip() for m in args.models.split(",") if m.strip())
         bad = [m for m in models if m not in MODEL_NAMES]

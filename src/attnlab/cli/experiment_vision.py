@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..experiments.vision import DATASETS, VARIANTS, VisionConfig, run
 from . import UsageError
+from ._threads import add_threads, apply_threads
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -40,16 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--widths", type=_ints, default=d.widths, help="channels per block (default 8,16,32)")
     p.add_argument("--overlays", type=int, default=d.n_overlays, help="test images drawn with CBAM's maps (0: none)")
     p.add_argument("--out", default=d.out_dir, help="folder for results.md, results.json and the PNG (default runs/vision)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often faster "
-                   "for these small models on a busy machine)")
+    add_threads(p)
     p.set_defaults(func=run_vision)
 
 
 def run_vision(args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads must be >= 1; got {args.threads}")
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     if args.n_train is not None and args.n_train < 1:
         raise UsageError(f"--n-train must be >= 1; got {args.n_train}")
     cfg = VisionConfig(

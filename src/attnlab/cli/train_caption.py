@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..data.emoji import LANGS
 from ..models.captioner import DECODERS
 from ..train.caption import DATASETS, CaptionTrainConfig, save_captioner, train_captioner
 from . import UsageError
+from ._threads import add_threads, apply_threads
 
 POSITIVE = ("epochs", "batch_size", "d_model", "heads", "image_size", "n_train", "n_test", "cells", "max_objects",
             "pool", "limit", "layers")
@@ -52,16 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, default=d.layers, help="transformer decoder layers (default 2)")
     p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice; 1 is often faster "
-                   "for these small models on a busy machine)")
+    add_threads(p)
     p.set_defaults(func=run_train_caption)
 
 
 def run_train_caption(args: argparse.Namespace) -> int:
-    if args.threads is not None:
-        if args.threads < 1:
-            raise UsageError(f"--threads must be >= 1; got {args.threads}")
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     for name in POSITIVE:
         v = getattr(args, name)
         if v is not None and v < 1:

@@ -1,0 +1,24 @@
+"""The ``--threads`` option shared by the training and experiment verbs."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+HELP = "torch CPU threads (default: torch's choice; 1 is often faster for these small models on a busy machine)"
+
+
+def add_threads(p: argparse.ArgumentParser, default: int | None = None, help: str = HELP) -> None:
+    p.add_argument("--threads", type=int, default=default, help=help)
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set torch's thread count from ``--threads`` (None: leave torch's choice)."""
+    from . import UsageError
+
+    if args.threads is None:
+        return
+    if args.threads < 1:
+        raise UsageError(f"--threads must be >= 1; got {args.threads}")
+    torch.set_num_threads(args.threads)
