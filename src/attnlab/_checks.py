@@ -54,6 +54,9 @@ def param(name: str, t: object, expected: tuple[int, ...], meaning: str) -> torc
 
 def leading_broadcast(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Size:
     """The broadcast of the batch dimensions (all but the last two)."""
+    leads = [t.shape[:-2] for t in tensors]
+    if all(lead == leads[0] for lead in leads[1:]):
+        return leads[0]  # the common case, without torch.broadcast_shapes' Python overhead
     try:
         return torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
     except RuntimeError:

@@ -72,20 +72,27 @@ def _nonfinite(key: torch.Tensor, value: torch.Tensor) -> bool:
     return not (bool(torch.isfinite(key).all()) and bool(torch.isfinite(value).all()))
 
 
-def _fast(query, key, value, mask, is_causal, scale, dropout_p) -> torch.Tensor:
+def _fast(query, key, value, mask, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
     dead = None
     if mask is not None:
         mask, dead = _row_fix(mask, -1)
-    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    query = query.expand(*lead, *query.shape[-2:])
-    key = key.expand(*lead, *key.shape[-2:])
-    value = value.expand(*lead, *value.shape[-2:])
+    query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
     if dead is not None:
         out = out.masked_fill(dead, 0.0)
     return out
+
+
+def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
+    """s · q kᵀ (..., q, k) as one batched GEMM with alpha = s (no scaled copy of q or of the scores)."""
+    lead = q.shape[:-2]
+    if k.shape[:-2] != lead or q.dim() < 3:
+        return scores.dot(q * s, k)
+    q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])  # (B, q, d), (B, k, d)
+    out = q3.new_empty(()).expand(q3.shape[0], q3.shape[1], k3.shape[1])  # ignored: beta = 0
+    return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=s).view(*lead, q.shape[-2], k.shape[-2])
 
 
 def _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,14 +180,14 @@ def attention(
     use_fast = not need_weights and isinstance(score, str) and not active() and not sanitise
     if use_fast:
         s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
-        return _fast(query, key, value, mask, fused_causal, s, dropout_p), None
+        return _fast(query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2]), None
 
     if fused_causal:
         mask = masks.causal(q_len, k_len, device=query.device)
     owned = isinstance(score, str)
-    if score == "scaled_dot" and not active():  # fold the scale into q: (q, d) multiplies, not (q, k)
+    if score == "scaled_dot" and not active():  # the scale as the GEMM's alpha: no pass over (q, k)
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
-        score_fn = lambda q, k: scores.dot(q * s, k)  # noqa: E731
+        score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
     context, weights = _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned)
     return context, (weights if need_weights else None)
 

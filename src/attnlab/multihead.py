@@ -160,9 +160,15 @@ def multi_head_attention(
     record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
 
     groups = num_heads // h_kv
-    qh = split_heads(q, num_heads)  # (b, h, q, d_h)
-    kh = split_heads(k, h_kv)  # (b, h_kv, k_new, d_h)
-    vh = split_heads(v, h_kv)  # (b, h_kv, k_new, d_h)
+    if need_weights and w_qkv is not None and groups == 1 and not active():
+        # The reference path's bmm run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
+        qh, kh, vh = qkv.view(*query.shape[:2], 3, num_heads, d_h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+        del qkv
+    else:
+        qh = split_heads(q, num_heads)  # (b, h, q, d_h)
+        kh = split_heads(k, h_kv)  # (b, h_kv, k_new, d_h)
+        vh = split_heads(v, h_kv)  # (b, h_kv, k_new, d_h)
+    del q, k, v  # the heads hold what is needed: a buffer that was copied is freed now, not at return
     offset = 0 if cache is None else cache.length
     if rotary is not None:
         qh, kh = rotary(qh, offset), rotary(kh, offset)
@@ -178,8 +184,7 @@ def multi_head_attention(
     if causal and qh.shape[-2] == 1:
         causal = False  # one query at the end of the keys (bottom-right) may attend every key
     if need_weights and not active():
-        # The reference path's score and value bmm run faster on contiguous heads than on the
-        # transposed views of the projections (three (b, h, n, d_h) copies; the core folds the scale into q).
+        # Contiguous heads (no-ops after the packed copy above); the core folds the scale into q.
         qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()
     ctx, weights = attention(
         qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
