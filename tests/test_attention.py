@@ -353,3 +353,16 @@ def test_padding_mask_of_wrong_rank_has_a_hint():
     q = torch.randn(2, 4, 3, 8)
     with pytest.raises(ValueError, match="as_key_mask"):
         attnlab.attention(q, q, q, mask=attnlab.masks.padding([3, 2]))
+
+
+def test_all_finite_is_exact_when_the_sum_overflows():
+    from attnlab._checks import all_finite
+
+    big = torch.full((4, 3), 3e38)  # finite elements, a sum that overflows to inf
+    assert torch.isinf(big.sum()) and all_finite(big, torch.ones(2))
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        t = torch.ones(5, 2)
+        t[3, 1] = bad
+        assert not all_finite(torch.ones(3), t)
+    both = torch.tensor([float("inf"), float("-inf")])  # sums to NaN
+    assert not all_finite(both)

@@ -34,6 +34,18 @@ def tensor(name: str, t: object, min_dim: int = 1) -> torch.Tensor:
     return t
 
 
+def all_finite(*tensors: torch.Tensor) -> bool:
+    """True when no element is NaN or ±inf.
+
+    A sum is one cheap pass and is finite whenever every element is; only when it is
+    not (a NaN or inf, or a finite sum that overflowed) does the exact per-element check run.
+    """
+    with torch.no_grad():
+        if all(bool(torch.isfinite(t.sum())) for t in tensors):
+            return True
+        return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
 def features_match(what: str, q: torch.Tensor, k: torch.Tensor) -> None:
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(

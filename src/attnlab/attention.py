@@ -69,7 +69,7 @@ def _validate(query, key, value, score) -> torch.Size:
 
 
 def _nonfinite(key: torch.Tensor, value: torch.Tensor) -> bool:
-    return not (bool(torch.isfinite(key).all()) and bool(torch.isfinite(value).all()))
+    return not _checks.all_finite(key, value)
 
 
 def _fast(query, key, value, mask, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:

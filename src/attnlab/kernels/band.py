@@ -44,8 +44,15 @@ def query_tile(block: int, grad: bool) -> int:
 def _spans(x: torch.Tensor, nt: int, T: int, before: int, after: int) -> torch.Tensor:
     """(b, h, n, d) → (b, h, nt, L, d) overlapping key spans, a view of one padded copy."""
     b, h, n, d = x.shape
-    x = F.pad(x, (0, 0, 0, nt * T - n))  # (b, h, nt·T, d)
-    flat = F.pad(x.reshape(b * h * nt * T, d), (0, 0, before, after))
+    rows = b * h * nt * T
+    # one copy into [before zeros | heads end to end, each padded to nt·T | after zeros];
+    # F.pad would fill the whole buffer with zeros first, then copy
+    flat = x.new_empty(before + rows + after, d)
+    flat[:before].zero_()
+    flat[before + rows :].zero_()
+    body = flat[before : before + rows].view(b, h, nt * T, d)
+    body[:, :, n:].zero_()
+    body[:, :, :n] = x
     L = T + before + after
     return flat.unfold(0, L, T).transpose(-1, -2).reshape(b, h, nt, L, d)
 
@@ -64,22 +71,24 @@ def band_attention(q, k, v, before: int, after: int, real: torch.Tensor | None, 
     dv = v.shape[-1]
     nt = -(-n // T)
     L = T + before + after
-    qt = F.pad(q, (0, 0, 0, nt * T - n)).reshape(b, h, nt, T, d)
+    qt = (q if nt * T == n else F.pad(q, (0, 0, 0, nt * T - n))).reshape(b, h, nt, T, d)
     ks, vs = _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
     sdpa = F.scaled_dot_product_attention
     if real is None:
         # interior tiles [i0, i1) share one (T, L) mask; the boundary tiles get their own
         i0 = min(nt, -(-before // T))
         i1 = max(i0, min(nt, (n - after - T) // T + 1)) if n - after - T >= 0 else i0
-        q4, k4, v4 = (t.reshape(b * h, nt, *t.shape[-2:]) for t in (qt, ks, vs))
+        segs = [(s, e) for s, e in ((0, i0), (i0, i1), (i1, nt)) if e > s]
+        sizes = [e - s for s, e in segs]
+        # split, not slices: its backward writes the three gradients into one tensor (slices would
+        # each make a zero tensor of the full size and add them up)
+        parts = (t.reshape(b * h, nt, *t.shape[-2:]).split(sizes, 1) for t in (qt, ks, vs))
         outs = []
-        for s, e in ((0, i0), (i0, i1), (i1, nt)):
-            if e <= s:
-                continue
+        for (s, e), qp, kp, vp in zip(segs, *parts):
             tiles = torch.arange(s, e) if (s, e) != (i0, i1) else torch.tensor([i0])
             mask = _allowed(tiles, T, L, n, before, after).to(q.device)
             mask = mask[0] if (s, e) == (i0, i1) else mask  # (T, L) or (e − s, T, L)
-            outs.append(sdpa(q4[:, s:e], k4[:, s:e], v4[:, s:e], attn_mask=mask, scale=scale))
+            outs.append(sdpa(qp, kp, vp, attn_mask=mask, scale=scale))
         out = torch.cat(outs, 1)  # (b·h, nt, T, d_v)
     else:
         pad = F.pad(real, (before, nt * T - n + after), value=False)  # (b, before + nt·T + after)

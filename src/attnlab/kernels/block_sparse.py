@@ -65,6 +65,7 @@ class _Group:
     deny: torch.Tensor | None  # (R, B, m·B) bool, True = masked; None when nothing is masked
     valid: torch.Tensor  # (R, m) bool, False on padding slots
     dead: torch.Tensor | None  # (1, 1, R, B, 1) bool rows the pattern gives no key; None if none
+    bias: torch.Tensor | None  # (1, R, B, m·B) float32 additive form of deny for the fused kernel (rows with no key opened)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
         ok = pattern.tiles(qb, kb, n, block) & valid.repeat_interleave(block, 1)[:, None, :]
         allowed += int(ok.sum())
         dead = ~ok.any(-1)[None, None, :, :, None]
-        groups.append(_Group(qb, kb, None if bool(ok.all()) else ~ok, valid, dead if bool(dead.any()) else None))
+        deny = None if bool(ok.all()) else ~ok
+        groups.append(_Group(qb, kb, deny, valid, dead if bool(dead.any()) else None, _additive(deny)))
         i = j
     p = Plan(n, block, nb, tuple(groups), len(nz), allowed)
     cache[key] = p
@@ -121,6 +123,28 @@ def _blocks(x: torch.Tensor, nb: int, block: int) -> torch.Tensor:
     if n < nb * block:
         x = torch.cat([x, x.new_zeros(b, h, nb * block - n, d)], 2)
     return x.reshape(b, h, nb, block, d)
+
+
+def _take(xb: torch.Tensor, blocks: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
+    """(b, h, nb, B, d) gathered at ``blocks`` (R,) → (b, h, R, B, d) or (R, m) → (b, h, R, m·B, d).
+
+    ``index_select`` on the block axis: one copy, about twice as fast as advanced indexing. With
+    ``buf`` (a flat workspace at least that large) the copy goes there instead of into fresh memory,
+    which every group would otherwise page-fault in anew."""
+    b, h, _, B, d = xb.shape
+    idx = blocks.flatten()
+    if buf is None:
+        g = xb.index_select(2, idx)
+    else:
+        g = torch.index_select(xb, 2, idx, out=buf[: b * h * idx.numel() * B * d].view(b, h, idx.numel(), B, d))
+    return g if blocks.dim() == 1 else g.view(b, h, blocks.shape[0], blocks.shape[1] * B, d)
+
+
+def _workspaces(pl: Plan, like: torch.Tensor, widths: tuple[int, ...]) -> list[torch.Tensor]:
+    """One flat buffer per width (features d or d_v), large enough for the widest group's gathered key blocks."""
+    b, h = like.shape[:2]
+    blocks = max((g.k_blocks.numel() for g in pl.groups), default=0)
+    return [like.new_empty(b * h * blocks * pl.block * w) for w in widths]
 
 
 def _scores(qg, kg, grp: _Group, pad_deny, B: int):
@@ -162,19 +186,22 @@ _FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cp
 HAS_FUSED = _FLASH is not None and _FLASH_BWD is not None
 
 
-def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor:
-    """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend; rows with no key are opened
-    (their output is zeroed afterwards) so that the fused kernel never sees a row of −inf."""
-    deny = grp.deny
-    if pad_deny is not None:
-        pd = pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
-        deny = pd if deny is None else pd | deny
+def _additive(deny: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
+    """deny (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf); rows with no key are
+    opened (their output is zeroed afterwards) so that the fused kernel never sees a row of −inf."""
     if deny is None:
         return None
-    deny = deny & ~deny.all(-1, keepdim=True)  # open the rows with no key
+    deny = deny & ~deny.all(-1, keepdim=True)
     bias = torch.zeros(deny.shape, dtype=dtype).masked_fill_(deny, float("-inf"))
-    if bias.dim() == 3:
-        return bias[None]  # (1, R, B, m·B)
+    return bias[None] if bias.dim() == 3 else bias
+
+
+def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor | None:
+    """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend (the plan's own when no padding)."""
+    if pad_deny is None:
+        return grp.bias if dtype == torch.float32 or grp.bias is None else grp.bias.to(dtype)
+    pd = pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
+    bias = _additive(pd if grp.deny is None else pd | grp.deny, dtype)  # (b, R, B, m·B)
     return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
 
 
@@ -190,24 +217,24 @@ class _BlockSparse(torch.autograd.Function):
         qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
         out = q.new_zeros(b, h, nb, B, dv)
         lses, fused = [], HAS_FUSED and dropout_p == 0 and d == dv  # the fused kernel needs d_v = d
+        wk, wv = _workspaces(pl, q, (d, dv))
         for gi, grp in enumerate(pl.groups):
             R = len(grp.q_blocks)
-            kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
-            vg = vb[:, :, grp.k_blocks].flatten(3, 4)
+            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
             dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
             if fused:
                 o, lse = _FLASH(
-                    qb[:, :, grp.q_blocks].reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
+                    _take(qb, grp.q_blocks).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
                     vg.reshape(b * h, R, -1, dv), 0.0, False, attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
                 )
                 o = o.reshape(b, h, R, B, dv)
                 lses.append(lse)
             else:
-                p = _softmax(_scores(qb[:, :, grp.q_blocks] * scale, kg, grp, pad_deny, B), dead)
+                p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, pad_deny, B), dead)
                 if dropout_p > 0:
                     p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
                 o = p @ vg  # (b, h, R, B, d_v)
-            out[:, :, grp.q_blocks] = o.masked_fill_(dead, 0.0) if dead is not None else o
+            out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
         out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
         ctx.save_for_backward(q, k, v, out, *lses)
         ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
@@ -224,22 +251,22 @@ class _BlockSparse(torch.autograd.Function):
         dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
         delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
         dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
+        wk, wv = _workspaces(pl, q, (d, dv_))
         for gi, grp in enumerate(pl.groups):
             rows, idx = grp.q_blocks, grp.k_blocks.flatten()
             R, m = grp.k_blocks.shape
-            kg = kb[:, :, grp.k_blocks].flatten(3, 4)  # (b, h, R, m·B, d)
-            vg = vb[:, :, grp.k_blocks].flatten(3, 4)
-            qg, dog = qb[:, :, rows], dob[:, :, rows]
+            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+            qg, dog = _take(qb, rows), _take(dob, rows)
             dead = _dead(grp, pad_deny)
             if dead is not None:
                 dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
             if lses:
                 gq, gk, gv = _FLASH_BWD(
                     dog.reshape(b * h, R, B, dv_), qg.reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
-                    vg.reshape(b * h, R, -1, dv_), ob[:, :, rows].reshape(b * h, R, B, dv_), lses[gi], 0.0, False,
+                    vg.reshape(b * h, R, -1, dv_), _take(ob, rows).reshape(b * h, R, B, dv_), lses[gi], 0.0, False,
                     attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
                 )
-                dq[:, :, rows] = gq.reshape(b, h, R, B, d)
+                dq.index_copy_(2, rows, gq.reshape(b, h, R, B, d))
                 dkg, dvg = gk.reshape(b, h, R * m, B, d), gv.reshape(b, h, R * m, B, dv_)
             else:
                 qs = qg * scale
@@ -251,8 +278,8 @@ class _BlockSparse(torch.autograd.Function):
                     dp.mul_(keep)
                 else:
                     dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                ds = p.mul_(dp.sub_(delta[:, :, rows]))  # dS = P ∘ (dP − Δ)
-                dq[:, :, rows] = (ds @ kg) * scale
+                ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
+                dq.index_copy_(2, rows, (ds @ kg) * scale)
                 dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
             dk.index_add_(2, idx, dkg)
             dv.index_add_(2, idx, dvg)
@@ -356,10 +383,10 @@ def block_sparse_attention(
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
     # Keys and values that no query may attend must not influence anything, even when NaN or inf:
     # zero the non-finite ones, then make NaN exactly the outputs whose allowed keys hold one.
-    bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
-    bad_v = ~torch.isfinite(v)  # (b, h, n, d_v)
-    dirty = bool(bad_k.any()) or bool(bad_v.any())
+    dirty = not _checks.all_finite(k, v)
     if dirty:
+        bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
+        bad_v = ~torch.isfinite(v)  # (b, h, n, d_v)
         k, v = k.masked_fill(bad_k, 0.0), v.masked_fill(bad_v, 0.0)
     out = _attend(q, k, v, pattern, block, pad, scale, dropout_p)
     reach_k = None
@@ -393,7 +420,7 @@ def _tile_weights(q, k, pl: Plan, pad, scale, reach_k=None) -> BlockWeights:
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)
     index, values = [], []
     for grp in pl.groups:
-        s = _scores(qb[:, :, grp.q_blocks], kb[:, :, grp.k_blocks].flatten(3, 4), grp, pad, B)
+        s = _scores(_take(qb, grp.q_blocks), _take(kb, grp.k_blocks), grp, pad, B)
         w = masked_softmax(s, torch.isfinite(s))  # (b, h, R, B, m·B)
         R, m = grp.k_blocks.shape
         w = w.reshape(b, h, R, B, m, B).permute(0, 1, 2, 4, 3, 5)  # (b, h, R, m, B, B)
