@@ -236,10 +236,13 @@ def test_bad_construction_raises(kwargs, match):
 
 def test_bad_inputs_raise_value_error():
     m = MultiHeadAttention(16, 4)
-    with pytest.raises(ValueError, match=r"\(b, n, d\)"):
+    with pytest.raises(ValueError, match=r"\(b, q, dim\) with dim=16; got shape \(5, 16\)"):
         m(torch.randn(5, 16))
-    with pytest.raises(ValueError, match=r"w_q(kv)? must be \(.*16"):
+    with pytest.raises(ValueError, match=r"dim=16; got shape \(2, 5, 12\)"):
         m(torch.randn(2, 5, 12))
+    with pytest.raises(ValueError, match=r"\(b, n, d\)"):  # the functional form checks too
+        multi_head_attention(torch.randn(5, 16), torch.randn(5, 16), torch.randn(5, 16), num_heads=4,
+                             w_qkv=m.in_proj_weight, w_o=m.out_proj.weight)
     with pytest.raises(ValueError, match="does not broadcast"):
         m(torch.randn(2, 5, 16), mask=torch.ones(3, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match="cache is for self-attention"):

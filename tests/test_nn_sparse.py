@@ -9,11 +9,11 @@ from attnlab.nn import BigBirdAttention, LocalAttention, LongformerAttention, Sp
 
 
 def reference(mod, x, pattern, pad=None):
-    """Multi-head attention written out: qkv Linear, split heads, dense masked softmax, merge, proj."""
+    """Multi-head attention written out: packed in-projection, split heads, dense masked softmax, merge, out_proj."""
     b, n, dim = x.shape
     h, d = mod.num_heads, dim // mod.num_heads
-    w_q, w_k, w_v = mod.qkv.weight.chunk(3, 0)
-    bias = mod.qkv.bias.chunk(3) if mod.qkv.bias is not None else (None,) * 3
+    w_q, w_k, w_v = mod.in_proj_weight.chunk(3, 0)
+    bias = mod.in_proj_bias.chunk(3) if mod.in_proj_bias is not None else (None,) * 3
     heads = [torch.nn.functional.linear(x, w, bb).reshape(b, n, h, d).transpose(1, 2) for w, bb in zip((w_q, w_k, w_v), bias)]
     q, k, v = heads
     s = q @ k.transpose(-1, -2) / d**0.5  # (b, h, n, n)
@@ -23,7 +23,7 @@ def reference(mod, x, pattern, pad=None):
     s = s.masked_fill(~allow, float("-inf"))
     w = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no key: zero weights
     o = (w @ v).transpose(1, 2).reshape(b, n, dim)
-    return mod.proj(o), w
+    return mod.out_proj(o), w
 
 
 CASES = [
@@ -51,8 +51,8 @@ def test_module_equals_written_out_multihead(case):
     torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=0)
     torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=0)
     g = torch.randn_like(y)
-    gx, gw = torch.autograd.grad(y, (x, mod.qkv.weight), g)
-    gx_ref, gw_ref = torch.autograd.grad(y_ref, (x, mod.qkv.weight), g)
+    gx, gw = torch.autograd.grad(y, (x, mod.in_proj_weight), g)
+    gx_ref, gw_ref = torch.autograd.grad(y_ref, (x, mod.in_proj_weight), g)
     torch.testing.assert_close(gx, gx_ref, atol=1e-10, rtol=0)
     torch.testing.assert_close(gw, gw_ref, atol=1e-10, rtol=0)
     # the fast path (no weights) agrees, and (b, 1, 1, n) padding equals (b, n)
@@ -92,3 +92,55 @@ def test_dropout_only_in_training():
 def test_bad_input_raises(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 2}, {"rope": True}])
+@pytest.mark.parametrize("causal", [False, True])
+def test_multihead_pattern_option_equals_dense_masking(kw, causal):
+    """MultiHeadAttention(pattern=...) against the same weights with the pattern as a dense mask."""
+    torch.manual_seed(0)
+    pattern = P.sliding_window(3) | P.global_tokens([0, 11])
+    sparse = attnlab.nn.MultiHeadAttention(16, 4, pattern=pattern, block=8, **kw).double()
+    dense = attnlab.nn.MultiHeadAttention(16, 4, **kw).double()
+    dense.load_state_dict(sparse.state_dict())
+    x = torch.randn(2, 21, 16, dtype=torch.float64, requires_grad=True)
+    pad = torch.ones(2, 21, dtype=torch.bool)
+    pad[1, 17:] = False
+    allow = pattern.materialize(21) & pad[:, None, None, :]  # (b, 1, n, n)
+    y, w = sparse(x, mask=pad, causal=causal, need_weights=True)
+    y_ref, w_ref = dense(x, mask=allow, causal=causal, need_weights=True)
+    torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=1e-10)
+    g = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, sparse.in_proj_weight), g)
+    grads_ref = torch.autograd.grad(y_ref, (x, dense.in_proj_weight), g)
+    for a, b in zip(grads, grads_ref):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+
+
+def test_sparse_modules_are_multihead_attention():
+    mod = LongformerAttention(16, 4, window=2, global_indices=[0], block=8)
+    assert isinstance(mod, attnlab.nn.MultiHeadAttention) and mod.pattern is not None
+    assert set(mod.state_dict()) == {"in_proj_weight", "out_proj.weight", "out_proj.bias"}  # qkv_bias=False
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: m(torch.randn(1, 9, 8), torch.randn(1, 5, 8)), "self-attention"),
+        (lambda m: m(torch.randn(1, 9, 8), cache=attnlab.nn.LayerCache()), "without a cache"),
+        (lambda m: m(torch.randn(1, 9, 8), mask=torch.ones(1, 9, 9, dtype=torch.bool)), r"padding mask \(b, n\) = \(1, 9\)"),
+        (lambda m: m(torch.randn(1, 9, 8), mask=torch.ones(1, 9)), "bool padding mask"),
+    ],
+)
+def test_multihead_pattern_bad_inputs(call, message):
+    m = attnlab.nn.MultiHeadAttention(8, 2, pattern=P.sliding_window(2), block=4)
+    with pytest.raises(ValueError, match=message):
+        call(m)
+
+
+def test_multihead_pattern_rejects_alibi_and_non_patterns():
+    with pytest.raises(ValueError, match="alibi"):
+        attnlab.nn.MultiHeadAttention(8, 2, pattern=P.sliding_window(2), alibi=True)
+    with pytest.raises(ValueError, match="Pattern"):
+        attnlab.nn.MultiHeadAttention(8, 2, pattern="window")

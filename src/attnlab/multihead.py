@@ -37,6 +37,13 @@ Extensions used by ``attnlab.nn.MultiHeadAttention`` (all optional):
 * ``attn_bias``: a float bias (ALiBi), a tensor broadcastable to (b, h, q, k) or a
   callable ``(q_len, k_len) -> (h, q, k)`` evaluated after the cache update; it is
   added to the scores together with ``mask``.
+* ``pattern``: an ``attnlab.patterns`` pattern (a sliding window, Longformer, BigBird, …)
+  for self-attention: the heads go through ``attnlab.kernels.block_sparse_attention``,
+  which computes only the ``block`` × ``block`` tiles the pattern touches (O(n·w) for a
+  window), forward and backward. ``mask`` is then a bool padding mask (b, n) (True = real
+  token), ``causal=True`` intersects the pattern with ``causal()``, and ``need_weights``
+  returns the dense (b, h, n, n) weights (n² memory: for small n and pictures). Not with
+  a cache or ``attn_bias``; no trace steps are recorded inside the kernel.
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _checks, masks
+from . import _checks, masks, patterns
 from .attention import attention
+from .kernels.block_sparse import block_sparse_attention, weights_for_rows
 from .trace import active, record
 
 
@@ -111,6 +119,8 @@ def multi_head_attention(
     rotary: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
     cache: Any = None,
     attn_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
+    pattern: patterns.Pattern | None = None,
+    block: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
 
@@ -153,6 +163,9 @@ def multi_head_attention(
         inner = w_q.shape[0]
     if num_heads % h_kv:
         raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={h_kv}")
+    if pattern is not None and (cache is not None or attn_bias is not None):
+        raise ValueError("a sparse pattern works without a cache and without attn_bias (ALiBi); got "
+                         + ", ".join(n for n, x in (("cache", cache), ("attn_bias", attn_bias)) if x is not None))
     if w_o.dim() != 2 or w_o.shape[1] != inner:
         raise ValueError(f"w_o must be (d_out, {inner}); got {_checks.shape(w_o)}")
     record("projected_query", "Q = X W_qᵀ", q, latex=r"Q = X W_q^\top")
@@ -186,14 +199,38 @@ def multi_head_attention(
     if need_weights and not active():
         # Contiguous heads (no-ops after the packed copy above); the core folds the scale into q.
         qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()
-    ctx, weights = attention(
-        qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
-    )  # (b, h, q, d_h), (b, h, q, k)
+    if pattern is not None:
+        ctx, weights = _sparse_heads(qh, kh, vh, pattern, block, mask, causal, scale, dropout_p, need_weights)
+    else:
+        ctx, weights = attention(
+            qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
+        )  # (b, h, q, d_h), (b, h, q, k)
     heads = merge_heads(ctx)  # (b, q, h·d_h)
     record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
     out = F.linear(heads, w_o, b_o)  # (b, q, d_out)
     record("output", "MultiHead = concat(heads) W_oᵀ", out, latex=r"\mathrm{MultiHead} = \mathrm{concat}(\cdot)\, W_o^\top")
     return out, weights
+
+
+def _sparse_heads(qh, kh, vh, pattern, block, mask, causal, scale, dropout_p, need_weights):
+    """Self-attention of the heads (b, h, n, d_h) over the pairs ``pattern`` allows, tile by tile."""
+    b, n, k_len = qh.shape[0], qh.shape[-2], kh.shape[-2]
+    if not isinstance(pattern, patterns.Pattern):
+        raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+    if n != k_len:
+        raise ValueError(f"a sparse pattern is for self-attention (q = k); got q={n}, k={k_len}")
+    if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n)):
+        raise ValueError(
+            f"with a sparse pattern, mask must be a bool padding mask (b, n) = ({b}, {n}) or (b, 1, 1, n), "
+            f"True = real token; got shape {_checks.shape(mask)} dtype {mask.dtype}"
+        )
+    if causal:  # composed once per pattern, so that the kernel's plan cache is kept
+        pattern = pattern.__dict__.setdefault("_and_causal", pattern & patterns.causal())
+    ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=block, key_padding_mask=mask, scale=scale, dropout_p=dropout_p)
+    weights = None
+    if need_weights:  # dense (b, h, n, n), by rows: for small n
+        weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask, scale=scale)
+    return ctx, weights
 
 
 __all__ = ["multi_head_attention", "split_heads", "merge_heads", "repeat_kv"]

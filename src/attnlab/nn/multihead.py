@@ -17,7 +17,13 @@ that fixes its known pains:
 * ``need_weights=False`` is the default, so the fused kernel runs unless the
   weights are asked for; asked-for weights are per head, (b, h, q, k), not averaged;
 * grouped-query heads (``num_kv_heads``), a key/value cache for incremental
-  decoding, and rotary (``rope=True``) or ALiBi (``alibi=True``) positions.
+  decoding, and rotary (``rope=True``) or ALiBi (``alibi=True``) positions;
+* long sequences: ``pattern=`` (any ``attnlab.patterns`` pattern: a sliding window,
+  Longformer, BigBird, …) makes self-attention block-sparse, computing only the
+  ``block`` × ``block`` tiles the pattern touches, forward and backward (O(n·w) for a
+  window). ``mask`` is then a (b, n) bool padding mask. ``LocalAttention``,
+  ``LongformerAttention`` and ``BigBirdAttention`` (``attnlab.nn.sparse``) are this
+  module with the pattern built for you.
 
 Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy over):
 
@@ -39,6 +45,7 @@ import torch
 from torch import nn
 
 from ..multihead import multi_head_attention
+from ..patterns import Pattern
 from .cache import LayerCache
 from .positional import ALiBi, RotaryEmbedding
 from .registry import register
@@ -63,10 +70,18 @@ class MultiHeadAttention(nn.Module):
         rope: bool = False,
         rope_base: float = 10000.0,
         alibi: bool = False,
+        pattern: Pattern | None = None,
+        block: int = 64,
     ):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % num_heads:
-            raise ValueError(f"dim must be a positive multiple of num_heads; got dim={dim}, num_heads={num_heads}")
+            raise ValueError(
+                f"dim must be a positive multiple of num_heads (divisible by it); got dim={dim}, num_heads={num_heads}"
+            )
+        if pattern is not None and not isinstance(pattern, Pattern):
+            raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+        if pattern is not None and alibi:
+            raise ValueError("pattern= and alibi=True do not combine: the block-sparse kernel adds no bias")
         h_kv = num_heads if num_kv_heads is None else num_kv_heads
         if h_kv < 1 or num_heads % h_kv:
             raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={num_kv_heads}")
@@ -93,6 +108,7 @@ class MultiHeadAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.rotary = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
         self.alibi = ALiBi(num_heads) if alibi else None
+        self.pattern, self.block = pattern, block
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -135,6 +151,10 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self_attention = key is query and value is query  # m(x) and PyTorch-style m(x, x, x)
+        if query.dim() != 3 or query.shape[-1] != self.dim:
+            raise ValueError(f"query must be (b, q, dim) with dim={self.dim}; got shape {tuple(query.shape)}")
+        if self.pattern is not None and not self_attention:
+            raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
         if cache is not None and not self_attention:
             raise ValueError(
                 "cache is for self-attention (keys that grow by one token a step); "
@@ -161,6 +181,8 @@ class MultiHeadAttention(nn.Module):
             rotary=self.rotary,
             cache=cache,
             attn_bias=self.alibi,
+            pattern=self.pattern,
+            block=self.block,
             **proj,
         )
         return self.proj_drop(out), weights
@@ -173,6 +195,8 @@ class MultiHeadAttention(nn.Module):
             extra.append(f"kdim={self.kdim}, vdim={self.vdim}")
         if self.attn_drop:
             extra.append(f"attn_drop={self.attn_drop}")
+        if self.pattern is not None:
+            extra.append(f"pattern={self.pattern!r}, block={self.block}")
         return ", ".join([f"dim={self.dim}, num_heads={self.num_heads}", *extra])
 
 

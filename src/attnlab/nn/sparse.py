@@ -20,12 +20,13 @@ module                        pattern                                           
 Papers: https://arxiv.org/abs/1904.10509, https://arxiv.org/abs/2004.05150,
 https://arxiv.org/abs/2007.14062.
 
-Constructor names follow timm's ``Attention`` (``dim``, ``num_heads``,
-``qkv_bias``, ``attn_drop``, ``proj_drop``); the fused ``qkv`` Linear holds
-W_q, W_k, W_v stacked in that order, in ``torch.nn.Linear`` layout.
-``forward(x, *, mask=None, need_weights=False)``: ``mask`` is a (b, n) or
-(b, 1, 1, n) bool padding mask (True = real token); ``need_weights=True``
-also returns the dense (b, h, n, n) weights (for small n: that tensor is n²).
+These are ``attnlab.nn.MultiHeadAttention`` with ``pattern=`` set: the same
+parameters (``in_proj_weight`` W_q; W_k; W_v stacked, ``in_proj_bias`` when
+``qkv_bias``, ``out_proj``), the same ``forward(x, *, mask=None, causal=False,
+need_weights=False)``. ``mask`` is a (b, n) or (b, 1, 1, n) bool padding mask
+(True = real token); ``need_weights=True`` also returns the dense (b, h, n, n)
+weights (for small n: that tensor is n²). ``qkv_bias`` defaults to False here,
+as in timm's ``Attention``.
 Caveat: Longformer's separate projections for global tokens and BigBird's
 ITC/ETC variants are not modelled; all tokens share one projection.
 """
@@ -34,29 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-from torch import nn
-
-from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
 from ..patterns import Pattern, global_tokens, random_blocks, sliding_window
+from .multihead import MultiHeadAttention
 from .registry import register
 
 
-def _padding(mask: torch.Tensor | None, b: int, n: int) -> torch.Tensor | None:
-    if mask is None:
-        return None
-    if mask.dtype != torch.bool or not (
-        (mask.dim() == 2 and tuple(mask.shape) == (b, n)) or (mask.dim() == 4 and tuple(mask.shape) == (b, 1, 1, n))
-    ):
-        raise ValueError(
-            f"mask must be a bool padding mask (b, n) = ({b}, {n}) or (b, 1, 1, n), True = real token; "
-            f"got shape {tuple(mask.shape)} dtype {mask.dtype}"
-        )
-    return mask.reshape(b, n)
-
-
 @register("sparse")
-class SparseAttention(nn.Module):
+class SparseAttention(MultiHeadAttention):
     """Multi-head self-attention over the pairs ``pattern`` allows (any ``attnlab.patterns`` pattern)."""
 
     def __init__(
@@ -69,40 +54,13 @@ class SparseAttention(nn.Module):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         block: int = 64,
+        **kw,
     ):
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim must be divisible by num_heads; got dim={dim}, num_heads={num_heads}")
         if not isinstance(pattern, Pattern):
             raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
-        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
-        self.pattern, self.block, self.attn_drop = pattern, block, attn_drop
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)  # W_q, W_k, W_v stacked
-        self.proj = nn.Linear(dim, dim)  # W_o
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def forward(
-        self, x: torch.Tensor, *, mask: torch.Tensor | None = None, need_weights: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (b, n, dim) → (y (b, n, dim), weights (b, h, n, n) or None)."""
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
-        b, n, _ = x.shape
-        pad = _padding(mask, b, n)
-        # 1. project and split the heads
-        q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (b, h, n, d)
-        # 2. attend, tile by tile
-        p = self.attn_drop if self.training else 0.0
-        o, _ = block_sparse_attention(q, k, v, self.pattern, block=self.block, key_padding_mask=pad, dropout_p=p)
-        weights = None
-        if need_weights:
-            weights = weights_for_rows(q, k, self.pattern, torch.arange(n, device=x.device), key_padding_mask=pad)
-        # 3. merge the heads and project
-        y = self.proj_drop(self.proj(o.transpose(1, 2).reshape(b, n, self.dim)))  # (b, n, dim)
-        return y, weights
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}, num_heads={self.num_heads}, pattern={self.pattern!r}, block={self.block}"
+        super().__init__(
+            dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, pattern=pattern, block=block, **kw
+        )
 
 
 @register("local")
