@@ -185,6 +185,26 @@ def test_fully_masked_rows_are_zero_with_finite_grads():
     assert (q.grad[0, :, 4:] == 0).all() and (q.grad[1] == 0).all() and (k.grad[1] == 0).all()
 
 
+@pytest.mark.parametrize("pattern", [P.sliding_window(2), P.sliding_window(2) | P.global_tokens([1])], ids=repr)
+def test_fully_masked_rows_window_and_merged_parts(pattern):
+    # batch 1 pads every key out (dead in every part); in batch 0 the last queries' windows are padded
+    # but global token 1 is not (dead in the window part, alive overall)
+    q, k, v = qkv(2, 2, 40, 4)
+    pad = torch.ones(2, 40, dtype=torch.bool)
+    pad[0, 30:] = False
+    pad[1] = False
+    out, _ = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad)
+    ref, _ = dense(q, k, v, pattern, pad)
+    torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    assert (out[1] == 0).all()
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), g)
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    for a, w in zip(got, want):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, w, atol=1e-10, rtol=0)
+
+
 def test_bfloat16_close_to_float32():
     q, k, v = qkv(1, 2, 40, 16, torch.float32)
     pat = P.sliding_window(7)

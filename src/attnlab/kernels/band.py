@@ -32,8 +32,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from . import flash
+
 # Mask elements per SDPA call on the padded path (bounds the per-tile masks, ~4 MiB bool).
 MASK_BUDGET = 1 << 22
+# Key-span elements per backward kernel call (~8 MiB fp32).
+SPAN_BUDGET = 1 << 21
 
 
 def query_tile(block: int, grad: bool) -> int:
@@ -65,8 +69,121 @@ def _allowed(tiles: torch.Tensor, T: int, L: int, n: int, before: int, after: in
     return (c - r >= 0) & (c - r <= before + after) & (j >= 0) & (j < n)
 
 
+def _segments(n: int, nt: int, T: int, before: int, after: int) -> list[tuple[int, int, torch.Tensor]]:
+    """[(first tile, end tile, allowed)] covering tiles [0, nt): the interior tiles share one (T, L)
+    mask; the boundary tiles, whose spans reach before 0 or past n, get their own (e − s, T, L)."""
+    L = T + before + after
+    i0 = min(nt, -(-before // T))
+    i1 = max(i0, min(nt, (n - after - T) // T + 1)) if n - after - T >= 0 else i0
+    out = []
+    for s, e in ((0, i0), (i0, i1), (i1, nt)):
+        if e > s:
+            interior = (s, e) == (i0, i1)
+            allow = _allowed(torch.arange(s, e) if not interior else torch.tensor([i0]), T, L, n, before, after)
+            out.append((s, e, allow[0] if interior else allow))
+    return out
+
+
+def _calls(n, nt, T, before, after, real, b, h, d, device, budget=None):
+    """The fused kernel's calls of one band: (batch element or None for all, first tile, end tile,
+    allowed (T, L) or (e − s, T, L) bool, rows with no key (e − s, T) or None).
+
+    With ``budget`` a call covers at most that many span elements: the backward kernel allocates
+    and zeroes a key and a value gradient per span, and small ones are reused instead of being
+    page-faulted in at the size of all spans."""
+    L = T + before + after
+    tiles = nt if budget is None else max(1, budget // ((1 if real is not None else b) * h * L * d))
+    if real is None:
+        for s, e, allow in _segments(n, nt, T, before, after):
+            allow = allow.to(device)
+            for c in range(s, e, tiles):
+                yield None, c, min(e, c + tiles), allow if allow.dim() == 2 else allow[c - s : c + tiles - s], None
+        return
+    pad = F.pad(real, (before, nt * T - n + after), value=False)  # (b, before + nt·T + after)
+    step = max(1, min(tiles, MASK_BUDGET // (T * L)))
+    for bi in range(b):
+        for s in range(0, nt, step):
+            e = min(nt, s + step)
+            allow = _allowed(torch.arange(s, e), T, L, n, before, after).to(device) & pad[bi].unfold(0, L, T)[s:e, None, :]
+            dead = ~allow.any(-1)
+            yield bi, s, e, allow, dead if bool(dead.any()) else None
+
+
+def _kernel_mask(allow: torch.Tensor, dtype) -> torch.Tensor:
+    """(T, L) or (e − s, T, L) bool → the fused kernel's additive mask, 2-D or 4-D (1, e − s, T, L)."""
+    bias = flash.additive(allow, dtype)
+    return bias if bias.dim() == 2 else bias[None]
+
+
+def _query_tiles(x: torch.Tensor, nt: int, T: int) -> torch.Tensor:
+    """(b, h, n, d) → (b, h, nt, T, d), zero-padded (a view when n = nt·T)."""
+    b, h, n, d = x.shape
+    return (x if nt * T == n else F.pad(x, (0, 0, 0, nt * T - n))).reshape(b, h, nt, T, d)
+
+
+def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
+    """The window with PyTorch's fused kernel, no autograd: (out (b, h, n, d_v), lse (b, h, n)).
+
+    Rows that may attend no key get out = 0 and lse = −inf (``attnlab.kernels.flash.merge``)."""
+    b, h, n, d = q.shape
+    dv = v.shape[-1]
+    nt = -(-n // T)
+    qt, ks, vs = _query_tiles(q, nt, T), _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
+    out, lse = q.new_empty(b, h, nt, T, dv), None
+    for bi, s, e, allow, dead in _calls(n, nt, T, before, after, real, b, h, max(d, v.shape[-1]), q.device):
+        sel = slice(None) if bi is None else slice(bi, bi + 1)
+        m = qt.shape[0] if bi is None else 1
+        o, lp = flash.FLASH(
+            qt[sel, :, s:e].reshape(m * h, e - s, T, d), ks[sel, :, s:e].reshape(m * h, e - s, -1, d),
+            vs[sel, :, s:e].reshape(m * h, e - s, -1, dv), 0.0, False, attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
+        )  # (m·h, e − s, T, d_v), (m·h, e − s, T)
+        if dead is not None:
+            o, lp = o.masked_fill(dead[None, :, :, None], 0.0), lp.masked_fill(dead[None], float("-inf"))
+        if lse is None:
+            lse = lp.new_empty(b, h, nt, T)
+        out[sel, :, s:e] = o.view(m, h, e - s, T, dv)
+        lse[sel, :, s:e] = lp.reshape(m, h, e - s, T)
+    return out.view(b, h, nt * T, dv)[:, :, :n], lse.view(b, h, nt * T)[:, :, :n]
+
+
+def band_backward(dout, q, k, v, out, lse, before: int, after: int, real, scale: float, T: int):
+    """Gradients (dq, dk, dv) of the window part, given the output and lse of the *whole* softmax
+    (this part alone, or merged with others); rows with no key must come with dout = 0 and a finite lse."""
+    b, h, n, d = q.shape
+    dv_ = v.shape[-1]
+    nt = -(-n // T)
+    L = T + before + after
+    qt, ks, vs = _query_tiles(q, nt, T), _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
+    dot, ot = _query_tiles(dout, nt, T), _query_tiles(out, nt, T)
+    lt = _query_tiles(lse[..., None], nt, T)[..., 0]  # (b, h, nt, T)
+    rows = b * h * nt * T
+    dq = q.new_empty(b, h, nt, T, d)
+    dk_flat, dv_flat = k.new_zeros(before + rows + after, d), v.new_zeros(before + rows + after, dv_)
+    for bi, s, e, allow, _ in _calls(n, nt, T, before, after, real, b, h, max(d, dv_), q.device, SPAN_BUDGET):
+        sel = slice(None) if bi is None else slice(bi, bi + 1)
+        m = qt.shape[0] if bi is None else 1
+        gq, gk, gv = flash.FLASH_BWD(
+            dot[sel, :, s:e].reshape(m * h, e - s, T, dv_), qt[sel, :, s:e].reshape(m * h, e - s, T, d),
+            ks[sel, :, s:e].reshape(m * h, e - s, -1, d), vs[sel, :, s:e].reshape(m * h, e - s, -1, dv_),
+            ot[sel, :, s:e].reshape(m * h, e - s, T, dv_), lt[sel, :, s:e].reshape(m * h, e - s, T), 0.0, False,
+            attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
+        )
+        dq[sel, :, s:e] = gq.view(m, h, e - s, T, d)
+        # span (head j, tile t) covers rows j·nt·T + t·T + [0, L) of the padded key buffer (see _spans)
+        heads = torch.arange(m * h) + (0 if bi is None else bi * h)
+        start = (heads[:, None] * nt + torch.arange(s, e)[None, :]) * T  # (m·h, e − s)
+        # the kernel's key gradients are laid out (m·h, L, e − s, d) in memory: index them that way (no copy)
+        idx = (start[:, None, :] + torch.arange(L)[None, :, None]).flatten().to(q.device)
+        dk_flat.index_add_(0, idx, gk.transpose(1, 2).reshape(-1, d))
+        dv_flat.index_add_(0, idx, gv.transpose(1, 2).reshape(-1, dv_))
+    dk = dk_flat[before : before + rows].view(b, h, nt * T, d)[:, :, :n]
+    dv = dv_flat[before : before + rows].view(b, h, nt * T, dv_)[:, :, :n]
+    return dq.view(b, h, nt * T, d)[:, :, :n], dk, dv
+
+
 def band_attention(q, k, v, before: int, after: int, real: torch.Tensor | None, scale: float, T: int) -> torch.Tensor:
-    """Sliding-window attention (b, h, n, d_v); ``real`` (b, n) bool, True = real key, or None."""
+    """Sliding-window attention (b, h, n, d_v) through ``scaled_dot_product_attention`` (autograd by
+    PyTorch); ``real`` (b, n) bool, True = real key, or None. The fallback of ``band_forward``."""
     b, h, n, d = q.shape
     dv = v.shape[-1]
     nt = -(-n // T)

@@ -50,9 +50,10 @@ from dataclasses import dataclass
 import torch
 
 from .. import _checks
-from ..patterns import Pattern, _Window
+from ..patterns import Pattern, _Combined, _Window
 from ..softmax import masked_softmax
-from .band import band_attention, query_tile
+from . import flash
+from .band import band_attention, band_backward, band_forward, query_tile
 
 # Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
 SCORE_BUDGET = 1 << 22
@@ -181,18 +182,17 @@ def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
 
 # PyTorch's fused CPU flash kernel and its backward are private ops: where a torch
 # build lacks them, every group takes the explicit path (same numbers, slower).
-_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
-HAS_FUSED = _FLASH is not None and _FLASH_BWD is not None
+HAS_FUSED = flash.HAS_FUSED
 
 
 def _additive(deny: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
-    """deny (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf); rows with no key are
-    opened (their output is zeroed afterwards) so that the fused kernel never sees a row of −inf."""
+    """deny (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf), (1 or b, R, B, m·B).
+
+    A row with no key is all −inf: the kernel gives it a zero output (overwritten with an lse of
+    −inf), and in the backward, where it comes with dout = 0, it contributes nothing."""
     if deny is None:
         return None
-    deny = deny & ~deny.all(-1, keepdim=True)
-    bias = torch.zeros(deny.shape, dtype=dtype).masked_fill_(deny, float("-inf"))
+    bias = flash.additive(~deny, dtype)
     return bias[None] if bias.dim() == 3 else bias
 
 
@@ -205,9 +205,101 @@ def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor | None:
     return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
 
 
+def plan_forward(q, k, v, pl: Plan, pad_deny, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
+
+    Query rows the pattern gives no key (and rows of blocks outside the plan) get out = 0, lse = −inf."""
+    b, h, n, d = q.shape
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    out = q.new_zeros(b, h, nb, B, d)
+    lse = q.new_full((b, h, nb, B), float("-inf"))
+    wk, wv = _workspaces(pl, q, (d, d))
+    for grp in pl.groups:
+        R = len(grp.q_blocks)
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        o, lp = flash.FLASH(
+            _take(qb, grp.q_blocks).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
+            vg.reshape(b * h, R, -1, d), 0.0, False, attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
+        )
+        o, lp = o.reshape(b, h, R, B, d), lp.reshape(b, h, R, B).to(lse.dtype)
+        dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
+        if dead is not None:
+            o, lp = o.masked_fill(dead, 0.0), lp.masked_fill(dead[..., 0], float("-inf"))
+        out.index_copy_(2, grp.q_blocks, o)
+        lse.index_copy_(2, grp.q_blocks, lp)
+    return out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n]
+
+
+def plan_backward(dout, q, k, v, out, lse, pl: Plan, pad_deny, scale: float):
+    """Gradients (dq, dk, dv) of the plan's tiles, given the output and lse of the *whole* softmax;
+    rows with no key anywhere must come with dout = 0 and a finite lse."""
+    b, h, n, d = q.shape
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    dob, ob = _blocks(dout, nb, B), _blocks(out, nb, B)
+    lb = _blocks(lse[..., None], nb, B)[..., 0]  # (b, h, nb, B)
+    dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
+    wk, wv = _workspaces(pl, q, (d, d))
+    for grp in pl.groups:
+        rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+        R, m = grp.k_blocks.shape
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        gq, gk, gv = flash.FLASH_BWD(
+            _take(dob, rows).reshape(b * h, R, B, d), _take(qb, rows).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
+            vg.reshape(b * h, R, -1, d), _take(ob, rows).reshape(b * h, R, B, d),
+            lb.index_select(2, rows).reshape(b * h, R, B), 0.0, False,
+            attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
+        )
+        dq.index_copy_(2, rows, gq.reshape(b, h, R, B, d))
+        dk.index_add_(2, idx, gk.reshape(b, h, R * m, B, d))
+        dv.index_add_(2, idx, gv.reshape(b, h, R * m, B, d))
+    return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
+
+
+class _Fused(torch.autograd.Function):
+    """A pattern as disjoint parts, each through the fused kernel, merged by their log-sum-exp
+    (``attnlab.kernels.flash``): a sliding window as contiguous key spans (``band``, no gather),
+    the rest of the pattern as gathered tiles (``plan``). Backward: each part's from the merged
+    output and lse."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, window, pl: Plan | None, pad_deny, scale: float):
+        b, h, n, _ = q.shape
+        real = None if pad_deny is None else (~pad_deny.flatten(1)[:, :n]).expand(b, n)
+        parts = []
+        if window is not None:
+            parts.append(band_forward(q, k, v, *window[:2], real, scale, window[2]))
+        if pl is not None:
+            parts.append(plan_forward(q, k, v, pl, pad_deny, scale))
+        out, lse = flash.merge(parts)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.extras = (window, pl, pad_deny, real, scale)
+        return out.contiguous()
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        window, pl, pad_deny, real, scale = ctx.extras
+        dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients
+        dout = dout.contiguous()
+        if bool(dead.any()):
+            dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
+        grads = []
+        if window is not None:
+            grads.append(band_backward(dout, q, k, v, out, lse, *window[:2], real, scale, window[2]))
+        if pl is not None:
+            grads.append(plan_backward(dout, q, k, v, out, lse, pl, pad_deny, scale))
+        dq, dk, dv = grads[0]
+        for gq, gk, gv in grads[1:]:
+            dq, dk, dv = dq + gq, dk + gk, dv + gv
+        return dq, dk, dv, None, None, None, None
+
+
 class _BlockSparse(torch.autograd.Function):
-    """Forward and backward one tile group at a time with the fused CPU flash kernel (no dropout),
-    or with explicit scores and softmax (dropout, whose mask must be replayed in the backward)."""
+    """The explicit path, one tile group at a time: scores, one fused ``torch.softmax``, the weighted
+    sum; for dropout (whose mask is replayed in the backward from a per-group seed), values wider or
+    narrower than the keys, and torch builds without the fused kernel."""
 
     @staticmethod
     def forward(ctx, q, k, v, pl: Plan, pad_deny, scale: float, dropout_p: float, seed: int):
@@ -216,33 +308,23 @@ class _BlockSparse(torch.autograd.Function):
         B, nb = pl.block, pl.n_blocks
         qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
         out = q.new_zeros(b, h, nb, B, dv)
-        lses, fused = [], HAS_FUSED and dropout_p == 0 and d == dv  # the fused kernel needs d_v = d
         wk, wv = _workspaces(pl, q, (d, dv))
         for gi, grp in enumerate(pl.groups):
-            R = len(grp.q_blocks)
             kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
             dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
-            if fused:
-                o, lse = _FLASH(
-                    _take(qb, grp.q_blocks).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
-                    vg.reshape(b * h, R, -1, dv), 0.0, False, attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
-                )
-                o = o.reshape(b, h, R, B, dv)
-                lses.append(lse)
-            else:
-                p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, pad_deny, B), dead)
-                if dropout_p > 0:
-                    p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-                o = p @ vg  # (b, h, R, B, d_v)
+            p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, pad_deny, B), dead)
+            if dropout_p > 0:
+                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
+            o = p @ vg  # (b, h, R, B, d_v)
             out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
         out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
-        ctx.save_for_backward(q, k, v, out, *lses)
+        ctx.save_for_backward(q, k, v, out)
         ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, *lses = ctx.saved_tensors
+        q, k, v, out = ctx.saved_tensors
         pl, pad_deny, scale, dropout_p, seed = ctx.extras
         b, h, n, d = q.shape
         dv_ = v.shape[-1]
@@ -260,27 +342,18 @@ class _BlockSparse(torch.autograd.Function):
             dead = _dead(grp, pad_deny)
             if dead is not None:
                 dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
-            if lses:
-                gq, gk, gv = _FLASH_BWD(
-                    dog.reshape(b * h, R, B, dv_), qg.reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
-                    vg.reshape(b * h, R, -1, dv_), _take(ob, rows).reshape(b * h, R, B, dv_), lses[gi], 0.0, False,
-                    attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
-                )
-                dq.index_copy_(2, rows, gq.reshape(b, h, R, B, d))
-                dkg, dvg = gk.reshape(b, h, R * m, B, d), gv.reshape(b, h, R * m, B, dv_)
+            qs = qg * scale
+            p = _softmax(_scores(qs, kg, grp, pad_deny, B), dead)  # (b, h, R, B, m·B)
+            dp = dog @ vg.transpose(-1, -2)
+            if dropout_p > 0:
+                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
+                dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+                dp.mul_(keep)
             else:
-                qs = qg * scale
-                p = _softmax(_scores(qs, kg, grp, pad_deny, B), dead)  # (b, h, R, B, m·B)
-                dp = dog @ vg.transpose(-1, -2)
-                if dropout_p > 0:
-                    keep = _dropout_keep(p.shape, dropout_p, seed, gi)
-                    dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                    dp.mul_(keep)
-                else:
-                    dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
-                dq.index_copy_(2, rows, (ds @ kg) * scale)
-                dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
+                dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+            ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
+            dq.index_copy_(2, rows, (ds @ kg) * scale)
+            dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
             dk.index_add_(2, idx, dkg)
             dv.index_add_(2, idx, dvg)
         dq = dq.flatten(2, 3)[:, :, :n]
@@ -402,13 +475,58 @@ def block_sparse_attention(
     return out.to(dtype), weights
 
 
+class _Without(Pattern):
+    """The pairs of ``a`` that ``b`` does not allow (the rest of a pattern beside its window)."""
+
+    def __init__(self, a: Pattern, b: Pattern):
+        self.a, self.b = a, b
+
+    def allows(self, q_idx, kv_idx, n):
+        return self.a.allows(q_idx, kv_idx, n) & ~self.b.allows(q_idx, kv_idx, n)
+
+    def block_layout(self, n, block):
+        return self.a.block_layout(n, block)  # a superset; plan() drops the empty tiles
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} without {self.b!r})"
+
+
+def _split(pattern: Pattern) -> tuple[_Window | None, Pattern | None]:
+    """pattern = window | rest → (window, rest without the window), cached on the pattern;
+    (None, pattern) when no sliding window is one of its top-level | terms."""
+    if "_split" not in pattern.__dict__:
+        terms, todo = [], [pattern]
+        while todo:
+            p = todo.pop()
+            if isinstance(p, _Combined) and p.op == "or":
+                todo += [p.b, p.a]
+            else:
+                terms.append(p)
+        win = next((t for t in terms if type(t) is _Window), None)
+        others = [t for t in terms if t is not win]
+        rest = None
+        if others:
+            rest = others[0]
+            for t in others[1:]:
+                rest = rest | t
+        pattern.__dict__["_split"] = (win, rest if win is None or rest is None else _Without(rest, win))
+    return pattern.__dict__["_split"]
+
+
 def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
-    """The attention on finite k and v: the banded path for a plain sliding window, else the tile plan."""
-    b, h, n, _ = q.shape
-    if type(pattern) is _Window and dropout_p == 0:
+    """The attention on finite k and v: a sliding window as contiguous spans, the rest as tiles."""
+    b, h, n, d = q.shape
+    win, rest = _split(pattern)
+    if HAS_FUSED and dropout_p == 0 and v.shape[-1] == d:
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        window = None if win is None else (win.before, win.after, query_tile(block, grad))
+        pl = None if rest is None else plan(rest, n, block, b * h)
+        if pl is not None and not pl.groups and window is not None:
+            pl = None  # the rest adds no key beyond the window
+        return _Fused.apply(q, k, v, window, pl, pad, scale)
+    if type(pattern) is _Window and dropout_p == 0:
         real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
-        return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, grad))
+        return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
     return _BlockSparse.apply(q, k, v, plan(pattern, n, block, b * h), pad, scale, dropout_p, seed)
 
