@@ -61,6 +61,8 @@ PATTERNS = [
     P.random_blocks(2, 8, seed=1),
     P.sliding_window(3) | P.global_tokens([5]) | P.random_blocks(1, 8, seed=2),
     P.strided(4) & P.causal(),
+    P.sliding_window(4, 1) | P.global_tokens([2, 9, 30]),  # Longformer: window + dense global parts
+    P.global_tokens(range(40)) | P.sliding_window(1),  # every position global: no rows part
 ]
 
 
@@ -70,7 +72,7 @@ def test_float64_equals_dense_masked(pattern, n):
     compare(pattern, n, block=8)
 
 
-@pytest.mark.parametrize("pattern", PATTERNS[:4] + PATTERNS[-2:], ids=repr)
+@pytest.mark.parametrize("pattern", PATTERNS[:4] + PATTERNS[-4:], ids=repr)
 def test_float32_equals_dense_masked(pattern):
     compare(pattern, 45, block=16, dtype=torch.float32, tol=1e-5)
 

@@ -50,10 +50,11 @@ from dataclasses import dataclass
 import torch
 
 from .. import _checks
-from ..patterns import Pattern, _Combined, _Window
+from ..patterns import Pattern, _Combined, _Global, _Window
 from ..softmax import masked_softmax
 from . import flash
 from .band import band_attention, band_backward, band_forward, query_tile
+from .global_part import global_backward, global_forward
 
 # Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
 SCORE_BUDGET = 1 << 22
@@ -242,7 +243,7 @@ def plan_backward(dout, q, k, v, out, lse, pl: Plan, pad_deny, scale: float):
     dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
     wk, wv = _workspaces(pl, q, (d, d))
     for grp in pl.groups:
-        rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+        rows = grp.q_blocks
         R, m = grp.k_blocks.shape
         kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
         gq, gk, gv = flash.FLASH_BWD(
@@ -252,48 +253,54 @@ def plan_backward(dout, q, k, v, out, lse, pl: Plan, pad_deny, scale: float):
             attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
         )
         dq.index_copy_(2, rows, gq.reshape(b, h, R, B, d))
-        dk.index_add_(2, idx, gk.reshape(b, h, R * m, B, d))
-        dv.index_add_(2, idx, gv.reshape(b, h, R * m, B, d))
+        # the kernel's key gradients are laid out (b·h, m·B, R, d) in memory: add them by key row, no copy
+        key_rows = (grp.k_blocks.T.repeat_interleave(B, 0) * B + torch.arange(B).repeat(m)[:, None]).flatten()
+        dk.view(b * h, nb * B, d).index_add_(1, key_rows, gk.transpose(1, 2).reshape(b * h, m * B * R, d))
+        dv.view(b * h, nb * B, d).index_add_(1, key_rows, gv.transpose(1, 2).reshape(b * h, m * B * R, d))
     return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
 
 
 class _Fused(torch.autograd.Function):
     """A pattern as disjoint parts, each through the fused kernel, merged by their log-sum-exp
     (``attnlab.kernels.flash``): a sliding window as contiguous key spans (``band``, no gather),
-    the rest of the pattern as gathered tiles (``plan``). Backward: each part's from the merged
-    output and lse."""
+    global tokens as two dense blocks (``global_part``), the rest as gathered tiles (``plan``).
+    Backward: each part's from the merged output and lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, window, pl: Plan | None, pad_deny, scale: float):
+    def forward(ctx, q, k, v, window, glob, pl: Plan | None, pad_deny, scale: float):
         b, h, n, _ = q.shape
         real = None if pad_deny is None else (~pad_deny.flatten(1)[:, :n]).expand(b, n)
+        before_after = None if window is None else window[:2]
         parts = []
         if window is not None:
             parts.append(band_forward(q, k, v, *window[:2], real, scale, window[2]))
+        if glob is not None:
+            parts += global_forward(q, k, v, glob, _Window(*before_after) if window else None, real, scale)
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, pad_deny, scale))
         out, lse = flash.merge(parts)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.extras = (window, pl, pad_deny, real, scale)
+        ctx.extras = (window, glob, pl, pad_deny, real, scale)
         return out.contiguous()
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        window, pl, pad_deny, real, scale = ctx.extras
+        window, glob, pl, pad_deny, real, scale = ctx.extras
         dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients
         dout = dout.contiguous()
         if bool(dead.any()):
             dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
-        grads = []
+        acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
         if window is not None:
-            grads.append(band_backward(dout, q, k, v, out, lse, *window[:2], real, scale, window[2]))
+            acc = band_backward(dout, q, k, v, out, lse, *window[:2], real, scale, window[2])
+        if glob is not None:
+            win = _Window(*window[:2]) if window is not None else None
+            acc = global_backward(dout, q, k, v, out, lse, glob, win, real, scale, acc)
         if pl is not None:
-            grads.append(plan_backward(dout, q, k, v, out, lse, pl, pad_deny, scale))
-        dq, dk, dv = grads[0]
-        for gq, gk, gv in grads[1:]:
-            dq, dk, dv = dq + gq, dk + gk, dv + gv
-        return dq, dk, dv, None, None, None, None
+            grads = plan_backward(dout, q, k, v, out, lse, pl, pad_deny, scale)
+            acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
+        return *acc, None, None, None, None, None
 
 
 class _BlockSparse(torch.autograd.Function):
@@ -491,9 +498,9 @@ class _Without(Pattern):
         return f"({self.a!r} without {self.b!r})"
 
 
-def _split(pattern: Pattern) -> tuple[_Window | None, Pattern | None]:
-    """pattern = window | rest → (window, rest without the window), cached on the pattern;
-    (None, pattern) when no sliding window is one of its top-level | terms."""
+def _split(pattern: Pattern) -> tuple[_Window | None, _Global | None, Pattern | None]:
+    """pattern = window | global tokens | rest → (window, global tokens, rest without either),
+    from its top-level ``|`` terms, cached on the pattern; (None, None, pattern) when it has neither."""
     if "_split" not in pattern.__dict__:
         terms, todo = [], [pattern]
         while todo:
@@ -503,27 +510,37 @@ def _split(pattern: Pattern) -> tuple[_Window | None, Pattern | None]:
             else:
                 terms.append(p)
         win = next((t for t in terms if type(t) is _Window), None)
-        others = [t for t in terms if t is not win]
+        globs = [t for t in terms if type(t) is _Global]
+        glob = None if not globs else _Global(torch.cat([g.indices for g in globs]))
+        others = [t for t in terms if t is not win and type(t) is not _Global]
         rest = None
         if others:
             rest = others[0]
             for t in others[1:]:
                 rest = rest | t
-        pattern.__dict__["_split"] = (win, rest if win is None or rest is None else _Without(rest, win))
+            covered = win if glob is None else (glob if win is None else win | glob)
+            if covered is not None:
+                rest = _Without(rest, covered)
+        pattern.__dict__["_split"] = (win, glob, rest)
     return pattern.__dict__["_split"]
 
 
 def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
-    """The attention on finite k and v: a sliding window as contiguous spans, the rest as tiles."""
+    """The attention on finite k and v: a sliding window as contiguous spans, global tokens as dense
+    blocks, the rest as tiles (all fused); the explicit tile path for dropout or d_v ≠ d."""
     b, h, n, d = q.shape
-    win, rest = _split(pattern)
+    win, glob, rest = _split(pattern)
     if HAS_FUSED and dropout_p == 0 and v.shape[-1] == d:
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         window = None if win is None else (win.before, win.after, query_tile(block, grad))
+        g = None if glob is None else glob.indices[glob.indices < n]
+        g = None if g is None or not len(g) else g
         pl = None if rest is None else plan(rest, n, block, b * h)
-        if pl is not None and not pl.groups and window is not None:
-            pl = None  # the rest adds no key beyond the window
-        return _Fused.apply(q, k, v, window, pl, pad, scale)
+        if pl is not None and not pl.groups and (window is not None or g is not None):
+            pl = None  # the rest adds no key beyond the window and the global tokens
+        if window is None and g is None and pl is None:
+            pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
+        return _Fused.apply(q, k, v, window, g, pl, pad, scale)
     if type(pattern) is _Window and dropout_p == 0:
         real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
         return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
