@@ -97,3 +97,47 @@ def test_cache_keeps_gradients_when_they_are_needed():
     ref_x = x.detach().clone().requires_grad_()
     m(ref_x, causal=True)[0].sum().backward()
     torch.testing.assert_close(x.grad, ref_x.grad, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kw", [{}, {"kdim": 6, "vdim": 5}, {"num_kv_heads": 2}])
+def test_memory_cache_projects_the_memory_once(kw):
+    from attnlab.nn import MemoryCache
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4, **kw).eval()
+    memory = torch.randn(2, 9, m.kdim)
+    value = memory if m.vdim == m.kdim else torch.randn(2, 9, m.vdim)
+    x = torch.randn(2, 3, 16)
+    cache = MemoryCache()
+    first, w = m(x, memory, value, cache=cache, need_weights=True)
+    ref, ref_w = m(x, memory, value, need_weights=True)
+    torch.testing.assert_close(first, ref, atol=0, rtol=0)
+    torch.testing.assert_close(w, ref_w, atol=0, rtol=0)
+    assert cache.keys.shape == (2, m.num_kv_heads, 9, 4)
+    with torch.no_grad():  # change W_k and W_v: a cached step must not project the memory again
+        for p in (m.in_proj_weight, m.k_proj_weight, m.v_proj_weight):
+            if p is not None:
+                p[-8:].add_(1.0)
+    again, _ = m(x[:, :1], memory, value, cache=cache)
+    torch.testing.assert_close(again, first[:, :1], atol=1e-6, rtol=0)
+    assert not torch.allclose(m(x[:, :1], memory, value)[0], first[:, :1])
+    # another memory tensor (even with equal values) is projected anew
+    fresh, _ = m(x[:, :1], memory.clone(), value.clone(), cache=cache)
+    torch.testing.assert_close(fresh, m(x[:, :1], memory, value)[0], atol=1e-6, rtol=0)
+
+
+def test_memory_cache_fills_in_the_decoder_and_wrong_caches_raise():
+    from attnlab.nn import MemoryCache
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab=9, tgt_vocab=11, dim=32, num_heads=4)).eval()
+    src = torch.randint(0, 9, (2, 6))
+    memory = model.encode(src)
+    cache = KVCache(len(model.decoder))
+    model.decode(torch.zeros(2, 1, dtype=torch.long), memory, cache=cache)
+    assert all(layer.memory.keys is not None and layer.memory.keys.shape[2] == 6 for layer in cache.layers)
+    m = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match="MemoryCache is for cross-attention"):
+        m(torch.randn(1, 3, 8), cache=MemoryCache())
+    with pytest.raises(ValueError, match="attnlab.nn.MemoryCache"):
+        m(torch.randn(1, 3, 8), torch.randn(1, 4, 8), cache=LayerCache())

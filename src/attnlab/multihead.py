@@ -34,6 +34,9 @@ Extensions used by ``attnlab.nn.MultiHeadAttention`` (all optional):
   embedding, before they are repeated for grouped-query heads) are appended and
   the queries attend over everything cached. With ``causal=True`` the core's causal
   mask is aligned bottom-right, so the new queries see all cached keys.
+* ``memory_cache``: an ``attnlab.nn.MemoryCache`` for cross-attention: the key and value
+  heads of ``key``/``value`` are projected once and reused while the same tensors come back
+  (incremental decoding over a fixed memory).
 * ``attn_bias``: a float bias (ALiBi), a tensor broadcastable to (b, h, q, k) or a
   callable ``(q_len, k_len) -> (h, q, k)`` evaluated after the cache update; it is
   added to the scores together with ``mask``.
@@ -121,6 +124,7 @@ def multi_head_attention(
     attn_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
     pattern: patterns.Pattern | None = None,
     block: int = 64,
+    memory_cache: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
 
@@ -146,6 +150,9 @@ def multi_head_attention(
                 f"w_qkv must be ((h + 2·h_kv)·d_h, {query.shape[-1]}) with h={num_heads}, h_kv={h_kv}; "
                 f"got {_checks.shape(w_qkv)}"
             )
+        if memory_cache is not None:
+            raise ValueError("memory_cache is for cross-attention (separate key/value projections), not with w_qkv")
+        cached = None
         d_h = w_qkv.shape[0] // (num_heads + 2 * h_kv)
         qkv = F.linear(query, w_qkv, b_qkv)  # (b, q, (h + 2·h_kv)·d_h)
         q, k, v = qkv.split([num_heads * d_h, h_kv * d_h, h_kv * d_h], dim=-1)
@@ -158,25 +165,34 @@ def multi_head_attention(
                 raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
         _check_heads(num_heads, h_kv, w_q, w_k, w_v)
         q = F.linear(query, w_q, b_q)  # (b, q, h·d_h)
-        k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
-        v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
+        cached = None if memory_cache is None else memory_cache.lookup(key, value)
+        if cached is None:
+            k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
+            v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
+        else:
+            k = v = None  # the memory's heads are cached
         inner = w_q.shape[0]
     if num_heads % h_kv:
         raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={h_kv}")
+    if memory_cache is not None and cache is not None:
+        raise ValueError("give cache (self-attention keys that grow) or memory_cache (a fixed memory), not both")
     if pattern is not None and (cache is not None or attn_bias is not None):
         raise ValueError("a sparse pattern works without a cache and without attn_bias (ALiBi); got "
                          + ", ".join(n for n, x in (("cache", cache), ("attn_bias", attn_bias)) if x is not None))
     if w_o.dim() != 2 or w_o.shape[1] != inner:
         raise ValueError(f"w_o must be (d_out, {inner}); got {_checks.shape(w_o)}")
     record("projected_query", "Q = X W_qᵀ", q, latex=r"Q = X W_q^\top")
-    record("projected_keys", "K = X W_kᵀ", k, latex=r"K = X W_k^\top")
-    record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
+    if cached is None:
+        record("projected_keys", "K = X W_kᵀ", k, latex=r"K = X W_k^\top")
+        record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
 
     groups = num_heads // h_kv
     if need_weights and w_qkv is not None and groups == 1 and not active():
         # The reference path's bmm run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
         qh, kh, vh = qkv.view(*query.shape[:2], 3, num_heads, d_h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
         del qkv
+    elif cached is not None:
+        qh, (kh, vh) = split_heads(q, num_heads), cached  # (b, h, q, d_h); (b, h_kv, k, d_h) as stored
     else:
         qh = split_heads(q, num_heads)  # (b, h, q, d_h)
         kh = split_heads(k, h_kv)  # (b, h_kv, k_new, d_h)
@@ -184,7 +200,10 @@ def multi_head_attention(
     del q, k, v  # the heads hold what is needed: a buffer that was copied is freed now, not at return
     offset = 0 if cache is None else cache.length
     if rotary is not None:
-        qh, kh = rotary(qh, offset), rotary(kh, offset)
+        qh = rotary(qh, offset)
+        kh = kh if cached is not None else rotary(kh, offset)
+    if memory_cache is not None and cached is None:
+        memory_cache.store(key, value, kh, vh)
     if cache is not None:
         kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
     kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)

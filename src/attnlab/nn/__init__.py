@@ -6,7 +6,7 @@ behind ``attnlab.create``.
 
 from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
-from .cache import KVCache, LayerCache
+from .cache import KVCache, LayerCache, MemoryCache
 from .dot import DotProductAttention
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
 from .luong import LuongAttention
@@ -28,6 +28,7 @@ __all__ = [
     "CrossAttention",
     "KVCache",
     "LayerCache",
+    "MemoryCache",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
     "SinusoidalPositionalEncoding",

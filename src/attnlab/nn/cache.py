@@ -29,13 +29,48 @@ import torch
 from .. import _checks
 
 
+class MemoryCache:
+    """A cross-attention's projected memory keys and values, computed at the first decoding step
+    and reused while the same memory tensor comes back.
+
+    Cross-attention keys and values depend only on the memory (the encoder's output or an image's
+    regions), so recomputing K = memory W_kᵀ, V = memory W_vᵀ at every generated token is wasted
+    work: O(s·d²) per step and layer. The cache remembers the memory tensor it was filled from
+    (by identity and shape) and projects again when a different one is passed, so a new batch or a
+    reordered beam can never silently reuse stale keys.
+    """
+
+    def __init__(self) -> None:
+        self._source: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.keys: torch.Tensor | None = None  # (b, h_kv, s, d_h)
+        self.values: torch.Tensor | None = None
+
+    def lookup(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The cached (keys, values) heads if they were made from these very tensors, else None."""
+        src = self._source
+        if src is not None and src[0] is key and src[1] is value and self.keys is not None:
+            return self.keys, self.values
+        return None
+
+    def store(self, key: torch.Tensor, value: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> None:
+        self._source, self.keys, self.values = (key, value), kh, vh
+
+    def reset(self) -> None:
+        self._source = self.keys = self.values = None
+
+    def __repr__(self) -> str:
+        return f"MemoryCache(keys={None if self.keys is None else tuple(self.keys.shape)})"
+
+
 class LayerCache:
-    """The cached key and value heads of one attention layer."""
+    """The cached key and value heads of one attention layer (and, in ``memory``, of its
+    decoder layer's cross-attention)."""
 
     def __init__(self) -> None:
         self._k: torch.Tensor | None = None  # (b, h_kv, capacity, d_h)
         self._v: torch.Tensor | None = None
         self.length = 0
+        self.memory = MemoryCache()
 
     @property
     def keys(self) -> torch.Tensor | None:
@@ -105,6 +140,7 @@ class LayerCache:
     def reset(self) -> None:
         self._k = self._v = None
         self.length = 0
+        self.memory.reset()
 
     def __repr__(self) -> str:
         shape = None if self._k is None else tuple(self.keys.shape)
@@ -137,4 +173,4 @@ class KVCache:
         return f"KVCache(layers={len(self.layers)}, length={self.length})"
 
 
-__all__ = ["LayerCache", "KVCache"]
+__all__ = ["LayerCache", "KVCache", "MemoryCache"]

@@ -12,7 +12,9 @@ Submodule names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecod
 (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1..3``), so weights
 copy over from PyTorch's layers (tests do so). Unlike PyTorch's, masks use attnlab's
 polarity (True = may attend), padding masks are (b, k) with True on real tokens, and the
-decoder's self-attention takes a ``cache`` for incremental decoding. Pre-norm stacks need
+decoder's self-attention takes a ``cache`` (a ``LayerCache``) for incremental decoding, whose
+``memory`` slot keeps the cross-attention's projected memory keys and values from the first
+step on (``MemoryCache``: reused while the same memory tensor is passed). Pre-norm stacks need
 a final LayerNorm after the last layer (the models add it). Shapes: x (b, n, dim).
 """
 
@@ -135,8 +137,9 @@ class TransformerDecoderLayer(nn.Module):
     def _sa(self, x, mask, causal, cache):
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
-    def _ca(self, x, memory, memory_mask, need_weights=False):
-        out, weights = self.multihead_attn(x, memory, mask=memory_mask, need_weights=need_weights)
+    def _ca(self, x, memory, memory_mask, need_weights=False, cache=None):
+        mem = None if cache is None else cache.memory  # the memory's keys and values, projected once
+        out, weights = self.multihead_attn(x, memory, mask=memory_mask, need_weights=need_weights, cache=mem)
         return self.dropout2(out), weights
 
     def _ff(self, x):
@@ -161,12 +164,12 @@ class TransformerDecoderLayer(nn.Module):
         """
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, causal, cache)
-            ca, w = self._ca(self.norm2(x), memory, memory_mask, need_weights)
+            ca, w = self._ca(self.norm2(x), memory, memory_mask, need_weights, cache)
             x = x + ca
             x = x + self._ff(self.norm3(x))
         else:
             x = self.norm1(x + self._sa(x, mask, causal, cache))
-            ca, w = self._ca(x, memory, memory_mask, need_weights)
+            ca, w = self._ca(x, memory, memory_mask, need_weights, cache)
             x = self.norm2(x + ca)
             x = self.norm3(x + self._ff(x))
         return (x, w) if need_weights else x

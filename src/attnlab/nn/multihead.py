@@ -46,7 +46,7 @@ from torch import nn
 
 from ..multihead import multi_head_attention
 from ..patterns import Pattern
-from .cache import LayerCache
+from .cache import LayerCache, MemoryCache
 from .positional import ALiBi, RotaryEmbedding
 from .registry import register
 
@@ -140,9 +140,13 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
-        cache: LayerCache | None = None,
+        cache: LayerCache | MemoryCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (b, q, dim); key (b, k, kdim) or None (self-attention); value (b, k, vdim), default key.
+
+        ``cache``: a ``LayerCache`` for self-attention (incremental decoding), or a ``MemoryCache``
+        for cross-attention (the memory's keys and values projected once, reused while the same
+        memory tensor is passed).
 
         Returns ``(output (b, q, dim), weights (b, h, q, k) or None)``.
         """
@@ -155,10 +159,15 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query must be (b, q, dim) with dim={self.dim}; got shape {tuple(query.shape)}")
         if self.pattern is not None and not self_attention:
             raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
-        if cache is not None and not self_attention:
+        memory_cache = None
+        if isinstance(cache, MemoryCache):
+            if self_attention:
+                raise ValueError("a MemoryCache is for cross-attention over a fixed memory; self-attention takes a LayerCache")
+            memory_cache, cache = cache, None
+        elif cache is not None and not self_attention:
             raise ValueError(
                 "cache is for self-attention (keys that grow by one token a step); "
-                "cross-attention keys are fixed: pass key=memory and no cache"
+                "cross-attention keys are fixed: pass key=memory and an attnlab.nn.MemoryCache (or no cache)"
             )
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (b, q, k) → (b, 1, q, k)
@@ -183,6 +192,7 @@ class MultiHeadAttention(nn.Module):
             attn_bias=self.alibi,
             pattern=self.pattern,
             block=self.block,
+            memory_cache=memory_cache,
             **proj,
         )
         return self.proj_drop(out), weights
