@@ -21,19 +21,16 @@ import time
 import torch
 
 from attnlab.models.transformer import Transformer, TransformerConfig
-from attnlab.nn import KVCache
+from attnlab.nn import KVCache, MemoryCache
 
 
-class _NoMemoryCache:
-    """A stand-in that never hits: the memory is projected at every step."""
+class _NoMemoryCache(MemoryCache):
+    """A memory cache that never hits: the memory is projected at every step."""
 
     def lookup(self, key, value):
         return None
 
     def store(self, key, value, kh, vh):
-        pass
-
-    def reset(self):
         pass
 
 
