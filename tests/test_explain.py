@@ -22,7 +22,7 @@ from attnlab.explain import (
     run,
     verify,
 )
-from attnlab.explain.examples import display_value
+from attnlab.explain.mechanisms import display_value
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -152,7 +152,7 @@ def test_top_k_keeps_the_k_best_keys():
 
 
 def test_explain_sparse_example_records_masked_scores():
-    from attnlab.explain import examples
+    from attnlab.explain import examples, mechanisms
 
     ex = examples.parse(
         """
@@ -165,7 +165,7 @@ def test_explain_sparse_example_records_masked_scores():
         """,
         "inline",
     )
-    t = examples.run(ex)
+    t = mechanisms.run(ex)
     w = t["weights"].value  # rows 0 (global) 4 keys, 1: 2, 2: 3, 3: 3 → 4 of 16 masked
     allowed = (P.sliding_window(1, 0) | P.global_tokens([0])).materialize(4)
     assert torch.equal(w > 0, allowed)

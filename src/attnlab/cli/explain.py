@@ -10,8 +10,8 @@ import argparse
 import json
 
 from ..explain import builtin_names, document, load, render, render_markdown, run, verify
-from ..explain.examples import MECHANISMS
 from ..explain.i18n import LANGS
+from ..explain.mechanisms import MECHANISMS
 from . import UsageError
 
 FORMATS = {

@@ -6,7 +6,8 @@
 """
 
 from .claims import ClaimCheck, check_all
-from .examples import MECHANISMS, Example, ExampleError, builtin_names, load, parse, run
+from .examples import Example, ExampleError, builtin_names, load, parse
+from .mechanisms import MECHANISMS, run
 from .render_markdown import render_markdown
 from .render_text import render
 from .verify import Verdict, verify

@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from ..multihead import merge_heads, split_heads
 from ..softmax import masked_softmax
-from .examples import Example, _feature_map, _mask, _need, _opt, _qkv, _rows, num_heads
+from .examples import Example, _feature_map, _mask, _need, _opt, _qkv, _rows
+from .mechanisms import num_heads
 
 Env = dict[str, torch.Tensor]
 Chain = dict[str, Callable[[Env], torch.Tensor]]

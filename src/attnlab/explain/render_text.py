@@ -14,7 +14,8 @@ import torch
 
 from ..trace import Trace
 from . import i18n
-from .examples import Example, display_value, head_axis
+from .examples import Example
+from .mechanisms import display_value, head_axis
 from .verify import DRIFT, EXACT, WRONG, Verdict
 
 

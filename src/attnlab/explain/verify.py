@@ -56,7 +56,8 @@ import torch
 
 from ..trace import Trace
 from .chains import chain_for
-from .examples import Example, ExampleError, display_value, run
+from .examples import Example, ExampleError
+from .mechanisms import display_value, run
 
 EXACT, DRIFT, WRONG = "exact", "rounding drift", "wrong"
 

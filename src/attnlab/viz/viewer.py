@@ -91,7 +91,7 @@ def normalise(data: dict) -> dict:
 
 def from_example(ex, t) -> dict:
     """Viewer data from a worked example and its trace (the trace's weights; -inf masked scores)."""
-    from ..explain.examples import display_value
+    from ..explain.mechanisms import display_value
 
     w = display_value(ex, "weights", t["weights"].value)
     if w.dim() == 1:

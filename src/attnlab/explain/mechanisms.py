@@ -1,0 +1,277 @@
+"""The mechanisms of worked examples: how each one runs, and how its steps are laid out.
+
+``run(example)`` computes the example with the library inside ``attnlab.trace()``
+in float64 and returns the trace; nothing here does arithmetic of its own (the
+only additions to a trace are the library's own ``split_heads`` views of the
+projections, so a walkthrough can show the heads).
+
+Mechanisms are a registry (``MECHANISMS``: name → ``Mechanism``); each entry
+says how to run an example and how its steps are laid out (batched runs drop
+their batch axis of one for display; a single query vector drops the query axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from ..attention import attention
+from ..attentional import attentional_output
+from ..multihead import multi_head_attention, split_heads
+from ..scores import additive, concat, general
+from ..trace import Step, Trace, trace
+from ..vision import channel_attention, spatial_attention
+from .examples import (
+    Example,
+    ExampleError,
+    _feature_map,
+    _int,
+    _mask,
+    _need,
+    _opt,
+    _qkv,
+    _query,
+    _rows,
+    _scale,
+)
+
+# Score choices for mechanisms that take a ``score`` parameter (masked, attentional, ...).
+SCORE_BUILDERS: dict[str, Callable[[Example], Any]] = {
+    "dot": lambda ex: "dot",
+    "scaled_dot": lambda ex: "scaled_dot",
+    "general": lambda ex: partial(general, weight=_need(ex, "params", "weight")),
+    "additive": lambda ex: partial(
+        additive, w_q=_need(ex, "params", "w_q"), w_k=_need(ex, "params", "w_k"), v=_need(ex, "params", "v")
+    ),
+    "concat": lambda ex: partial(concat, weight=_need(ex, "params", "weight"), v=_need(ex, "params", "v")),
+}
+
+
+def _score(ex: Example, default: str) -> Any:
+    name = ex.params.get("score", default)
+    if name not in SCORE_BUILDERS:
+        raise ExampleError(f"{ex.at('params', 'score')}: unknown score {name!r}; known: {', '.join(SCORE_BUILDERS)}")
+    return SCORE_BUILDERS[name](ex)
+
+
+# --- running an example -------------------------------------------------------
+
+
+def _run_attention(ex: Example, score: str, *, need_mask: bool = False) -> Trace:
+    q, k, v = _qkv(ex)  # inputs are read (and checked) before parameters
+    score_arg = _score(ex, score)
+    mask = _mask(ex, q.shape[0], k.shape[0])
+    if need_mask and mask is None:
+        raise ExampleError(f"{ex.at('inputs')}: mechanism {ex.mechanism!r} needs a mask (or [params] causal = true)")
+    scale = _scale(ex) if score_arg == "scaled_dot" else None
+    with trace() as t:
+        attention(q, k, v, score=score_arg, mask=mask, scale=scale, need_weights=True)
+    return t
+
+
+def _run_sparse(ex: Example) -> Trace:
+    """Attention masked by a pattern from ``attnlab.patterns`` or by an explicit [inputs] mask.
+
+    ``[params] pattern`` is a table ``{name = "sliding_window", before = 1, after = 1}`` or a
+    list ``[{kind = "sliding_window", args = [1, 1]}, ...]`` joined by ``combine`` ("or", "and").
+    """
+    from .. import patterns
+
+    pattern = ex.params.get("pattern")
+    if pattern is not None and "mask" not in ex.inputs:
+        n = _rows(ex, "keys").shape[0]
+        if isinstance(pattern, list):
+            try:
+                pat = patterns.from_spec(pattern, str(ex.params.get("combine", "or")))
+            except (ValueError, TypeError) as e:
+                raise ExampleError(f"{ex.at('params', 'pattern')}: {e}") from None
+        elif isinstance(pattern, dict) and "name" in pattern:
+            fn = patterns.BUILDERS.get(str(pattern["name"]))
+            if fn is None:
+                raise ExampleError(
+                    f"{ex.at('params', 'pattern')}: no pattern {pattern['name']!r}; known: {', '.join(patterns.BUILDERS)}"
+                )
+            kwargs = {k: (int(v) if isinstance(v, int) else float(v)) for k, v in pattern.items() if k != "name"}
+            try:
+                pat = fn(**kwargs)
+            except (ValueError, TypeError) as e:
+                raise ExampleError(f"{ex.at('params', 'pattern')}: {e}") from None
+        else:
+            raise ExampleError(
+                f"{ex.at('params', 'pattern')} must be a table with a name, e.g. "
+                '{name = "sliding_window", before = 1, after = 1}, or a list of {kind, args} tables'
+            )
+        q_len = _query(ex).shape[0]
+        ex.inputs["mask"] = pat.materialize(n)[n - q_len :].int().tolist()
+    return _run_attention(ex, "scaled_dot", need_mask=True)
+
+
+def _eye(n: int) -> torch.Tensor:
+    return torch.eye(n, dtype=torch.float64)
+
+
+def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, heads: int) -> Trace:
+    """Projections + (multi-head) attention via ``attnlab.multihead``; absent weights are identities."""
+    given = {n: _opt(ex, "params", n) for n in ("w_q", "w_k", "w_v", "w_o")}
+    w_q = given["w_q"] if given["w_q"] is not None else _eye(q_in.shape[-1])
+    w_k = given["w_k"] if given["w_k"] is not None else _eye(k_in.shape[-1])
+    w_v = given["w_v"] if given["w_v"] is not None else _eye(v_in.shape[-1])
+    w_o = given["w_o"] if given["w_o"] is not None else _eye(w_v.shape[0])
+    mask = _mask(ex, q_in.shape[0], k_in.shape[0])
+    with trace() as t:
+        multi_head_attention(
+            q_in[None], k_in[None], v_in[None], num_heads=heads, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o,
+            mask=mask, scale=_scale(ex), need_weights=True,
+        )
+    drop = {f"projected_{s}" for s, w in (("query", "w_q"), ("keys", "w_k"), ("values", "w_v")) if given[w] is None}
+    if heads == 1:
+        drop.add("heads")  # the concatenation of one head is that head
+    if given["w_o"] is None:
+        drop.add("output")
+    steps = [s for s in t.steps if s.name not in drop]
+    if heads > 1:  # show the split: the library's own split_heads of the recorded projections
+        split = [
+            Step(f"{part}_heads", f"split {sym} into {heads} heads of {w_q.shape[0] // heads}",
+                 split_heads(t[f"projected_{src}"].value, heads), latex=rf"{sym}_1, \dots, {sym}_{{{heads}}}")
+            for part, src, sym in (("query", "query", "Q"), ("key", "keys", "K"), ("value", "values", "V"))
+        ]
+        at = max(i for i, s in enumerate(steps) if s.name.startswith("projected_")) + 1 if any(
+            s.name.startswith("projected_") for s in steps) else 0
+        steps[at:at] = split
+    return Trace(steps)
+
+
+def _run_self(ex: Example) -> Trace:
+    x = _rows(ex, "x")
+    return _run_projected(ex, x, x, x, 1)
+
+
+def _run_multi_head(ex: Example) -> Trace:
+    if "x" in ex.inputs:
+        x = _rows(ex, "x")
+        q = k = v = x
+    else:
+        q, k, v = _qkv(ex)
+    return _run_projected(ex, q, k, v, _int(ex, "num_heads"))
+
+
+def _run_cross(ex: Example) -> Trace:
+    q, k, v = _qkv(ex)
+    return _run_projected(ex, q, k, v, _int(ex, "num_heads", 1))
+
+
+def _run_channel(ex: Example) -> Trace:
+    f = _feature_map(ex)
+    w1, w2 = _need(ex, "params", "w1"), _need(ex, "params", "w2")
+    with trace() as t:
+        channel_attention(f, w1, _opt(ex, "params", "b1"), w2, _opt(ex, "params", "b2"))
+    return t
+
+
+def _run_spatial(ex: Example) -> Trace:
+    f = _feature_map(ex)
+    w = _need(ex, "params", "weight")
+    if w.dim() == 3:
+        w = w.unsqueeze(0)  # (2, k, k) as written → (1, 2, k, k)
+    b = _opt(ex, "params", "bias")
+    with trace() as t:
+        spatial_attention(f, w, b.reshape(1) if b is not None else None)
+    return t
+
+
+def _run_attentional(ex: Example) -> Trace:
+    q, k, v = _qkv(ex)
+    score_arg = _score(ex, "dot")
+    w_c, b_c = _need(ex, "params", "w_c"), _opt(ex, "params", "b_c")
+    with trace() as t:
+        context, _ = attention(q, k, v, score=score_arg, mask=_mask(ex, q.shape[0], k.shape[0]),
+                               scale=_scale(ex) if score_arg == "scaled_dot" else None, need_weights=True)
+        attentional_output(context, q, w_c, b_c)
+    return t
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """How to run a mechanism's example, and how its steps are laid out for display.
+
+    batched: the run adds a batch axis of one (multihead, vision), which display drops.
+    squeeze: drop every axis of size one after that (vision maps: M_c (C, 1, 1) → (C,)).
+    """
+
+    run: Callable[[Example], Trace]
+    summary: str
+    batched: bool = False
+    squeeze: bool = False
+
+
+MECHANISMS: dict[str, Mechanism] = {
+    "dot": Mechanism(lambda ex: _run_attention(ex, "dot"), "Luong dot score qᵀk"),
+    "scaled_dot": Mechanism(lambda ex: _run_attention(ex, "scaled_dot"), "scaled dot product qᵀk/√d"),
+    "general": Mechanism(lambda ex: _run_attention(ex, "general"), "Luong general score qᵀWk"),
+    "additive": Mechanism(lambda ex: _run_attention(ex, "additive"), "Bahdanau additive score vᵀtanh(W_q q + W_k k)"),
+    "concat": Mechanism(lambda ex: _run_attention(ex, "concat"), "Luong concat score vᵀtanh(W[q; k])"),
+    "masked": Mechanism(lambda ex: _run_attention(ex, "scaled_dot", need_mask=True), "attention with a mask"),
+    "sparse": Mechanism(_run_sparse, "sparse attention: a pattern as a mask"),
+    "attentional": Mechanism(_run_attentional, "Luong attentional output tanh(W_c[c; s] + b_c)"),
+    "self_attention": Mechanism(_run_self, "self-attention from x with W_q, W_k, W_v", batched=True),
+    "multi_head": Mechanism(_run_multi_head, "multi-head: split, per head, concat, W_o", batched=True),
+    "cross_attention": Mechanism(_run_cross, "cross-attention: queries from one sequence, keys from another", batched=True),
+    "channel": Mechanism(_run_channel, "CBAM channel attention", batched=True, squeeze=True),
+    "spatial": Mechanism(_run_spatial, "CBAM spatial attention", batched=True, squeeze=True),
+}
+
+
+def run(ex: Example) -> Trace:
+    """Compute the example with the library and return its trace."""
+    try:
+        return MECHANISMS[ex.mechanism].run(ex)
+    except ExampleError:
+        raise
+    except ValueError as e:  # the library's own shape errors, with the file's name in front
+        raise ExampleError(f"{ex.name}: {e}") from None
+
+
+# Steps with no query axis (they depend on the keys only).
+KEY_STEPS = {"projected_keys", "projected_values", "key_heads", "value_heads"}
+# Steps of batched runs with a head axis (b, h, ·, ·).
+HEAD_STEPS = {"scores", "scaled_scores", "masked_scores", "weights", "context", "query_heads", "key_heads", "value_heads"}
+
+
+def single_query(ex: Example) -> bool:
+    q = ex.inputs.get("query")
+    return isinstance(q, list) and bool(q) and not isinstance(q[0], list)
+
+
+def num_heads(ex: Example) -> int:
+    h = ex.params.get("num_heads", 1)
+    return h if isinstance(h, int) and not isinstance(h, bool) else 1
+
+
+def display_value(ex: Example, name: str, value: torch.Tensor) -> torch.Tensor:
+    """A step's value as the example writes it (a view: no arithmetic).
+
+    Batched runs drop the batch axis; one head drops the head axis; a single
+    query vector drops the query axis; vision maps drop axes of size one.
+    """
+    mech = MECHANISMS[ex.mechanism]
+    if mech.batched and value.dim() >= 1 and value.shape[0] == 1:
+        value = value[0]
+    if mech.squeeze:
+        return value.squeeze() if value.numel() > 1 else value.reshape(1)
+    if mech.batched and name in HEAD_STEPS and num_heads(ex) == 1 and value.dim() >= 3:
+        value = value[0]
+    if single_query(ex) and name not in KEY_STEPS and value.dim() >= 1 and value.shape[0] == 1:
+        return value[0]
+    return value
+
+
+def head_axis(ex: Example, name: str) -> bool:
+    """True when a displayed step's first axis is the head axis (multi-head)."""
+    return MECHANISMS[ex.mechanism].batched and name in HEAD_STEPS and num_heads(ex) > 1
+
+
+__all__ = ["Mechanism", "MECHANISMS", "run", "display_value", "head_axis", "num_heads", "single_query"]
