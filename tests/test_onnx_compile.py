@@ -41,6 +41,24 @@ def test_torch_compile_matches_eager():
         torch.testing.assert_close(compiled(x, mask=pad), layer(x, mask=pad), atol=1e-5, rtol=0)
 
 
+@pytest.mark.skipif(not HAS_CXX, reason="torch.compile on CPU needs a C++ compiler (g++)")
+def test_torch_compile_of_a_sparse_pattern_module_matches_eager():
+    """The block-sparse kernel is a graph break (torch.compiler.disable): forward and gradients match eager."""
+    from attnlab import patterns as P
+    from attnlab.nn import MultiHeadAttention
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 4, pattern=P.sliding_window(3) | P.global_tokens([0]), block=8)
+    x = torch.randn(2, 21, 16, requires_grad=True)
+    pad = torch.tensor([[True] * 21, [True] * 15 + [False] * 6])
+    ref = m(x, mask=pad)[0]
+    (g_ref,) = torch.autograd.grad(ref.sum(), x)
+    out = torch.compile(m, dynamic=False)(x, mask=pad)[0]
+    (g,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=0)
+    torch.testing.assert_close(g, g_ref, atol=1e-6, rtol=0)
+
+
 @pytest.mark.skipif(not HAS_ORT, reason="onnx, onnxruntime or onnxscript not installed (pip install -e '.[onnx]')")
 def test_onnx_export_runs_in_onnxruntime_and_matches(tmp_path):
     import onnxruntime as ort

@@ -425,6 +425,7 @@ def _validate(q, k, v, pattern, block):
         raise ValueError(f"block must be a positive integer; got {block!r}")
 
 
+@torch.compiler.disable  # Python loops over tile groups and private kernels: a clean graph break under torch.compile
 def block_sparse_attention(
     query: torch.Tensor,
     key: torch.Tensor,
