@@ -121,6 +121,25 @@ def _query_tiles(x: torch.Tensor, nt: int, T: int) -> torch.Tensor:
     return (x if nt * T == n else F.pad(x, (0, 0, 0, nt * T - n))).reshape(b, h, nt, T, d)
 
 
+def _span_positions(s: int, e: int, T: int, before: int, after: int) -> torch.Tensor:
+    """(e − s, L) key positions of the spans of tiles [s, e): tile t covers tT − before … tT + T − 1 + after."""
+    return torch.arange(s, e)[:, None] * T - before + torch.arange(T + before + after)[None, :]
+
+
+def _chunk_spans(x: torch.Tensor, s: int, e: int, T: int, before: int, after: int) -> torch.Tensor:
+    """The key (or value) spans of tiles [s, e) for every head: (b·h, e − s, L, d).
+
+    Interior tiles (spans inside [0, n)) are a strided view of x, no copy; a chunk that reaches
+    before 0 or past n is gathered, with zeros outside (those keys are masked)."""
+    b, h, n, d = x.shape
+    L = T + before + after
+    if s * T >= before and e * T + after <= n and x.is_contiguous():
+        return x.as_strided((b * h, e - s, L, d), (n * d, T * d, d, 1), x.storage_offset() + (s * T - before) * d)
+    pos = _span_positions(s, e, T, before, after).to(x.device)
+    ok = (pos >= 0) & (pos < n)
+    return x.reshape(b * h, n, d)[:, pos.clamp(0, n - 1)].masked_fill_(~ok[None, :, :, None], 0.0)
+
+
 def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
     """The window with PyTorch's fused kernel, no autograd: (out (b, h, n, d_v), lse (b, h, n)).
 
@@ -128,14 +147,14 @@ def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
     b, h, n, d = q.shape
     dv = v.shape[-1]
     nt = -(-n // T)
-    qt, ks, vs = _query_tiles(q, nt, T), _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
+    qt, k, v = _query_tiles(q, nt, T), k.contiguous(), v.contiguous()  # once: the spans are views of k and v
     out, lse = q.new_empty(b, h, nt, T, dv), None
     for bi, s, e, allow, dead in _calls(n, nt, T, before, after, real, b, h, max(d, v.shape[-1]), q.device):
         sel = slice(None) if bi is None else slice(bi, bi + 1)
         m = qt.shape[0] if bi is None else 1
         o, lp = flash.FLASH(
-            qt[sel, :, s:e].reshape(m * h, e - s, T, d), ks[sel, :, s:e].reshape(m * h, e - s, -1, d),
-            vs[sel, :, s:e].reshape(m * h, e - s, -1, dv), 0.0, False, attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
+            qt[sel, :, s:e].reshape(m * h, e - s, T, d), _chunk_spans(k[sel], s, e, T, before, after),
+            _chunk_spans(v[sel], s, e, T, before, after), 0.0, False, attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
         )  # (m·h, e − s, T, d_v), (m·h, e − s, T)
         if dead is not None:
             o, lp = o.masked_fill(dead[None, :, :, None], 0.0), lp.masked_fill(dead[None], float("-inf"))
@@ -152,32 +171,29 @@ def band_backward(dout, q, k, v, out, lse, before: int, after: int, real, scale:
     b, h, n, d = q.shape
     dv_ = v.shape[-1]
     nt = -(-n // T)
-    L = T + before + after
-    qt, ks, vs = _query_tiles(q, nt, T), _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
-    dot, ot = _query_tiles(dout, nt, T), _query_tiles(out, nt, T)
+    qt, dot, ot = _query_tiles(q, nt, T), _query_tiles(dout, nt, T), _query_tiles(out, nt, T)
+    k, v = k.contiguous(), v.contiguous()  # once: the spans are views of k and v
     lt = _query_tiles(lse[..., None], nt, T)[..., 0]  # (b, h, nt, T)
-    rows = b * h * nt * T
     dq = q.new_empty(b, h, nt, T, d)
-    dk_flat, dv_flat = k.new_zeros(before + rows + after, d), v.new_zeros(before + rows + after, dv_)
+    scratch = b * h * n  # one extra row takes the (zero) gradients of span rows outside [0, n)
+    dk_flat, dv_flat = k.new_zeros(scratch + 1, d), v.new_zeros(scratch + 1, dv_)
     for bi, s, e, allow, _ in _calls(n, nt, T, before, after, real, b, h, max(d, dv_), q.device, SPAN_BUDGET):
         sel = slice(None) if bi is None else slice(bi, bi + 1)
         m = qt.shape[0] if bi is None else 1
         gq, gk, gv = flash.FLASH_BWD(
             dot[sel, :, s:e].reshape(m * h, e - s, T, dv_), qt[sel, :, s:e].reshape(m * h, e - s, T, d),
-            ks[sel, :, s:e].reshape(m * h, e - s, -1, d), vs[sel, :, s:e].reshape(m * h, e - s, -1, dv_),
+            _chunk_spans(k[sel], s, e, T, before, after), _chunk_spans(v[sel], s, e, T, before, after),
             ot[sel, :, s:e].reshape(m * h, e - s, T, dv_), lt[sel, :, s:e].reshape(m * h, e - s, T), 0.0, False,
             attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
         )
         dq[sel, :, s:e] = gq.view(m, h, e - s, T, d)
-        # span (head j, tile t) covers rows j·nt·T + t·T + [0, L) of the padded key buffer (see _spans)
-        heads = torch.arange(m * h) + (0 if bi is None else bi * h)
-        start = (heads[:, None] * nt + torch.arange(s, e)[None, :]) * T  # (m·h, e − s)
         # the kernel's key gradients are laid out (m·h, L, e − s, d) in memory: index them that way (no copy)
-        idx = (start[:, None, :] + torch.arange(L)[None, :, None]).flatten().to(q.device)
+        pos = _span_positions(s, e, T, before, after).T.to(q.device)  # (L, e − s)
+        heads = (torch.arange(m * h, device=q.device) + (0 if bi is None else bi * h))[:, None, None]
+        idx = torch.where((pos >= 0) & (pos < n), heads * n + pos, scratch).flatten()
         dk_flat.index_add_(0, idx, gk.transpose(1, 2).reshape(-1, d))
         dv_flat.index_add_(0, idx, gv.transpose(1, 2).reshape(-1, dv_))
-    dk = dk_flat[before : before + rows].view(b, h, nt * T, d)[:, :, :n]
-    dv = dv_flat[before : before + rows].view(b, h, nt * T, dv_)[:, :, :n]
+    dk, dv = dk_flat[:scratch].view(b, h, n, d), dv_flat[:scratch].view(b, h, n, dv_)
     return dq.view(b, h, nt * T, d)[:, :, :n], dk, dv
 
 

@@ -37,18 +37,32 @@ def additive(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill_(~allow, float("-inf"))
 
 
-def merge(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[(o_p (..., n, d), ℓ_p (..., n))] over disjoint key sets → (o, ℓ); rows with no key anywhere: o = 0, ℓ = −inf."""
-    if len(parts) == 1:
-        return parts[0]
-    lse = parts[0][1]
-    for _, lp in parts[1:]:
-        lse = torch.logaddexp(lse, lp)
-    dead = torch.isneginf(lse)
-    out = None
-    for o, lp in parts:
-        w = torch.exp(lp - lse).masked_fill_(dead, 0.0)  # (..., n) the part's share of the row's mass
-        out = o * w[..., None] if out is None else out.addcmul_(o, w[..., None])
+def _weight(lp: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """e^{ℓ_p − ℓ}, 0 where ℓ = −inf (a row with no key anywhere)."""
+    return torch.exp(lp - lse).masked_fill_(torch.isneginf(lse), 0.0)[..., None]
+
+
+def merge(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Parts over disjoint key sets → (o, ℓ); rows with no key anywhere: o = 0, ℓ = −inf.
+
+    A part is ``(o (..., n, d), ℓ (..., n))`` over all n rows, or ``(o (..., r, d), ℓ (..., r), rows (r,))``
+    over some rows only (global queries). The first part must cover all rows; its output is
+    overwritten (the parts are the kernels' fresh buffers)."""
+    out, lse = parts[0][0], parts[0][1]
+    full = [p for p in parts[1:] if len(p) == 2]
+    if full:
+        total = lse
+        for _, lp in full:
+            total = torch.logaddexp(total, lp)
+        out.mul_(_weight(lse, total))
+        for o, lp in full:
+            out.addcmul_(o, _weight(lp, total))
+        lse = total
+    for o, lp, rows in (p for p in parts[1:] if len(p) == 3):
+        old_o, old_l = out.index_select(-2, rows), lse.index_select(-1, rows)
+        new_l = torch.logaddexp(old_l, lp)
+        out.index_copy_(-2, rows, old_o.mul_(_weight(old_l, new_l)).addcmul_(o, _weight(lp, new_l)))
+        lse = lse.index_copy(-1, rows, new_l)
     return out, lse
 
 

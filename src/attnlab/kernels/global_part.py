@@ -9,8 +9,9 @@ of tiles (``attnlab.kernels.flash``):
 * **columns**: every query × the keys in G, minus the pairs in W;
 * **rows**: the queries in G × the keys not in G, minus the pairs in W.
 
-Each returns (out, lse) over all n query rows (rows without a key in the part:
-out = 0, lse = −inf) for ``flash.merge``; the backward takes the merged output
+The columns part returns (out, lse) over all n query rows, the rows part over
+the g global rows (rows without a key in a part: out = 0, lse = −inf), for
+``flash.merge``; the backward takes the merged output
 and lse and returns this part's share of the gradients.
 
 Shapes: q, k (b, h, n, d), v (b, h, n, d), G (g,) sorted key positions < n,
@@ -53,8 +54,8 @@ def _mask(allow: torch.Tensor, dtype) -> torch.Tensor:
 
 
 def global_forward(q, k, v, glob: torch.Tensor, window, real, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The columns and rows parts, no autograd: [(out (b, h, n, d), lse (b, h, n))], one per part."""
-    b, h, n, d = q.shape
+    """The parts, no autograd, for ``flash.merge``: the columns (out (b, h, n, d), lse (b, h, n)) and
+    the rows (out (b, h, g, d), lse (b, h, g), positions (g,))."""
     out = []
     for rows, cols, allow in _parts(q, glob, window, real):
         qs = q if rows is None else q.index_select(2, rows.to(q.device))
@@ -62,13 +63,7 @@ def global_forward(q, k, v, glob: torch.Tensor, window, real, scale: float) -> l
         o, lse = flash.FLASH(qs, ks, vs, 0.0, False, attn_mask=_mask(allow, q.dtype), scale=scale)
         dead = ~allow.any(-1)  # (r,) or (b, 1, r): rows with no key in this part
         o, lse = o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
-        if rows is not None:  # scatter the global query rows into all n rows
-            full_o, full_l = q.new_zeros(b, h, n, d), lse.new_full((b, h, n), float("-inf"))
-            r = rows.to(q.device)
-            full_o.index_copy_(2, r, o)
-            full_l.index_copy_(2, r, lse.contiguous())
-            o, lse = full_o, full_l
-        out.append((o, lse))
+        out.append((o, lse) if rows is None else (o, lse, rows.to(q.device)))  # the rows part: g rows only
     return out
 
 
