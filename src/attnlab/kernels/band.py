@@ -6,17 +6,24 @@ Shape legend: b batch, h heads, n positions, d features, T the query tile,
 nt = ⌈n/T⌉ tiles, L = T + before + after the key span of one tile.
 
 A sliding window needs no gather: query tile t (queries tT … tT+T−1) sees the
-*contiguous* key span tT − before … tT + T − 1 + after. After padding each
-head's keys to nt·T rows, laying the heads end to end and adding ``before``
-rows in front and ``after`` behind, these spans are the windows of one
-``Tensor.unfold`` (an overlapping, copy-free view (b·h, nt, L, d) whose
-backward sums the overlaps). Each span is then one "head" of a fused
-``torch.nn.functional.scaled_dot_product_attention`` call (the CPU flash
-kernel: online softmax, no score tensor, its own backward), with the same
-(T, L) bool mask for every interior tile (0 ≤ c − r ≤ before + after) and a
-per-tile mask only on the few boundary tiles, whose spans reach before 0 or
-past n (into the zeros or the neighbouring head's rows, masked out). With a
-key padding mask every tile gets its own mask, one batch element at a time.
+*contiguous* key span tT − before … tT + T − 1 + after. Each span is one "head"
+of a call of PyTorch's fused CPU flash kernel (online softmax, no score tensor,
+its own backward), with the same (T, L) mask for every interior tile
+(0 ≤ c − r ≤ before + after) and a per-tile mask only on the few boundary tiles.
+
+* ``band_forward`` / ``band_backward`` (the fused path of ``block_sparse_attention``):
+  the spans of interior tiles are a strided view of k and v (``as_strided``, no
+  copy); the spans of boundary tiles, which reach before 0 or past n, are
+  gathered with zeros outside. They return and take the row log-sum-exp, so a
+  window can be merged with other parts of a pattern (``attnlab.kernels.flash``);
+  the backward adds each span's key gradients back with ``index_add_``, a few
+  tiles per call so the kernel's own gradient buffers stay small.
+* ``band_attention`` (the fallback where the private kernel is missing): the
+  heads laid end to end with ``before`` rows in front and ``after`` behind, the
+  spans the windows of one ``Tensor.unfold`` (an overlapping view whose
+  backward sums the overlaps), through ``scaled_dot_product_attention``.
+
+With a key padding mask every tile gets its own mask, one batch element at a time.
 
 Memory: O(n·L·d) for the span gradient in the backward, no n × n tensor.
 Rows that may attend no key (all their keys padded out) get zero output and

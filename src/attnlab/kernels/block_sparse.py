@@ -7,24 +7,29 @@ block size, nb = ⌈n/B⌉ blocks, m the key blocks of one query block.
 
 How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kernels):
 
-1. A **plan** (cached per pattern, n, block and batch·heads): for every query
-   block, the list of key blocks the pattern touches (``Pattern.blocks``),
-   padded to a common width m inside groups of rows sorted by their count, and
-   the element-level mask of each gathered tile (partial blocks at window
-   edges, positions beyond n when n is not a multiple of B).
-2. **Forward**, one group of rows at a time: gather the key and value blocks
-   into (b·h, R, m·B, d) and run the fused CPU flash kernel
+1. **Parts.** The pattern's top-level ``|`` terms are split into disjoint parts
+   (``_split``, cached on the pattern): a ``sliding_window`` (``band``: banded
+   key spans, strided views of k and v, no gather), ``global_tokens``
+   (``global_part``: all queries × the global keys, the global queries × the
+   other keys, two dense calls), and the rest of the pattern minus both (the
+   tile plan below). Each part runs PyTorch's fused CPU flash kernel
    (``aten._scaled_dot_product_flash_attention_for_cpu``: scores, online
-   softmax and the weighted sum in one pass, no score tensor) with the tiles'
-   additive mask; only the output and the row log-sum-exp are kept.
-3. **Backward**: the kernel's own backward per group, from the saved
-   log-sum-exp (FlashAttention's recomputation), with dK and dV scattered back
-   with ``index_add_``. Dropout, and values wider or narrower than the keys,
-   take an explicit path (scores, one fused ``torch.softmax``, a dropout mask
-   replayed from a per-group seed).
-4. A plain ``sliding_window`` needs no gather and no plan: ``attnlab.kernels.band``
-   views the keys as overlapping contiguous spans (one ``unfold``) and runs
-   the fused SDPA on them with one shared mask for the interior tiles.
+   softmax and the weighted sum in one pass, no score tensor) and returns its
+   output and row log-sum-exp; ``flash.merge`` combines them exactly.
+2. A **plan** (cached per pattern, n, block and batch·heads): for every query
+   block, the list of key blocks the rest touches (``Pattern.blocks``), padded
+   to a common width m inside groups of rows sorted by their count, and the
+   element-level mask of each gathered tile (partial blocks at window edges,
+   positions beyond n when n is not a multiple of B). Forward, one group of
+   rows at a time: gather the key and value blocks into (b·h, R, m·B, d) and
+   call the kernel with the tiles' additive mask.
+3. **Backward** (``_Fused``): every part's kernel backward from the *merged*
+   output and log-sum-exp (FlashAttention's recomputation), which gives
+   exactly that part's share of dQ, dK and dV; the tiles' dK and dV are
+   scattered back with ``index_add_``.
+4. Dropout, values wider or narrower than the keys, and torch builds without
+   the private kernel take an explicit path over the whole plan (scores, one
+   fused ``torch.softmax``, a dropout mask replayed from a per-group seed).
 
 Non-finite keys and values: they are zeroed before the tiles are computed,
 and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,

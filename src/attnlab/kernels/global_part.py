@@ -11,8 +11,8 @@ of tiles (``attnlab.kernels.flash``):
 
 The columns part returns (out, lse) over all n query rows, the rows part over
 the g global rows (rows without a key in a part: out = 0, lse = −inf), for
-``flash.merge``; the backward takes the merged output
-and lse and returns this part's share of the gradients.
+``flash.merge``; the backward takes the merged output and lse and returns this
+part's share of the gradients.
 
 Shapes: q, k (b, h, n, d), v (b, h, n, d), G (g,) sorted key positions < n,
 ``real`` (b, n) bool (True = real key) or None, ``window`` a ``_Window`` or None.
