@@ -272,40 +272,38 @@ class _Fused(torch.autograd.Function):
     Backward: each part's from the merged output and lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, window, glob, pl: Plan | None, pad_deny, scale: float):
+    def forward(ctx, q, k, v, win: _Window | None, T: int, glob, pl: Plan | None, pad_deny, scale: float):
         b, h, n, _ = q.shape
         real = None if pad_deny is None else (~pad_deny.flatten(1)[:, :n]).expand(b, n)
-        before_after = None if window is None else window[:2]
         parts = []
-        if window is not None:
-            parts.append(band_forward(q, k, v, *window[:2], real, scale, window[2]))
+        if win is not None:
+            parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
         if glob is not None:
-            parts += global_forward(q, k, v, glob, _Window(*before_after) if window else None, real, scale)
+            parts += global_forward(q, k, v, glob, win, real, scale)
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, pad_deny, scale))
         out, lse = flash.merge(parts)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.extras = (window, glob, pl, pad_deny, real, scale)
+        ctx.extras = (win, T, glob, pl, pad_deny, real, scale)
         return out.contiguous()
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        window, glob, pl, pad_deny, real, scale = ctx.extras
+        win, T, glob, pl, pad_deny, real, scale = ctx.extras
         dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients
         dout = dout.contiguous()
         if bool(dead.any()):
             dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
         acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
-        if window is not None:
-            acc = band_backward(dout, q, k, v, out, lse, *window[:2], real, scale, window[2])
+        if win is not None:
+            acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
         if glob is not None:
-            win = _Window(*window[:2]) if window is not None else None
             acc = global_backward(dout, q, k, v, out, lse, glob, win, real, scale, acc)
         if pl is not None:
             grads = plan_backward(dout, q, k, v, out, lse, pl, pad_deny, scale)
             acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
-        return *acc, None, None, None, None, None
+        return *acc, None, None, None, None, None, None
 
 
 class _BlockSparse(torch.autograd.Function):
@@ -538,15 +536,14 @@ def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p:
     win, glob, rest = _split(pattern)
     if HAS_FUSED and dropout_p == 0 and v.shape[-1] == d:
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        window = None if win is None else (win.before, win.after, query_tile(block, grad))
         g = None if glob is None else glob.indices[glob.indices < n]
         g = None if g is None or not len(g) else g
         pl = None if rest is None else plan(rest, n, block, b * h)
-        if pl is not None and not pl.groups and (window is not None or g is not None):
+        if pl is not None and not pl.groups and (win is not None or g is not None):
             pl = None  # the rest adds no key beyond the window and the global tokens
-        if window is None and g is None and pl is None:
+        if win is None and g is None and pl is None:
             pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
-        return _Fused.apply(q, k, v, window, g, pl, pad, scale)
+        return _Fused.apply(q, k, v, win, query_tile(block, grad), g, pl, pad, scale)
     if type(pattern) is _Window and dropout_p == 0:
         real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
         return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
