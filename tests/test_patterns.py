@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import kernels as K
 from attnlab import patterns as P
 
 
@@ -127,7 +128,7 @@ def test_block_sparse_layout_must_cover_n():
         lambda: P.global_tokens([-1]),
         lambda: P.block_sparse(torch.ones(2, 3, dtype=torch.bool), 4),
         lambda: P.sliding_window(2) & torch.ones(3),
-        lambda: P.top_k(0),
+        lambda: K.top_k(0),
     ],
 )
 def test_bad_arguments_raise(call):
@@ -138,7 +139,7 @@ def test_bad_arguments_raise(call):
 def test_top_k_keeps_the_k_best_keys():
     torch.manual_seed(1)
     q, k = torch.randn(2, 3, 11, 4, dtype=torch.float64), torch.randn(2, 3, 11, 4, dtype=torch.float64)
-    m = P.top_k(3).mask(q, k)
+    m = K.top_k(3).mask(q, k)
     assert m.shape == (2, 3, 11, 11) and (m.sum(-1) == 3).all()
     s = (q @ k.transpose(-1, -2)).numpy()
     best = np.argsort(-s, axis=-1)[..., :3]
@@ -146,7 +147,7 @@ def test_top_k_keeps_the_k_best_keys():
     np.put_along_axis(want, best, True, axis=-1)
     assert np.array_equal(m.numpy(), want)
     # within a pattern: only allowed keys are kept, and rows with fewer keep all
-    mw = P.top_k(4, within=P.sliding_window(1)).mask(q, k)
+    mw = K.top_k(4, within=P.sliding_window(1)).mask(q, k)
     assert not (mw & ~P.sliding_window(1).materialize(11)).any()
     assert (mw.sum(-1) == P.sliding_window(1).materialize(11).sum(-1)).all()
 

@@ -13,10 +13,11 @@ Public names (shape legend: b batch, h heads, q query length, k key length, d fe
 Mask convention everywhere: bool True = may attend; float = additive bias.
 """
 
-from . import masks, patterns, scores
-from .attention import attention
+from . import functional, masks, patterns
+from .functional import scores
+from .functional.attention import attention
+from .functional.softmax import masked_softmax
 from .nn.registry import available, create
-from .softmax import masked_softmax
 from .trace import Step, Trace, trace
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "attention",
     "masked_softmax",
+    "functional",
     "masks",
     "patterns",
     "scores",

@@ -21,8 +21,9 @@ pattern                                allowed when                             
 (Sparse Transformer: Child et al. 2019, https://arxiv.org/abs/1904.10509;
 Longformer: Beltagy et al. 2020, https://arxiv.org/abs/2004.05150; BigBird:
 Zaheer et al. 2020, https://arxiv.org/abs/2007.14062.) The seeds' *dynamic*
-selection is ``top_k(k)``: each query keeps its k highest-scoring keys; it
-depends on the content, so it lives apart (``TopK.mask``, ``attnlab.kernels.topk_attention``).
+selection, top-k (each query keeps its k highest-scoring keys), depends on the
+content, so it lives with its kernel (``attnlab.kernels.top_k``, ``TopK.mask``,
+``attnlab.kernels.topk_attention``).
 
 Each pattern is an index function ``allows(q_idx, kv_idx, n) -> bool`` over
 broadcasting integer tensors (the shape of ``flex_attention``'s ``mask_mod``),
@@ -134,10 +135,10 @@ class Pattern:
         return total / (n * n)
 
     def __and__(self, other: Pattern) -> Pattern:
-        return _Combined(self, _as_pattern(other), "and")
+        return Combined(self, _as_pattern(other), "and")
 
     def __or__(self, other: Pattern) -> Pattern:
-        return _Combined(self, _as_pattern(other), "or")
+        return Combined(self, _as_pattern(other), "or")
 
 
 def _as_pattern(x: object) -> Pattern:
@@ -146,7 +147,7 @@ def _as_pattern(x: object) -> Pattern:
     return x
 
 
-class _Combined(Pattern):
+class Combined(Pattern):
     def __init__(self, a: Pattern, b: Pattern, op: str):
         self.a, self.b, self.op = a, b, op
 
@@ -201,7 +202,7 @@ class _Band(Pattern):
         return (kb[None, :] >= lo[:, None]) & (kb[None, :] <= hi[:, None])
 
 
-class _Window(_Band):
+class Window(_Band):
     def __init__(self, before: int, after: int):
         self.before, self.after = _positive("before", before, 0), _positive("after", after, 0)
 
@@ -253,7 +254,7 @@ class _Fixed(Pattern):
         return f"fixed({self.block}, summary={self.summary})"
 
 
-class _Global(Pattern):
+class GlobalTokens(Pattern):
     def __init__(self, indices: Sequence[int] | torch.Tensor):
         idx = torch.as_tensor(indices, dtype=torch.long).flatten()
         if idx.numel() and int(idx.min()) < 0:
@@ -349,7 +350,7 @@ def causal() -> Pattern:
 
 def sliding_window(before: int, after: int | None = None) -> Pattern:
     """Local attention: query i attends keys i − before ≤ j ≤ i + after (after defaults to before)."""
-    return _Window(before, before if after is None else after)
+    return Window(before, before if after is None else after)
 
 
 def dilated_window(size: int, dilation: int) -> Pattern:
@@ -375,7 +376,7 @@ def fixed(block: int, summary: int = 1) -> Pattern:
 
 def global_tokens(indices: Sequence[int] | torch.Tensor) -> Pattern:
     """Longformer's global attention: the tokens at ``indices`` see, and are seen by, every position."""
-    return _Global(indices)
+    return GlobalTokens(indices)
 
 
 def random_blocks(per_row: int, block: int = 64, seed: int = 0) -> Pattern:
@@ -386,45 +387,6 @@ def random_blocks(per_row: int, block: int = 64, seed: int = 0) -> Pattern:
 def block_sparse(layout: torch.Tensor, block: int) -> Pattern:
     """A given (nb, nb) bool block layout: tile (I, J) is allowed where ``layout[I, J]``."""
     return _Given(layout, block)
-
-
-class TopK:
-    """The seeds' dynamic selection: each query keeps its k highest-scoring allowed keys.
-
-    The kept set depends on the scores qᵀk·scale, so this is not a static
-    ``Pattern``: ``mask(query, key)`` gives the dense bool mask (…, q, k) for a
-    given input, and ``attnlab.kernels.topk_attention`` computes the attention
-    with O(n·k) memory. Ties are broken as ``torch.topk`` breaks them; a query
-    with fewer than k allowed keys keeps all of them.
-    """
-
-    def __init__(self, k: int, base: Pattern | None = None):
-        self.k = _positive("k", k)
-        self.base = base
-
-    def mask(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        *,
-        scale: float | None = None,
-        key_padding_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys."""
-        from .kernels.topk import topk_indices
-
-        n = key.shape[-2]
-        idx, ok = topk_indices(query, key, self, scale=scale, key_padding_mask=key_padding_mask)  # (…, n, k)
-        out = torch.zeros(*idx.shape[:-1], n, dtype=torch.bool, device=key.device)
-        return out.scatter(-1, idx, ok)
-
-    def __repr__(self) -> str:
-        return f"top_k({self.k})" + ("" if self.base is None else f" within {self.base!r}")
-
-
-def top_k(k: int, within: Pattern | None = None) -> TopK:
-    """Each query keeps its ``k`` highest-scoring keys (among those ``within`` allows)."""
-    return TopK(k, within)
 
 
 # The patterns by name, for configuration files (explain examples, the CLI).
@@ -458,7 +420,9 @@ __all__ = [
     "BUILDERS",
     "from_spec",
     "Pattern",
-    "TopK",
+    "Combined",
+    "Window",
+    "GlobalTokens",
     "full",
     "causal",
     "sliding_window",
@@ -468,5 +432,4 @@ __all__ = [
     "global_tokens",
     "random_blocks",
     "block_sparse",
-    "top_k",
 ]

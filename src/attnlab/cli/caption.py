@@ -99,7 +99,7 @@ def run_caption(args: argparse.Namespace) -> int:
         print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "
               f"exact match: {'yes' if cap.words == truth['caption'] else 'no'}")
     if not args.no_overlays and cap.words:
-        from ..experiments.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
+        from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
         out = Path(args.out)
         for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):

@@ -153,7 +153,7 @@ def evaluate(model: SmallCNN, test) -> float:
 @torch.no_grad()
 def spatial_overlays(model: SmallCNN, images: np.ndarray, labels: np.ndarray, path: Path) -> Path:
     """Draw each block's spatial map M_s of a CBAM model over the test images."""
-    from .overlays import save_overlay_grid
+    from ..viz.overlays import save_overlay_grid
 
     model.eval()
     x, _ = _tensors(images, labels)

@@ -24,8 +24,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..multihead import merge_heads, split_heads
-from ..softmax import masked_softmax
+from ..functional.multihead import merge_heads, split_heads
+from ..functional.softmax import masked_softmax
 from .examples import Example, _feature_map, _mask, _need, _opt, _qkv, _rows
 from .mechanisms import num_heads
 

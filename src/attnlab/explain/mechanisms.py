@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
-from ..attention import attention
-from ..attentional import attentional_output
-from ..multihead import multi_head_attention, split_heads
-from ..scores import additive, concat, general
+from ..functional.attention import attention
+from ..functional.attentional import attentional_output
+from ..functional.channel import channel_attention, spatial_attention
+from ..functional.multihead import multi_head_attention, split_heads
+from ..functional.scores import additive, concat, general
 from ..trace import Step, Trace, trace
-from ..vision import channel_attention, spatial_attention
 from .examples import (
     Example,
     ExampleError,

@@ -55,8 +55,8 @@ from dataclasses import dataclass
 import torch
 
 from .. import _checks
-from ..patterns import Pattern, _Combined, _Global, _Window
-from ..softmax import masked_softmax
+from ..functional.softmax import masked_softmax
+from ..patterns import Combined, GlobalTokens, Pattern, Window
 from . import flash
 from .band import band_attention, band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
@@ -272,7 +272,7 @@ class _Fused(torch.autograd.Function):
     Backward: each part's from the merged output and lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, win: _Window | None, T: int, glob, pl: Plan | None, pad_deny, scale: float):
+    def forward(ctx, q, k, v, win: Window | None, T: int, glob, pl: Plan | None, pad_deny, scale: float):
         b, h, n, _ = q.shape
         real = None if pad_deny is None else (~pad_deny.flatten(1)[:, :n]).expand(b, n)
         parts = []
@@ -502,21 +502,21 @@ class _Without(Pattern):
         return f"({self.a!r} without {self.b!r})"
 
 
-def _split(pattern: Pattern) -> tuple[_Window | None, _Global | None, Pattern | None]:
+def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Pattern | None]:
     """pattern = window | global tokens | rest → (window, global tokens, rest without either),
     from its top-level ``|`` terms, cached on the pattern; (None, None, pattern) when it has neither."""
     if "_split" not in pattern.__dict__:
         terms, todo = [], [pattern]
         while todo:
             p = todo.pop()
-            if isinstance(p, _Combined) and p.op == "or":
+            if isinstance(p, Combined) and p.op == "or":
                 todo += [p.b, p.a]
             else:
                 terms.append(p)
-        win = next((t for t in terms if type(t) is _Window), None)
-        globs = [t for t in terms if type(t) is _Global]
-        glob = None if not globs else _Global(torch.cat([g.indices for g in globs]))
-        others = [t for t in terms if t is not win and type(t) is not _Global]
+        win = next((t for t in terms if type(t) is Window), None)
+        globs = [t for t in terms if type(t) is GlobalTokens]
+        glob = None if not globs else GlobalTokens(torch.cat([g.indices for g in globs]))
+        others = [t for t in terms if t is not win and type(t) is not GlobalTokens]
         rest = None
         if others:
             rest = others[0]
@@ -544,7 +544,7 @@ def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p:
         if win is None and g is None and pl is None:
             pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
         return _Fused.apply(q, k, v, win, query_tile(block, grad), g, pl, pad, scale)
-    if type(pattern) is _Window and dropout_p == 0:
+    if type(pattern) is Window and dropout_p == 0:
         real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
         return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0

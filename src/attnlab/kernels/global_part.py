@@ -15,7 +15,7 @@ the g global rows (rows without a key in a part: out = 0, lse = −inf), for
 part's share of the gradients.
 
 Shapes: q, k (b, h, n, d), v (b, h, n, d), G (g,) sorted key positions < n,
-``real`` (b, n) bool (True = real key) or None, ``window`` a ``_Window`` or None.
+``real`` (b, n) bool (True = real key) or None, ``window`` a ``Window`` or None.
 """
 
 from __future__ import annotations

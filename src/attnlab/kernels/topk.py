@@ -16,10 +16,51 @@ import math
 
 import torch
 
-from ..patterns import TopK
-from ..softmax import masked_softmax
+from ..functional.softmax import masked_softmax
+from ..patterns import Pattern
 
 _ROW_BUDGET = 1 << 22  # score elements per chunk while choosing
+
+
+class TopK:
+    """The seeds' dynamic selection: each query keeps its k highest-scoring allowed keys.
+
+    The kept set depends on the scores qᵀk·scale, so this is not a static
+    ``Pattern``: ``mask(query, key)`` gives the dense bool mask (…, q, k) for a
+    given input, and ``attnlab.kernels.topk_attention`` computes the attention
+    with O(n·k) memory. Ties are broken as ``torch.topk`` breaks them; a query
+    with fewer than k allowed keys keeps all of them.
+    """
+
+    def __init__(self, k: int, base: Pattern | None = None):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an integer >= 1; got {k!r}")
+        self.k = k
+        self.base = base
+
+    def mask(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        *,
+        scale: float | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys."""
+        n = key.shape[-2]
+        idx, ok = topk_indices(query, key, self, scale=scale, key_padding_mask=key_padding_mask)  # (…, n, k)
+        out = torch.zeros(*idx.shape[:-1], n, dtype=torch.bool, device=key.device)
+        return out.scatter(-1, idx, ok)
+
+    def __repr__(self) -> str:
+        return f"top_k({self.k})" + ("" if self.base is None else f" within {self.base!r}")
+
+
+def top_k(k: int, within: Pattern | None = None) -> TopK:
+    """Each query keeps its ``k`` highest-scoring keys (among those ``within`` allows)."""
+    return TopK(k, within)
+
+
 
 
 @torch.no_grad()
@@ -83,4 +124,4 @@ def topk_attention(
     return (w.unsqueeze(-2) @ vg).squeeze(-2)  # (b, h, n, d_v)
 
 
-__all__ = ["topk_attention", "topk_indices"]
+__all__ = ["TopK", "top_k", "topk_attention", "topk_indices"]

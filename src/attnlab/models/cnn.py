@@ -4,7 +4,7 @@
     head:     global average pool → linear → class logits
 
 The same network with ``attention="none"``, ``"se"``, ``"eca"`` or ``"cbam"``
-is what ``attnlab experiment vision`` compares (the gates: ``attnlab.nn.vision``).
+is what ``attnlab experiment vision`` compares (the gates: ``attnlab.nn.channel``, ``se``, ``eca``).
 Shapes: images (b, C_in, H, W) → logits (b, num_classes). With
 ``need_weights=True`` the forward pass also returns one entry per block: the
 gate's maps (``None`` for ``"none"``; M (b, C, 1, 1) for SE/ECA;
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..nn.vision import CBAM, ECA, SqueezeExcite
+from ..nn import CBAM, ECA, SqueezeExcite
 
 
 @dataclass

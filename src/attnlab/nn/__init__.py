@@ -7,7 +7,9 @@ behind ``attnlab.create``.
 from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
 from .cache import KVCache, LayerCache, MemoryCache
+from .channel import CBAM, ChannelAttention, SpatialAttention
 from .dot import DotProductAttention
+from .eca import ECA
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
 from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
@@ -18,8 +20,8 @@ from .positional import (
     SinusoidalPositionalEncoding,
 )
 from .registry import available, create, register
+from .se import SqueezeExcite
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
-from .vision import CBAM, ECA, ChannelAttention, SpatialAttention, SqueezeExcite
 
 __all__ = [
     "DotProductAttention",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ..softmax import masked_softmax
+from ..functional.softmax import masked_softmax
 from ..trace import record
 
 

@@ -15,7 +15,7 @@ baseline, whose c_t is the fixed context), so only the attention differs.
 | W_s   | ``predict.weight``   | (V, d_out)               |
 
 ``forward`` returns logits (the softmax is left to the loss or the decoder). The
-arithmetic is ``attnlab.attentional.attentional_output``, so a trace records its steps.
+arithmetic is ``attnlab.functional.attentional_output``, so a trace records its steps.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..attentional import attentional_output
+from ..functional.attentional import attentional_output
 
 
 class AttentionalOutput(nn.Module):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..attention import attention
+from ..functional.attention import attention
 from .registry import register
 
 

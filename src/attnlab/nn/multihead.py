@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..multihead import multi_head_attention
+from ..functional.multihead import multi_head_attention
 from ..patterns import Pattern
 from .cache import LayerCache, MemoryCache
 from .positional import ALiBi, RotaryEmbedding

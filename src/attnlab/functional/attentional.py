@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from . import _checks
-from .trace import record
+from .. import _checks
+from ..trace import record
 
 
 def attentional_output(

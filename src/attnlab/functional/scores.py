@@ -31,8 +31,8 @@ import math
 
 import torch
 
-from . import _checks
-from .trace import active, record
+from .. import _checks
+from ..trace import active, record
 
 
 def dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

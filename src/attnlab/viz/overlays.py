@@ -53,7 +53,7 @@ def save_overlay_grid(
     row_titles: list[str] | None = None,
 ) -> Path:
     """One row per image: the image, then each of its maps over it. Returns the PNG path."""
-    from ..viz.fonts import use_cjk_font
+    from .fonts import use_cjk_font
 
     use_cjk_font(list(column_titles or []) + list(row_titles or []))
     plt = _plt()
@@ -101,7 +101,7 @@ def _save(fig, plt, path: str | Path) -> Path:
 def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str | Path, *,
                       cells: int | None = None) -> Path:
     """One generated word's attention over the image regions (scaled to the map's maximum)."""
-    from ..viz.fonts import use_cjk_font
+    from .fonts import use_cjk_font
 
     use_cjk_font([word])
     plt = _plt()
@@ -115,7 +115,7 @@ def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str 
 def save_caption_strip(image: np.ndarray, maps: np.ndarray, words: list[str], path: str | Path, *,
                        cells: int | None = None, title: str = "") -> Path:
     """The image, then one panel per generated word with its map (L, g, g) over the image, on one row."""
-    from ..viz.fonts import use_cjk_font
+    from .fonts import use_cjk_font
 
     use_cjk_font(list(words) + [title])
     plt = _plt()

@@ -30,9 +30,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import _checks, masks, scores
+from .. import _checks, masks
+from ..trace import active, record
+from . import scores
 from .softmax import _row_fix, _softmax
-from .trace import active, record
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FUSED_SCORES = ("dot", "scaled_dot")

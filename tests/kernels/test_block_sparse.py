@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnlab
+from attnlab import kernels as K
 from attnlab import patterns as P
 from attnlab.kernels import block_sparse_attention, topk_attention, weights_for_rows
 
@@ -238,7 +239,7 @@ def test_weights_of_blocks_and_rows_equal_dense():
 def test_topk_attention_equals_dense_with_the_topk_mask():
     q, k, v = qkv(2, 2, 19, 4)
     pad = padding(2, 19)
-    tk = P.top_k(5, within=P.causal())
+    tk = K.top_k(5, within=P.causal())
     out = topk_attention(q, k, v, tk, key_padding_mask=pad[:, None])
     mask = tk.mask(q.detach(), k.detach(), key_padding_mask=pad[:, None])
     ref, _ = attnlab.attention(q, k, v, mask=mask)

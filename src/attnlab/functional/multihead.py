@@ -57,10 +57,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import _checks, masks, patterns
+from .. import _checks, masks, patterns
+from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
+from ..trace import active, record
 from .attention import attention
-from .kernels.block_sparse import block_sparse_attention, weights_for_rows
-from .trace import active, record
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:

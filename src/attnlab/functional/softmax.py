@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks
-from .masks import allowed
+from .. import _checks
+from ..masks import allowed
 
 
 def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:

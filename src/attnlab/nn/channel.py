@@ -9,7 +9,7 @@
   w = σ(conv1d_k(AvgPool F)), k = ψ(C) = |(log₂ C + 1) / 2|_odd when ``kernel_size=None``.
 
 Each module owns its parameters and calls the pure functions of
-``attnlab.vision`` (also in ``attnlab.functional``). Input and output are
+``attnlab.functional`` (also in ``attnlab.functional``). Input and output are
 (b, C, H, W); any H, W (odd ones included) work, since the spatial convolution
 is padded to keep the size.
 
@@ -28,7 +28,7 @@ spatial one, and ``CBAMMaps(channel, spatial)`` for CBAM. Every map is in
 
 Rules and caveats:
 
-* The hidden width is ``attnlab.vision.reduced_channels(C, r) = max(1, C // r)``
+* The hidden width is ``attnlab.functional.reduced_channels(C, r) = max(1, C // r)``
   unless ``hidden`` is given: fewer channels than the ratio keep one hidden unit.
 * The original CBAM code puts a batch norm after the spatial convolution;
   here it is a plain convolution with a bias (timm's ``CbamModule`` uses a norm
@@ -43,14 +43,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ..vision import (
-    channel_attention,
-    eca,
-    eca_kernel_size,
-    reduced_channels,
-    se,
-    spatial_attention,
-)
+from ..functional.channel import channel_attention, reduced_channels, spatial_attention
 from .registry import register
 
 
@@ -145,41 +138,4 @@ class CBAM(nn.Module):
         return (f2, CBAMMaps(m_c, m_s)) if need_weights else f2
 
 
-@register("se")
-class SqueezeExcite(_MLPGate):
-    """Squeeze-and-excitation: s = σ(W_2 δ(W_1 AvgPool F)), F' = F ⊗ s."""
-
-    def __init__(self, channels: int, reduction: int = 16, *, hidden: int | None = None, bias: bool = True):
-        super().__init__(channels, reduction, hidden, bias)
-
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
-        self._check(x)
-        out, s = se(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
-        return (out, s) if need_weights else out
-
-
-@register("eca")
-class ECA(nn.Module):
-    """Efficient channel attention: w = σ(conv1d_k(AvgPool F)), F' = F ⊗ w.
-
-    ``kernel_size=None`` picks the paper's adaptive k = ψ(C) (``eca_kernel_size``);
-    an explicit kernel size must be odd.
-    """
-
-    def __init__(self, channels: int, kernel_size: int | None = None, *, gamma: int = 2, beta: int = 1):
-        super().__init__()
-        k = eca_kernel_size(channels, gamma, beta) if kernel_size is None else kernel_size
-        if not isinstance(k, int) or k < 1 or k % 2 == 0:
-            raise ValueError(f"kernel_size must be a positive odd int or None (adaptive); got {kernel_size!r}")
-        self.channels, self.kernel_size = channels, k
-        self.conv = nn.Conv1d(1, 1, k, padding=k // 2, bias=False)
-
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
-        out, w = eca(x, self.conv.weight)
-        return (out, w) if need_weights else out
-
-    def extra_repr(self) -> str:
-        return f"channels={self.channels}, kernel_size={self.kernel_size}"
-
-
-__all__ = ["ChannelAttention", "SpatialAttention", "CBAM", "CBAMMaps", "SqueezeExcite", "ECA"]
+__all__ = ["ChannelAttention", "SpatialAttention", "CBAM", "CBAMMaps"]

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import attnlab
-from attnlab.multihead import multi_head_attention
+from attnlab.functional.multihead import multi_head_attention
 from attnlab.nn import CrossAttention, GroupedQueryAttention, MultiHeadAttention
 from attnlab.nn.convert import from_torch, mask_from_torch, mask_to_torch, to_torch
 

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.attentional import attentional_output
 from attnlab.cli import main
 from attnlab.explain import (
     MECHANISMS,
@@ -23,6 +22,7 @@ from attnlab.explain import (
     verify,
 )
 from attnlab.explain.mechanisms import display_value
+from attnlab.functional import attentional_output
 
 GOLDEN = Path(__file__).parent / "golden"
 

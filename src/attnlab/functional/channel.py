@@ -1,4 +1,4 @@
-"""Channel and spatial attention on feature maps, as pure functions (CBAM, SE, ECA).
+"""Channel and spatial attention on feature maps (CBAM), as pure functions.
 
 Woo et al. 2018, "CBAM: Convolutional Block Attention Module", https://arxiv.org/abs/1807.06521;
 Hu et al. 2018, "Squeeze-and-Excitation Networks", https://arxiv.org/abs/1709.01507;
@@ -31,13 +31,11 @@ and records its steps while a trace is active.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
-from . import _checks
-from .trace import record
+from .. import _checks
+from ..trace import record
 
 
 def _feature_map(x: torch.Tensor) -> None:
@@ -53,14 +51,6 @@ def reduced_channels(channels: int, reduction: int) -> int:
     if not isinstance(reduction, int) or reduction < 1:
         raise ValueError(f"reduction must be a positive int (the ratio r of C to C/r); got {reduction!r}")
     return max(1, channels // reduction)
-
-
-def eca_kernel_size(channels: int, gamma: int = 2, beta: int = 1) -> int:
-    """ECA's adaptive kernel size ψ(C) = |(log₂ C + b) / γ|_odd (Wang et al. 2020, eq. 12)."""
-    if not isinstance(channels, int) or channels < 1:
-        raise ValueError(f"channels must be a positive int; got {channels!r}")
-    t = int(abs((math.log2(channels) + beta) / gamma))
-    return t if t % 2 else t + 1
 
 
 def _mlp_weights(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
@@ -136,53 +126,4 @@ def cbam(
     return f2, m_c, m_s
 
 
-def se(
-    x: torch.Tensor,
-    w1: torch.Tensor,
-    b1: torch.Tensor | None,
-    w2: torch.Tensor,
-    b2: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Squeeze-and-excitation. x (b, C, H, W), w1 (C/r, C), w2 (C, C/r) → (F', s (b, C, 1, 1))."""
-    _feature_map(x)
-    _mlp_weights(x, w1, w2)
-    z = x.mean(dim=(2, 3))  # (b, C)
-    record("squeeze", "z = AvgPool(F)", z, latex=r"z = F_{sq}(F) = \mathrm{AvgPool}(F)")
-    logits = F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)  # (b, C)
-    record("mlp", "W_2 δ(W_1 z)", logits, latex=r"W_2\,\delta(W_1 z)")
-    s_ = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
-    record("weights", "s = σ(W_2 δ(W_1 z))", s_, latex=r"s = \sigma(W_2\,\delta(W_1 z))")
-    out = x * s_
-    record("output", "F' = F ⊗ s", out, latex=r"F' = F \otimes s")
-    return out, s_
-
-
-def eca(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Efficient channel attention. x (b, C, H, W), weight (1, 1, k), k odd → (F', w (b, C, 1, 1)).
-
-    The 1-D convolution runs across channels with zero padding k // 2, so
-    channel c sees channels c - k//2 … c + k//2.
-    """
-    _feature_map(x)
-    if weight.dim() != 3 or weight.shape[:2] != (1, 1) or weight.shape[2] % 2 == 0:
-        raise ValueError(f"weight must be (1, 1, k) with k odd; got {_checks.shape(weight)}")
-    z = x.mean(dim=(2, 3))  # (b, C)
-    record("avg_pool", "z = AvgPool(F)", z, latex=r"z = \mathrm{AvgPool}(F)")
-    logits = F.conv1d(z[:, None, :], weight, padding=weight.shape[-1] // 2)[:, 0]  # (b, C)
-    record("conv", f"conv1d_{weight.shape[-1]}(z)", logits, latex=r"\mathrm{C1D}_k(z)")
-    w = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
-    record("weights", "w = σ(conv1d_k(z))", w, latex=r"\omega = \sigma(\mathrm{C1D}_k(z))")
-    out = x * w
-    record("output", "F' = F ⊗ w", out, latex=r"F' = F \otimes \omega")
-    return out, w
-
-
-__all__ = [
-    "channel_attention",
-    "spatial_attention",
-    "cbam",
-    "se",
-    "eca",
-    "reduced_channels",
-    "eca_kernel_size",
-]
+__all__ = ["channel_attention", "spatial_attention", "cbam", "reduced_channels"]
