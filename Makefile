@@ -47,7 +47,7 @@ demo: $(STAMP)
 	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
 clean:

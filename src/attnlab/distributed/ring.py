@@ -1,0 +1,161 @@
+"""Ring attention: a sequence sharded across processes, key/value blocks passed around a ring.
+
+Liu et al. 2023, "Ring Attention with Blockwise Transformers for Near-Infinite Context",
+https://arxiv.org/abs/2310.01889; the merge is the split-KV identity of Flash-Decoding.
+
+Each of the W ranks holds n/W queries and n/W keys/values. In W steps every rank attends
+its queries to the key block it holds, then passes that block to the next rank. The
+partial results over disjoint key blocks merge exactly by their row log-sum-exp ℓ:
+
+    ℓ = log Σ_s e^{ℓ_s},     o = Σ_s e^{ℓ_s − ℓ} o_s
+
+A block that the mask forbids entirely (future keys under ``causal``, keys outside a
+window) is passed on without being computed. With the ``zigzag`` layout every rank
+has the same causal work. Gradients flow back through the same ring (``comm.exchange``).
+
+A pure sliding window (``patterns.sliding_window(before, after)``, ``causal`` adds
+``after = 0``) on the ``contiguous`` layout needs no ring: each rank receives only
+the ``before`` keys before its slice and the ``after`` keys after it from its two
+neighbours (a halo), and attends once.
+
+Shapes: q, k, v (b, h, n/W, d) on each rank; ``key_padding_mask`` (b, n/W) bool,
+True = real token. Memory: the backward keeps each step's (n/W)² weights, so the
+activations per rank are n²/W, not n²/W² (no recomputation yet).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import patterns as P
+from ..functional.attention import attention
+from ..functional.scores import default_scale
+from .comm import exchange, ring_shift, tie
+from .layout import positions, world
+
+
+def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, n: int, pattern, causal: bool) -> torch.Tensor | None:
+    """(n_q, n_k) bool from global positions (True = may attend), or None when all pairs may."""
+    allow = None
+    if pattern is not None:
+        allow = pattern.allows(q_pos[:, None], k_pos[None, :], n)
+    if causal:
+        c = k_pos[None, :] <= q_pos[:, None]
+        allow = c if allow is None else allow & c
+    return allow
+
+
+def _mask(allow: torch.Tensor | None, pad: torch.Tensor | None, device) -> torch.Tensor | None:
+    """The block's bool mask (b or 1, 1, n_q, n_k) from the pair mask and the keys' padding."""
+    m = None if allow is None else allow.to(device)[None, None]
+    if pad is not None:
+        p = pad[:, None, None, :]
+        m = p if m is None else m & p
+    return m
+
+
+def block_lse(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Row log-sum-exp ℓ_i = log Σ_{j allowed} exp(q_i·k_j · scale), −inf for a row with no key; (…, n_q)."""
+    s = (q * scale) @ k.transpose(-2, -1)  # (b, h, n_q, n_k)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.logsumexp(s, dim=-1)
+
+
+def merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partial results over disjoint key sets → (o, ℓ); a row with no key anywhere: o = 0, ℓ = −inf.
+
+    Differentiable, and finite in its gradients for such rows too."""
+    stack = torch.stack(lses)  # (P, …, n_q)
+    dead = torch.isneginf(stack).all(0)  # (…, n_q): no key in any part
+    safe = torch.where(dead, torch.zeros_like(stack), stack)
+    total = torch.logsumexp(safe, dim=0)
+    w = torch.where(dead, torch.zeros_like(safe), torch.exp(safe - total))  # (P, …, n_q)
+    out = sum(wp[..., None] * o for wp, o in zip(w.unbind(0), outs))
+    return out, torch.where(dead, torch.full_like(total, float("-inf")), total)
+
+
+def _partial(q, k, v, mask, scale):
+    out, _ = attention(q, k, v, mask=mask, scale=scale)  # the core: zero rows, masking rules
+    return out, block_lse(q, k, mask, scale)
+
+
+def _edge(t: torch.Tensor, which: slice) -> torch.Tensor:
+    """Positions ``which`` of a (b, h, n, d) key/value block or of a (b, n) padding mask."""
+    return t[..., which, :] if t.dim() == 4 else t[..., which]
+
+
+def _halo(q, k, v, pad, win: P.Window, n: int, scale: float, group) -> torch.Tensor:
+    """A sliding window on the contiguous layout: only the neighbours' edge keys are exchanged."""
+    rank, size = world(group)
+    c = q.shape[-2]
+    mine = [k, v] + ([pad] if pad is not None else [])
+    lo_from = rank - 1 if rank > 0 and win.before else None  # the keys just before my slice
+    hi_from = rank + 1 if rank + 1 < size and win.after else None  # the keys just after it
+    sends, recvs = [], []
+    if rank + 1 < size and win.before:  # my last `before` keys are the next rank's halo
+        sends += [(_edge(t, slice(c - win.before, c)), rank + 1) for t in mine]
+    if rank > 0 and win.after:  # my first `after` keys are the previous rank's
+        sends += [(_edge(t, slice(0, win.after)), rank - 1) for t in mine]
+    if lo_from is not None:
+        recvs += [(_edge(t, slice(c - win.before, c)).shape, lo_from) for t in mine]
+    if hi_from is not None:
+        recvs += [(_edge(t, slice(0, win.after)).shape, hi_from) for t in mine]
+    got, token = exchange(sends, recvs, k, group)
+    m = len(mine)
+    lo = got[:m] if lo_from is not None else None
+    hi = got[-m:] if hi_from is not None else None
+    start = rank * c
+    blocks = [x for x in (lo, mine, hi) if x is not None]
+    k_all = torch.cat([b[0] for b in blocks], -2)
+    v_all = torch.cat([b[1] for b in blocks], -2)
+    p_all = None if pad is None else torch.cat([b[2] > 0.5 if b is not mine else b[2] for b in blocks], -1)
+    k_pos = torch.arange(start - (win.before if lo is not None else 0), start + c + (win.after if hi is not None else 0))
+    allow = win.allows(torch.arange(start, start + c)[:, None], k_pos[None, :], n)
+    out, _ = attention(q, k_all, v_all, mask=_mask(allow, p_all, q.device), scale=scale)
+    return tie(out, [token])
+
+
+def ring_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    pattern: P.Pattern | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    group=None,
+    layout: str = "contiguous",
+) -> torch.Tensor:
+    """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v)."""
+    rank, size = world(group)
+    c = q.shape[-2]
+    n = c * size
+    s = default_scale(q.shape[-1]) if scale is None else scale
+    pad = key_padding_mask
+    if pad is not None:  # padded keys are zeroed, so no NaN or inf reaches a product or a gradient
+        keep = pad[:, None, :, None]
+        k, v = torch.where(keep, k, torch.zeros_like(k)), torch.where(keep, v, torch.zeros_like(v))
+    if isinstance(pattern, P.Window) and layout == "contiguous":
+        win = P.Window(pattern.before, 0) if causal else pattern
+        if win.before <= c and win.after <= c:
+            return _halo(q, k, v, pad, win, n, s, group)
+    q_pos = positions(n, size, rank, layout)
+    outs, lses, tokens = [], [], []
+    cur = [k, v] + ([pad] if pad is not None else [])
+    for step in range(size):
+        src = (rank - step) % size  # the rank whose keys this rank holds now
+        allow = _allowed(q_pos, positions(n, size, src, layout), n, pattern, causal)
+        if allow is None or bool(allow.any()):  # positions live on the host: no device sync
+            o, lse = _partial(q, cur[0], cur[1], _mask(allow, cur[2] > 0.5 if pad is not None else None, q.device), s)
+            outs.append(o), lses.append(lse)
+        if step + 1 < size:
+            cur, token = ring_shift(cur, k, group)
+            tokens.append(token)
+    if not outs:  # every key is masked for every query of this rank
+        return tie(torch.zeros(*q.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device), tokens)
+    return tie(merge(outs, lses)[0], tokens)
+
+
+__all__ = ["ring_attention", "merge", "block_lse"]
