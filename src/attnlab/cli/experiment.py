@@ -2,7 +2,7 @@
 
 from ._group import add_group
 
-EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance"]
+EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment"]
 
 
 def add_parser(sub) -> None:

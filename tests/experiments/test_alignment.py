@@ -1,0 +1,59 @@
+"""The alignment experiment: AER, the diagonal, IBM Model 1 and links from weights, by hand; the quick CLI run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.experiments import ibm1
+from attnlab.experiments.alignment import aer, corpus_aer, diagonal, from_weights
+
+
+def test_aer_by_hand():
+    gold = {(0, 0), (1, 1), (2, 1)}
+    pred = {(0, 0), (1, 1), (1, 2)}
+    assert math.isclose(aer(pred, gold), 1 - 2 * 2 / 6)
+    assert aer(set(), set()) == 0.0 and aer({(0, 0)}, set()) == 1.0
+    # corpus AER sums the counts first: (2 + 1) hits of (3 + 3) + (1 + 2) links
+    assert math.isclose(corpus_aer([pred, {(0, 0)}], [gold, {(0, 0), (1, 0)}]), 1 - 2 * 3 / 9)
+
+
+def test_diagonal_and_links_from_weights():
+    assert diagonal(4, 2) == {(0, 0), (2, 1)}
+    assert diagonal(2, 4) == {(0, 0), (1, 1), (1, 2), (1, 3)}  # round(3·2/4) = 2 → clamped to the last word
+    w = torch.tensor([[0.7, 0.2, 0.1], [0.35, 0.25, 0.4]])  # (T = 2, S = 3)
+    assert from_weights(w, None) == {(0, 0), (2, 1)}
+    assert from_weights(w, 0.3) == {(0, 0), (0, 1), (2, 1)}
+
+
+def test_ibm1_learns_a_lexicon_by_hand():
+    # "das haus" / "the house", "das buch" / "the book", "ein buch" / "a book" (Koehn's example)
+    pairs = [(["das", "haus"], ["the", "house"]), (["das", "buch"], ["the", "book"]), (["ein", "buch"], ["a", "book"])]
+    t = ibm1.train(pairs, iterations=20)
+    assert t[("the", "das")] > 0.9 and t[("book", "buch")] > 0.9 and t[("house", "haus")] > 0.9
+    assert ibm1.align(["das", "buch"], ["the", "book"], t) == {(0, 0), (1, 1)}
+    # one EM round from uniform, computed by hand: with NULL, each target word's 3 sources share 1/3;
+    # c(the, das) = 1/3 + 1/3, total(das) = 4 · 1/3, so t(the | das) = 0.5
+    t1 = ibm1.train(pairs, iterations=1)
+    assert math.isclose(t1[("the", "das")], 0.5) and math.isclose(t1[("house", "haus")], 0.5)
+
+
+def test_quick_run(tmp_path, capsys):
+    pytest.importorskip("sacrebleu")
+    try:
+        from attnlab.data.bible import data_root
+
+        data_root()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    assert main(["experiment", "alignment", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    assert "smoke-run figures" in capsys.readouterr().out
+    res = json.loads((tmp_path / "results.json").read_text())
+    methods = {"diagonal", "ibm1", "bahdanau argmax", "bahdanau ≥0.3", "luong argmax", "luong ≥0.3"}
+    assert set(res["aer"]) == methods
+    assert all(0.0 <= a <= 1.0 for a in res["aer"].values())
+    assert all(len(v) == len(res["buckets"]) for v in res["aer_by_length"].values())
