@@ -23,8 +23,9 @@ def test_aer_by_hand():
 
 
 def test_diagonal_and_links_from_weights():
-    assert diagonal(4, 2) == {(0, 0), (2, 1)}
-    assert diagonal(2, 4) == {(0, 0), (1, 1), (1, 2), (1, 3)}  # round(3·2/4) = 2 → clamped to the last word
+    assert diagonal(4, 2) == {(1, 0), (3, 1)}  # ⌊0.5 · 2⌋, ⌊1.5 · 2⌋
+    assert diagonal(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}  # ⌊0.25⌋, ⌊0.75⌋, ⌊1.25⌋, ⌊1.75⌋
+    assert diagonal(3, 3) == {(0, 0), (1, 1), (2, 2)}
     w = torch.tensor([[0.7, 0.2, 0.1], [0.35, 0.25, 0.4]])  # (T = 2, S = 3)
     assert from_weights(w, None) == {(0, 0), (2, 1)}
     assert from_weights(w, 0.3) == {(0, 0), (0, 1), (2, 1)}

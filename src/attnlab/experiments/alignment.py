@@ -12,7 +12,7 @@ alignments per model:
 * **argmax**: each target word is linked to its most-attended source word;
 * **threshold**: linked to every source word with weight ≥ ``threshold``.
 
-Baselines: the **diagonal** (target word t ↔ source word round(t·S/T)) and **IBM Model 1**
+Baselines: the **diagonal** (target word t ↔ source word ⌊(t + ½)·S/T⌋) and **IBM Model 1**
 (``experiments/ibm1.py``, EM on all verses' words, unsupervised, as aligners are run).
 The score is the alignment error rate (Och & Ney 2003) with sure links only (the manual
 alignment has no "possible" links): AER = 1 − 2|A ∩ G| / (|A| + |G|); lower is better.
@@ -78,7 +78,8 @@ def corpus_aer(predicted: list[set], gold: list[set]) -> float:
 
 
 def diagonal(n_src: int, n_tgt: int) -> set[tuple[int, int]]:
-    return {(min(n_src - 1, round(t * n_src / n_tgt)), t) for t in range(n_tgt)}
+    """Target word t ↔ source word ⌊(t + ½) · S / T⌋ (the centres of the two sentences' positions matched)."""
+    return {(int((t + 0.5) * n_src / n_tgt), t) for t in range(n_tgt)}
 
 
 def from_weights(w: torch.Tensor, threshold: float | None) -> set[tuple[int, int]]:
