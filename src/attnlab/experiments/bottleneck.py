@@ -94,8 +94,11 @@ def _evaluate(model, corpus, test, batch_size):
     return hyps, refs, lengths
 
 
-def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool = False) -> dict:
-    """Train each decoder, evaluate by source length; write table.md, results.json, bottleneck.png to ``out``."""
+def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool = False, keep_outputs: bool = False) -> dict:
+    """Train each decoder, evaluate by source length; write table.md, results.json, bottleneck.png to ``out``.
+
+    ``keep_outputs``: also keep each model's test hypotheses, references and source lengths
+    (``"outputs"``), for statistics over sentences (``attnlab.experiments.length``)."""
     corpus = build_corpus(load_dataset(cfg.data, n=cfg.n, seed=cfg.seed, max_digits=cfg.max_digits))
     test = corpus.test[: cfg.test_size]
     buckets = metrics.length_buckets([len(s) for s, _ in test], cfg.buckets)
@@ -116,6 +119,8 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
             "seconds": time.perf_counter() - t0,
             "parameters": sum(p.numel() for p in model.parameters()),
         }
+        if keep_outputs:
+            results["models"][dec]["outputs"] = {"hyps": hyps, "refs": refs, "lengths": lengths}
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,53 @@
+"""``attnlab experiment length``: BLEU and chrF against sentence length on real sentences, with and without attention.
+
+    attnlab experiment length            # ding-de-en, none / bahdanau / luong, 1,500 steps each
+    attnlab experiment length --quick    # seconds: a smoke run
+
+Needs Debian's trans-de-en dictionary (the Makefile installs it when run as root).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from ._threads import add_threads, apply_threads
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
+    return v
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("length", help="BLEU and chrF by source length on ding-de-en, with and without attention",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
+    p.add_argument("--steps", type=_positive, help="training steps per model (default 1500)")
+    p.add_argument("--resamples", type=_positive, help="bootstrap resamples (default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    add_threads(p, default=1, help="torch threads (default 1)")
+    p.add_argument("--out", default="runs/length", help="folder for table.md, results.json, length.png")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..experiments.length import LengthConfig, table
+    from ..experiments.length import run as run_experiment
+
+    apply_threads(args)
+    cfg = LengthConfig.quick() if args.quick else LengthConfig()
+    changes = {k: v for k, v in (("steps", args.steps), ("resamples", args.resamples)) if v is not None}
+    cfg = replace(cfg, seed=args.seed, **changes)
+    results = run_experiment(cfg, args.out, progress=not args.quiet)
+    print(table(results), end="")
+    label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""
+    secs = ", ".join(f"{d} {r['seconds']:.0f} s" for d, r in results["models"].items())
+    print(f"({label}test split by source length; training + decoding: {secs}; written to {args.out})")
+    return 0
