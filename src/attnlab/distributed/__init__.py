@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .. import patterns as P
+from .ddp import World
 from .layout import LAYOUTS, gather, positions, shard
 from .ring import ring_attention
 from .ulysses import ulysses_attention
@@ -78,5 +79,5 @@ def context_parallel_attention(
     return out, None
 
 
-__all__ = ["context_parallel_attention", "shard", "gather", "positions", "LAYOUTS", "MODES",
+__all__ = ["context_parallel_attention", "shard", "gather", "positions", "LAYOUTS", "MODES", "World",
            "ring_attention", "ulysses_attention"]
