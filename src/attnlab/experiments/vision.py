@@ -63,12 +63,12 @@ class VisionConfig:
     variants: tuple[str, ...] = VARIANTS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     train_sizes: tuple[int, ...] = (1000, 2500)  # canvases per training set (the learning curve)
-    epochs: int = 3
+    epochs: int = 6
     batch_size: int = 64
-    lr: float = 3e-3  # the peak of a one-cycle schedule
+    lr: float = 1e-2  # the peak of a one-cycle schedule
     n_test: int = 1000  # test canvases (from the held-out items)
-    canvas: int = 48
-    clutter: int = 8  # fragments of other items per canvas
+    canvas: int = 40
+    clutter: int = 6  # fragments of other items per canvas
     widths: tuple[int, ...] = (16, 32, 48)
     reduction: int = 4
     n_overlays: int = 6  # test canvases drawn with CBAM's spatial maps (0: none)
@@ -81,7 +81,7 @@ class VisionConfig:
 
     @classmethod
     def full(cls, **kw) -> VisionConfig:
-        return cls(**{**dict(seeds=tuple(range(10)), train_sizes=(1000, 2000, 4000), epochs=6), **kw})
+        return cls(**{**dict(seeds=tuple(range(10)), train_sizes=(1000, 2500, 4000), epochs=10), **kw})
 
     def validate(self) -> None:
         if self.dataset not in DATASETS:
