@@ -98,6 +98,15 @@ def _worker(rank, world, port, results, poison):
             (out * shard(up, layout=lay)).sum().backward()
             got = [gather(t.detach(), layout=lay) for t in (out, ql.grad, kl.grad, vl.grad)]
             out_all[name] = got
+        for name in ("ring-zigzag-causal-pad", "ring-longformer-pad", "ring-full-pad"):  # inference: the fused path
+            case = CASES[name]
+            q, k, v, up, pad = _inputs()
+            lay = case["layout"]
+            with torch.no_grad():
+                out, _ = context_parallel_attention(
+                    *(shard(t, layout=lay) for t in (q, k, v)), causal=case["causal"], pattern=_pattern(case["pattern"]),
+                    key_padding_mask=shard(pad, dim=-1, layout=lay), mode="ring", layout=lay)
+                out_all[f"nograd:{name}"] = [gather(out, layout=lay)]
         try:  # 3 heads over 2 or 4 processes
             context_parallel_attention(*(torch.zeros(1, 3, 4, 2) for _ in range(3)), mode="ulysses")
             out_all["odd-heads"] = "no error"
@@ -136,6 +145,12 @@ def test_matches_one_process(run, name):
     for what, got, want in zip(("output", "grad q", "grad k", "grad v"), results[name], ref):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=0, atol=1e-10, msg=f"{name}, world {world}: {what}")
+
+
+@pytest.mark.parametrize("name", ["ring-zigzag-causal-pad", "ring-longformer-pad", "ring-full-pad"])
+def test_inference_without_autograd_matches(run, name):
+    world, results = run
+    torch.testing.assert_close(results[f"nograd:{name}"][0], _reference(CASES[name])[0], rtol=0, atol=1e-10)
 
 
 def test_ulysses_names_heads_that_do_not_divide(run):

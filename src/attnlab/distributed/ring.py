@@ -30,6 +30,7 @@ import torch
 from .. import patterns as P
 from ..functional.attention import attention
 from ..functional.scores import default_scale
+from ..kernels import flash
 from .comm import exchange, ring_shift, tie
 from .layout import positions, world
 
@@ -76,6 +77,16 @@ def merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> tuple[torch.Ten
 
 
 def _partial(q, k, v, mask, scale):
+    """(out, ℓ) of one block. Without autograd on CPU, PyTorch's fused flash kernel gives both in
+    O(n) memory; otherwise the core's attention and the block's ℓ (differentiable, O(n_q·n_k))."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if flash.HAS_FUSED and q.device.type == "cpu" and not needs_grad:
+        bias = None if mask is None else flash.additive(mask.expand(q.shape[0], 1, q.shape[-2], k.shape[-2]), q.dtype)
+        out, lse = flash.FLASH(q, k, v, 0.0, False, attn_mask=bias, scale=scale)[:2]
+        if mask is None:
+            return out, lse
+        dead = ~mask.any(-1)  # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
+        return out.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
     out, _ = attention(q, k, v, mask=mask, scale=scale)  # the core: zero rows, masking rules
     return out, block_lse(q, k, mask, scale)
 
