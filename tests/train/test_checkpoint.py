@@ -36,3 +36,54 @@ def test_errors(tmp_path):
     (d / "config.json").unlink()
     with pytest.raises(CheckpointError, match="missing config.json"):
         load_checkpoint(d)
+
+
+# -- a kill at every step of the swap -------------------------------------------------------------
+
+_KILL = """
+import os, sys, torch
+from attnlab.train import checkpoint as C
+step = sys.argv[2]
+C._on_step = lambda name: os._exit(9) if name == step else None
+C.save_checkpoint(sys.argv[1], {"w": torch.full((3,), 2.0)}, {"run": "new"})
+"""
+
+
+@pytest.mark.parametrize("step", ["written", "complete", "old moved", "new moved", "old removed"])
+def test_a_kill_at_any_step_of_the_swap_leaves_a_complete_checkpoint(tmp_path, step):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    save_checkpoint(run, {"w": torch.full((3,), 1.0)}, {"run": "old"})
+    proc = subprocess.run([sys.executable, "-c", _KILL, str(run), step], capture_output=True, text=True)
+    assert proc.returncode == 9, proc.stderr  # killed at that step, no clean-up ran
+    tensors, config, _ = load_checkpoint(run)  # recovers whatever the kill left
+    w = float(tensors["w"][0])
+    # until the old folder moves aside it stands (a complete new copy beside it is dropped); from then on the new one
+    expect = {"written": ("old", 1.0), "complete": ("old", 1.0), "old moved": ("new", 2.0),
+              "new moved": ("new", 2.0), "old removed": ("new", 2.0)}[step]
+    assert (config["run"], w) == expect
+    leftovers = sorted(p.name for p in tmp_path.iterdir())
+    assert leftovers == ["run"], leftovers  # incomplete and stale copies were cleaned up
+    save_checkpoint(run, {"w": torch.full((3,), 3.0)}, {"run": "next"})  # and saving goes on
+    assert float(load_checkpoint(run)[0]["w"][0]) == 3.0
+
+
+def test_nothing_of_the_users_is_overwritten_or_deleted(tmp_path):
+    mine = tmp_path / "mine"
+    (mine / "sub").mkdir(parents=True)
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(CheckpointError, match="not an attnlab checkpoint .*notes.txt.* left alone"):
+        save_checkpoint(mine, {"w": torch.zeros(1)}, {})
+    assert (mine / "notes.txt").read_text() == "keep me" and (mine / "sub").is_dir()
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("data")
+    with pytest.raises(CheckpointError, match="is a file, not a folder"):
+        save_checkpoint(a_file, {"w": torch.zeros(1)}, {})
+    assert a_file.read_text() == "data"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    save_checkpoint(empty, {"w": torch.zeros(1)}, {})  # an empty folder may take a checkpoint
+    save_checkpoint(empty, {"w": torch.ones(1)}, {})  # and so may our own checkpoint
+    assert float(load_checkpoint(empty)[0]["w"][0]) == 1.0
