@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import shutil
 
 import pytest
@@ -223,7 +224,7 @@ def test_cli_resume_continues(run_dir, tmp_path):
 def _err(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attnlab: error: ") and "Traceback" not in err
+    assert re.match(r"attnlab [\w ]+: error: ", err) and "Traceback" not in err
     return err
 
 

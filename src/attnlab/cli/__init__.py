@@ -3,15 +3,16 @@
 Each verb lives in its own module under ``attnlab.cli`` with two functions:
 ``add_parser(subparsers)`` (which registers the verb and sets ``func``) and
 the function it runs. Add a verb by adding its module name to ``VERBS``.
-Errors the user can fix (bad files, bad arguments) are ``UsageError`` or
-``ValueError``: they print one line ``attnlab: error: ...`` and exit 2, never a
-traceback.
+Errors the user can fix (bad files, bad arguments, a missing optional package)
+print one line ``attnlab VERB: error: ...`` and exit 2, never a traceback; a closed
+pipe (``attnlab evaluate ... | head``) ends quietly; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,32 @@ VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evalu
 
 class UsageError(Exception):
     """An error in what the user asked for; printed without a traceback."""
+
+
+# Optional packages → the extra that installs them.
+EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
+          "transformers": "hf", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "mkdocs": "docs"}
+
+# Errors whose message says what to fix: one line, exit 2.
+USER_ERRORS = (UsageError, ValueError, OSError, RecursionError, MemoryError)
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "the input is nested too deeply to read (a file of thousands of nested lists or tables?)"
+    if isinstance(e, MemoryError):
+        return "not enough memory for this input; try smaller sizes"
+    if isinstance(e, OSError) and e.filename is not None and e.strerror:
+        return f"{e.strerror}: {e.filename}"
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _missing_extra(e: ModuleNotFoundError) -> str | None:
+    top = (e.name or "").split(".")[0]
+    if top in EXTRAS:
+        return f"this needs the optional package {top}: pip install 'attnlab[{EXTRAS[top]}]'"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,14 +66,33 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:
         code = args.func(args)
-    except (UsageError, ValueError, FileNotFoundError) as e:
-        print(f"attnlab: error: {e}", file=sys.stderr)
-        return 2
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as Unix tools do. Point stdout at
+        # devnull so Python's exit-time flush does not raise again (the docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
-        print("attnlab: interrupted", file=sys.stderr)
+        print(f"attnlab {verb}: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as e:
+        hint = _missing_extra(e)
+        if hint is None:
+            raise
+        print(f"attnlab {verb}: error: {hint}", file=sys.stderr)
+        return 2
+    except USER_ERRORS as e:
+        print(f"attnlab {verb}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug of ours: still one line; ATTNLAB_DEBUG=1 shows the traceback
+        if os.environ.get("ATTNLAB_DEBUG"):
+            raise
+        print(f"attnlab {verb}: internal error ({type(e).__name__}: {_one_line(e)}); "
+              "rerun with ATTNLAB_DEBUG=1 for the traceback and please report it", file=sys.stderr)
+        return 70
     return int(code or 0)
 
 
