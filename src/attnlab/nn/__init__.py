@@ -23,6 +23,9 @@ from .registry import available, create, register
 from .se import SqueezeExcite
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
+# Issue 14 (attention as it is used today)
+from .softcap import SoftcapAttention  # noqa: E402
+
 __all__ = [
     "DotProductAttention",
     "MultiHeadAttention",
@@ -49,6 +52,7 @@ __all__ = [
     "CBAM",
     "SqueezeExcite",
     "ECA",
+    "SoftcapAttention",
     "available",
     "create",
     "register",
