@@ -21,10 +21,10 @@ from .positional import (
 )
 from .registry import available, create, register
 from .se import SqueezeExcite
-from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
 # Issue 14 (attention as it is used today)
 from .softcap import SoftcapAttention  # noqa: E402
+from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
 __all__ = [
     "DotProductAttention",
