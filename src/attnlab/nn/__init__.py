@@ -6,7 +6,7 @@ behind ``attnlab.create``.
 
 from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
-from .cache import KVCache, LayerCache, MemoryCache
+from .cache import KVCache, LayerCache, MemoryCache, WindowCache
 from .channel import CBAM, ChannelAttention, SpatialAttention
 from .dot import DotProductAttention
 from .eca import ECA
@@ -34,6 +34,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "MemoryCache",
+    "WindowCache",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
     "SinusoidalPositionalEncoding",
