@@ -2,7 +2,7 @@
 
 from ._group import add_group
 
-EXPERIMENTS = ["bottleneck", "vision", "scaling"]
+EXPERIMENTS = ["bottleneck", "vision", "scaling", "rope-scaling"]
 
 
 def add_parser(sub) -> None:
