@@ -152,7 +152,8 @@ def table(results: dict) -> str:
     """Markdown: one row per method, validation loss (nats per character) per evaluation length."""
     cfg = results["config"]
     lengths = [str(n) for n in cfg["lengths"]]
-    lines = ["| method (trained at L = %d, s = %g) | " % (cfg["block_size"], cfg["factor"]) + " | ".join(f"n = {n}" for n in lengths) + " |",
+    head = f"| method (trained at L = {cfg['block_size']}, s = {cfg['factor']:g}) | "
+    lines = [head + " | ".join(f"n = {n}" for n in lengths) + " |",
              "|---|" + "---:|" * len(lengths)]
     for method, row in results["methods"].items():
         lines.append(f"| {method} | " + " | ".join(f"{row[n]:.3f}" for n in lengths) + " |")
