@@ -11,6 +11,9 @@ from .channel import CBAM, ChannelAttention, SpatialAttention
 from .dot import DotProductAttention
 from .eca import ECA
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
+
+# Issue 14 (attention as it is used today)
+from .linear import LinearAttention  # noqa: E402
 from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
 from .positional import (
@@ -21,8 +24,6 @@ from .positional import (
 )
 from .registry import available, create, register
 from .se import SqueezeExcite
-
-# Issue 14 (attention as it is used today)
 from .softcap import SoftcapAttention  # noqa: E402
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
@@ -54,6 +55,7 @@ __all__ = [
     "SqueezeExcite",
     "ECA",
     "SoftcapAttention",
+    "LinearAttention",
     "available",
     "create",
     "register",
