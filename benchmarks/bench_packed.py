@@ -1,6 +1,6 @@
 """Packed variable-length sequences (``varlen_attention``, block-sparse CPU kernel) against the padded batch.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_packed.py [--docs 64] [--repeats 5] [--block 32] [--threads 1]
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_packed.py [--docs 64] [--repeats 5] [--block 64] [--threads 1]
 
 The documents: ``--docs`` sentence pairs drawn (seed 0) from the Ding German–English
 dictionary (``attnlab.data.ding``, /usr/share/trans/de-en), each one character sequence
@@ -61,7 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--docs", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "packed_results.json"))
@@ -83,18 +83,18 @@ def main() -> None:
     for causal in (False, True):
         mask = key_mask[:, None, None, :]
 
-        def pad_fwd():
+        def pad_fwd(mask=mask, causal=causal):
             with torch.no_grad():
                 return attention(*padded, mask=mask, causal=causal)[0]
 
-        def pack_fwd():
+        def pack_fwd(causal=causal):
             with torch.no_grad():
                 return varlen_attention(*packed, cu, causal=causal, block=args.block)[0]
 
-        def pad_bwd():
+        def pad_bwd(mask=mask, causal=causal):
             attention(*padded, mask=mask, causal=causal)[0].sum().backward()
 
-        def pack_bwd():
+        def pack_bwd(causal=causal):
             varlen_attention(*packed, cu, causal=causal, block=args.block)[0].sum().backward()
 
         # same numbers first (the real tokens)
