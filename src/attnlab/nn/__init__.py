@@ -8,11 +8,12 @@ from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
 from .cache import KVCache, LayerCache, MemoryCache, WindowCache
 from .channel import CBAM, ChannelAttention, SpatialAttention
+
+# Issue 14 (attention as it is used today)
+from .differential import DifferentialAttention  # noqa: E402
 from .dot import DotProductAttention
 from .eca import ECA
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
-
-# Issue 14 (attention as it is used today)
 from .linear import LinearAttention  # noqa: E402
 from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
@@ -56,6 +57,7 @@ __all__ = [
     "ECA",
     "SoftcapAttention",
     "LinearAttention",
+    "DifferentialAttention",
     "available",
     "create",
     "register",
