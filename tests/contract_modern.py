@@ -33,6 +33,8 @@ def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float6
     torch.testing.assert_close(dirty[0], base[0])
     torch.testing.assert_close(dirty[1], base[1])
     for got, want in zip(dirty[2:], base[2:]):  # gradients of the allowed keys and values
+        if got is None and want is None:  # an input the mechanism does not read
+            continue
         torch.testing.assert_close(got[mask], want[mask])
         assert torch.isfinite(got).all()
 
@@ -45,6 +47,8 @@ def fully_masked_row_is_zero(fn, b=2, q=3, k=4, d=8, dv=8, dtype=torch.float64):
     assert torch.equal(out[1], torch.zeros_like(out[1]))
     out.sum().backward()
     for t in (qx, kx, vx):
+        if t.grad is None:  # an input the mechanism does not read
+            continue
         assert torch.isfinite(t.grad).all()
         assert torch.equal(t.grad[1], torch.zeros_like(t.grad[1]))
 

@@ -13,6 +13,7 @@ from .channel import CBAM, ChannelAttention, SpatialAttention
 from .differential import DifferentialAttention  # noqa: E402
 from .dot import DotProductAttention
 from .eca import ECA
+from .latent import LatentCache, MultiHeadLatentAttention  # noqa: E402
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
 from .linear import LinearAttention  # noqa: E402
 from .luong import LuongAttention
@@ -58,6 +59,8 @@ __all__ = [
     "SoftcapAttention",
     "LinearAttention",
     "DifferentialAttention",
+    "MultiHeadLatentAttention",
+    "LatentCache",
     "available",
     "create",
     "register",
