@@ -387,7 +387,7 @@ class Neighborhood2D(Pattern):
     """NATTEN's 2-D neighbourhood over the row-major positions of an H × W grid."""
 
     def __init__(self, height: int, width: int, kernel: int, dilation: int = 1):
-        self.height, self.width = _positive("height", height), _positive("width", width)
+        self.height, self.width = _positive("height", height, 0), _positive("width", width, 0)
         self.kernel, self.dilation = _positive("kernel", kernel), _positive("dilation", dilation)
         if kernel % 2 == 0:
             raise ValueError(f"kernel must be odd (a window centred on the query); got {kernel}")

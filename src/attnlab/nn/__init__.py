@@ -18,6 +18,7 @@ from .layers import TransformerDecoderLayer, TransformerEncoderLayer
 from .linear import LinearAttention  # noqa: E402
 from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
+from .neighborhood import NeighborhoodAttention2D  # noqa: E402
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -61,6 +62,7 @@ __all__ = [
     "DifferentialAttention",
     "MultiHeadLatentAttention",
     "LatentCache",
+    "NeighborhoodAttention2D",
     "available",
     "create",
     "register",
