@@ -1,11 +1,12 @@
 """Packed variable-length sequences (``varlen_attention``, block-sparse CPU kernel) against the padded batch.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_packed.py [--docs 64] [--repeats 5] [--block 64] [--threads 1]
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_packed.py [--docs 64] [--repeats 5] [--block 64] [--threads 1] [--lognormal]
 
 The documents: ``--docs`` sentence pairs drawn (seed 0) from the Ding German–English
 dictionary (``attnlab.data.ding``, /usr/share/trans/de-en), each one character sequence
 "German ||| English" as a packed seq2seq-LM sample would be; when that file is missing, lengths
-from a log-normal (median 80, σ = 0.6, clipped to 8…512) — the table says which.
+from a log-normal (median 80, σ = 0.6, clipped to 8…512; also with ``--lognormal``) — the table
+says which.
 h = 8 heads, d = 64, fp32, one thread. Both sides compute the same outputs:
 
 * **padded**: the batch (docs, h, L_max, d) through ``attnlab.attention`` with a (docs, 1, 1, L_max)
@@ -38,9 +39,9 @@ from attnlab.patterns import documents
 H, D = 8, 64
 
 
-def doc_lengths(docs: int, seed: int) -> tuple[list[int], str]:
+def doc_lengths(docs: int, seed: int, lognormal: bool = False) -> tuple[list[int], str]:
     rng = random.Random(seed)
-    if ding.DEFAULT_PATH.exists():
+    if ding.DEFAULT_PATH.exists() and not lognormal:
         pairs = ding.load_pairs()
         pick = rng.sample(pairs, docs)
         return [len(f"{de} ||| {en}") for de, en in pick], f"Ding sentence pairs ({len(pairs)} in the file)"
@@ -64,11 +65,12 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lognormal", action="store_true", help="log-normal lengths (median 80, σ 0.6) even when Ding is there")
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "packed_results.json"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    lengths, source = doc_lengths(args.docs, args.seed)
+    lengths, source = doc_lengths(args.docs, args.seed, args.lognormal)
     total, L, b = sum(lengths), max(lengths), len(lengths)
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     packed = [torch.randn(total, H, D, requires_grad=True) for _ in range(3)]
