@@ -15,6 +15,8 @@ pattern                                allowed when                             
 ``global_tokens(indices)``             i ∈ G  or  j ∈ G                                    Longformer
 ``random_blocks(per_row, block, s)``   block (⌊i/l⌋, ⌊j/l⌋) is one of per_row random ones  BigBird
 ``block_sparse(layout, block)``        layout[⌊i/l⌋, ⌊j/l⌋]                                 Sparse Transformer
+``documents(lengths, causal)``         doc(i) = doc(j)  (and j ≤ i when causal)            packed sequences
+``neighborhood_2d(H, W, kernel, dil)`` j in the k × k window of i on the H × W grid         Hassani et al. 2023
 ``a & b``, ``a | b``                   both allow / either allows
 =====================================  =================================================  ======================
 
@@ -42,6 +44,14 @@ looks back *or* forward: ``sliding_window(2, 2)`` is not ``sliding_window(2, 0) 
 sliding_window(0, 2)`` (that AND is the single diagonal, the pitfall of
 lucidrains/local-attention#5); it is their ``|``.  A causal local window is
 ``sliding_window(w, 0)``.
+
+``documents`` is the block-diagonal mask of packed variable-length sequences (FlashAttention's
+``cu_seqlens``, xFormers' ``BlockDiagonalMask``): documents of the given lengths laid end to
+end, each attending only itself. ``neighborhood_2d`` is neighbourhood attention (Hassani et
+al. 2023, https://arxiv.org/abs/2204.07143; dilated: https://arxiv.org/abs/2209.15001) over the
+row-major positions of an H × W grid, with NATTEN's window semantics: the window of a query
+near a border is shifted to stay inside the grid (every query sees exactly kernel² keys when
+dilation·(kernel − 1) < the side; with dilation, within its dilation group).
 
 Caveats: patterns are for self-attention (q = k = n). ``random_blocks`` draws
 its layout from ``seed`` for each n (the same n gives the same layout).
@@ -338,6 +348,88 @@ class _Random(_BlockLayout):
         return f"random_blocks({self.per_row}, {self.block}, seed={self.seed})"
 
 
+class Documents(Pattern):
+    """Block-diagonal: packed documents of ``lengths`` (positions beyond their sum attend nothing)."""
+
+    def __init__(self, lengths: Sequence[int] | torch.Tensor, causal: bool = False):
+        lens = torch.as_tensor(lengths, dtype=torch.long).flatten()
+        if lens.numel() == 0 or bool((lens < 0).any()):
+            raise ValueError(f"documents needs a non-empty list of lengths >= 0; got {lens.tolist()}")
+        self.lengths, self.causal = lens, bool(causal)
+        self.cu_seqlens = torch.cat([lens.new_zeros(1), lens.cumsum(0)])  # (docs + 1,) starts, then the total
+        self.total = int(self.cu_seqlens[-1])
+
+    def doc_of(self, idx: torch.Tensor) -> torch.Tensor:
+        """The document of each position (−1 at and beyond the total length)."""
+        ends = self.cu_seqlens[1:].to(idx.device)
+        doc = torch.bucketize(idx, ends, right=True)
+        return torch.where((idx >= 0) & (idx < self.total), doc, torch.full_like(doc, -1))
+
+    def allows(self, q_idx, kv_idx, n):
+        dq, dk = self.doc_of(q_idx), self.doc_of(kv_idx)
+        ok = (dq == dk) & (dq >= 0)
+        return ok & (kv_idx <= q_idx) if self.causal else ok
+
+    def block_layout(self, n, block):
+        nb = _n_blocks(n, block)
+        start = torch.arange(nb) * block
+        end = (start + block - 1).clamp(max=max(0, min(n, self.total) - 1))
+        first, last = self.doc_of(start), self.doc_of(end)  # documents a block touches: first … last
+        last = torch.where(first < 0, torch.full_like(last, -2), last)  # blocks past the end touch none
+        layout = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])
+        return layout.tril() if self.causal else layout
+
+    def __repr__(self) -> str:
+        return f"documents({self.lengths.tolist()}{', causal=True' if self.causal else ''})"
+
+
+class Neighborhood2D(Pattern):
+    """NATTEN's 2-D neighbourhood over the row-major positions of an H × W grid."""
+
+    def __init__(self, height: int, width: int, kernel: int, dilation: int = 1):
+        self.height, self.width = _positive("height", height, 0), _positive("width", width, 0)
+        self.kernel, self.dilation = _positive("kernel", kernel), _positive("dilation", dilation)
+        if kernel % 2 == 0:
+            raise ValueError(f"kernel must be odd (a window centred on the query); got {kernel}")
+        # A side shorter than kernel·dilation gives every query its whole dilation group along it.
+
+    @staticmethod
+    def _start(i: torch.Tensor, side: int, kernel: int, dilation: int) -> torch.Tensor:
+        """First window index along one axis (NATTEN: shifted to stay inside, per dilation group)."""
+        group = i % dilation
+        count = (side - group + dilation - 1) // dilation  # positions in this dilation group
+        j = i // dilation  # index inside the group
+        half = kernel // 2
+        k = torch.minimum(torch.full_like(count, kernel), count)
+        s = (j - half).clamp(min=0)
+        s = torch.minimum(s, count - k)
+        return s, group, k
+
+    def _axis_ok(self, qi, ki, side):
+        s, group, k = self._start(qi, side, self.kernel, self.dilation)
+        kj = ki // self.dilation
+        return (ki % self.dilation == group) & (kj >= s) & (kj < s + k) & (ki >= 0) & (ki < side)
+
+    def allows(self, q_idx, kv_idx, n):
+        W = self.width
+        inside = (q_idx >= 0) & (q_idx < self.height * W) & (kv_idx >= 0) & (kv_idx < self.height * W)
+        qr, qc, kr, kc = q_idx // W, q_idx % W, kv_idx // W, kv_idx % W
+        return inside & self._axis_ok(qr, kr, self.height) & self._axis_ok(qc, kc, W)
+
+    def block_layout(self, n, block):
+        # Rows of a query block span rows r0 … r1; their windows reach rows within ±kernel·dilation.
+        nb = _n_blocks(n, block)
+        start = torch.arange(nb) * block
+        r0, r1 = start // self.width, (start + block - 1).clamp(max=n - 1) // self.width
+        reach = self.kernel * self.dilation
+        lo, hi = ((r0 - reach).clamp(min=0) * self.width), ((r1 + reach + 1) * self.width - 1)
+        k_first, k_last = start, start + block - 1
+        return (k_last[None, :] >= lo[:, None]) & (k_first[None, :] <= hi[:, None])
+
+    def __repr__(self) -> str:
+        return f"neighborhood_2d({self.height}, {self.width}, kernel={self.kernel}, dilation={self.dilation})"
+
+
 def full() -> Pattern:
     """Every query attends every key (dense attention as a pattern)."""
     return _Full()
@@ -389,6 +481,18 @@ def block_sparse(layout: torch.Tensor, block: int) -> Pattern:
     return _Given(layout, block)
 
 
+def documents(lengths: Sequence[int] | torch.Tensor, causal: bool = False) -> Pattern:
+    """Packed sequences: documents of ``lengths`` laid end to end, each attending only itself
+    (block diagonal); ``causal=True`` also needs j ≤ i (packed language-model training)."""
+    return Documents(lengths, causal)
+
+
+def neighborhood_2d(height: int, width: int, kernel: int, dilation: int = 1) -> Pattern:
+    """2-D neighbourhood attention over an H × W grid (row-major positions): the kernel × kernel
+    window around each query (every ``dilation``-th position), shifted inside at the borders (NATTEN)."""
+    return Neighborhood2D(height, width, kernel, dilation)
+
+
 # The patterns by name, for configuration files (explain examples, the CLI).
 BUILDERS = {
     "full": full,
@@ -432,4 +536,8 @@ __all__ = [
     "global_tokens",
     "random_blocks",
     "block_sparse",
+    "Documents",
+    "Neighborhood2D",
+    "documents",
+    "neighborhood_2d",
 ]

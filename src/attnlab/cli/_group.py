@@ -15,7 +15,7 @@ def add_group(sub: argparse._SubParsersAction, group: str, tasks: list[str], hel
     inner = p.add_subparsers(dest=f"{group}_task", metavar="TASK")
     inner.required = True
     for task in tasks:
-        name = f"attnlab.cli.{group}_{task}"
+        name = f"attnlab.cli.{group}_{task.replace('-', '_')}"  # rope-scaling → experiment_rope_scaling
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

@@ -10,17 +10,31 @@
 | ``channel``      | channel and spatial attention, CBAM (Woo et al. 2018)          |
 | ``se``           | squeeze-and-excitation (Hu et al. 2018)                        |
 | ``eca``          | efficient channel attention (Wang et al. 2020)                 |
+| ``softcap``      | logit soft-capping c·tanh(e/c) (Gemma 2)                       |
+| ``varlen``       | packed variable-length sequences (``cu_seqlens``)              |
+| ``linear``       | linear attention, φ = elu + 1 (Katharopoulos et al. 2020)      |
+| ``differential`` | differential attention (Ye et al. 2024)                        |
+| ``latent``       | multi-head latent attention (DeepSeek-V2)                      |
+| ``neighborhood`` | 2-D neighbourhood attention (Hassani et al. 2023)              |
 """
 
 from ..masks import as_key_mask, causal, combine, padding
 from .attention import attention
 from .attentional import attentional_output
 from .channel import cbam, channel_attention, reduced_channels, spatial_attention
+
+# Issue 14 (attention as it is used today)
+from .differential import differential_attention  # noqa: E402
 from .eca import eca, eca_kernel_size
+from .latent import latent_attention  # noqa: E402
+from .linear import linear_attention, linear_attention_step  # noqa: E402
 from .multihead import merge_heads, multi_head_attention, repeat_kv, split_heads
+from .neighborhood import neighborhood_attention_2d  # noqa: E402
 from .scores import additive, concat, dot, general, scaled_dot
 from .se import se
+from .softcap import softcap, softcap_attention, softcapped  # noqa: E402
 from .softmax import masked_softmax
+from .varlen import varlen_attention  # noqa: E402
 
 __all__ = [
     "attention",
@@ -46,4 +60,13 @@ __all__ = [
     "eca",
     "reduced_channels",
     "eca_kernel_size",
+    "softcap",
+    "softcapped",
+    "softcap_attention",
+    "varlen_attention",
+    "linear_attention",
+    "linear_attention_step",
+    "differential_attention",
+    "latent_attention",
+    "neighborhood_attention_2d",
 ]

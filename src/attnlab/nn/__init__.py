@@ -6,13 +6,19 @@ behind ``attnlab.create``.
 
 from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
-from .cache import KVCache, LayerCache, MemoryCache
+from .cache import KVCache, LayerCache, MemoryCache, WindowCache
 from .channel import CBAM, ChannelAttention, SpatialAttention
+
+# Issue 14 (attention as it is used today)
+from .differential import DifferentialAttention  # noqa: E402
 from .dot import DotProductAttention
 from .eca import ECA
+from .latent import LatentCache, MultiHeadLatentAttention  # noqa: E402
 from .layers import TransformerDecoderLayer, TransformerEncoderLayer
+from .linear import LinearAttention  # noqa: E402
 from .luong import LuongAttention
 from .multihead import CrossAttention, GroupedQueryAttention, MultiHeadAttention
+from .neighborhood import NeighborhoodAttention2D  # noqa: E402
 from .positional import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -21,6 +27,7 @@ from .positional import (
 )
 from .registry import available, create, register
 from .se import SqueezeExcite
+from .softcap import SoftcapAttention  # noqa: E402
 from .sparse import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
 
 __all__ = [
@@ -31,6 +38,7 @@ __all__ = [
     "KVCache",
     "LayerCache",
     "MemoryCache",
+    "WindowCache",
     "TransformerEncoderLayer",
     "TransformerDecoderLayer",
     "SinusoidalPositionalEncoding",
@@ -49,6 +57,12 @@ __all__ = [
     "CBAM",
     "SqueezeExcite",
     "ECA",
+    "SoftcapAttention",
+    "LinearAttention",
+    "DifferentialAttention",
+    "MultiHeadLatentAttention",
+    "LatentCache",
+    "NeighborhoodAttention2D",
     "available",
     "create",
     "register",

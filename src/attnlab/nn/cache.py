@@ -20,6 +20,36 @@ keys carry their absolute positions.
 Caveat: the buffers grow by doubling and are written in place; the cache is for
 inference (under ``torch.no_grad``). When the keys require gradients the cache
 falls back to concatenation so autograd stays correct.
+
+Cache policies (``KVCache(num_layers, window=None, sinks=0)``):
+
+=====================  ======================================================  ==========================
+policy                 a one-token step attends                                 layer cache
+=====================  ======================================================  ==========================
+unbounded (default)    every earlier token and itself                           ``LayerCache``
+sliding window w       the last w tokens, itself included (Mistral, Longformer) ``WindowCache(w)``
+sinks s + window w     the first s tokens ("attention sinks") and the last w    ``WindowCache(w, sinks=s)``
+=====================  ======================================================  ==========================
+
+Sinks: Xiao et al., "Efficient Streaming Language Models with Attention Sinks"
+(StreamingLLM), 2023, https://arxiv.org/abs/2309.17453. The first tokens take a
+large share of the softmax mass in trained LMs; keeping their keys and values
+lets a window cache run indefinitely with memory bounded by s + w tokens.
+
+Eviction happens *after* a step, as in transformers' sliding-window layers:
+``update`` returns the kept keys followed by all the new ones, then keeps the
+sinks and the last w − 1 tokens for the next step. A step of one token thus
+attends exactly sinks + window; a chunk of several tokens must also pass
+``mask=cache.chunk_mask(n)`` (taken before the call) so that each of its queries
+sees only its own sinks and window.
+
+Positions after eviction: keys are rotated (RoPE) *before* caching, so each
+kept key keeps its absolute position, and ``length`` counts every token seen
+(it is the rotary offset of the next token). Decoding with a window cache thus
+equals full attention over the same keys at their true positions (tested over
+every step). StreamingLLM instead re-numbers the positions inside the cache
+(keys cached un-rotated, rotated by their slot at each step) so that distances
+never exceed the cache size; that variant is not implemented here.
 """
 
 from __future__ import annotations
@@ -147,13 +177,92 @@ class LayerCache:
         return f"LayerCache(length={self.length}, keys={shape})"
 
 
-class KVCache:
-    """One ``LayerCache`` per layer: ``cache[i]`` is layer i's; ``cache.length`` the tokens seen."""
+class WindowCache(LayerCache):
+    """A layer cache that keeps the first ``sinks`` tokens and a sliding window of the last ``window``.
 
-    def __init__(self, num_layers: int) -> None:
+    ``length`` counts every token seen (the rotary offset); ``keys``/``values`` hold the kept
+    ones (b, h_kv, kept, d_h) with kept ≤ sinks + window − 1 between steps; ``positions`` are
+    their absolute positions (kept,).
+    """
+
+    def __init__(self, window: int, *, sinks: int = 0) -> None:
+        super().__init__()
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be an integer >= 1 (the tokens a step attends, itself included); got {window!r}")
+        if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+            raise ValueError(f"sinks must be an integer >= 0; got {sinks!r}")
+        self.window, self.sinks = window, sinks
+        self.positions = torch.zeros(0, dtype=torch.long)
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return self._k
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self._v
+
+    def chunk_mask(self, n: int, device=None) -> torch.Tensor:
+        """(n, kept + n) bool for the next ``n`` tokens: True where a new query may attend (its sinks,
+        its window, nothing after it). Pass it as ``mask=`` for a chunk of more than one token."""
+        q_pos = torch.arange(self.length, self.length + n, device=device)[:, None]  # (n, 1)
+        k_pos = torch.cat([self.positions.to(device), q_pos[:, 0]])[None, :]  # (1, kept + n)
+        return (k_pos <= q_pos) & ((k_pos < self.sinks) | (k_pos > q_pos - self.window))
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v (b, h_kv, n, d_h); return kept + new; then evict down to sinks + window − 1."""
+        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {_checks.shape(k)}, {_checks.shape(v)}")
+        if self._k is not None and (self._k.shape[:2] != k.shape[:2] or self._k.shape[-1] != k.shape[-1]):
+            raise ValueError(
+                f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(self._k)} "
+                "(same b, h_kv and d_h needed); call reset() to start a new sequence"
+            )
+        n = k.shape[2]
+        new_pos = torch.arange(self.length, self.length + n)
+        k_all = k if self._k is None else torch.cat([self._k, k], dim=2)  # (b, h_kv, kept + n, d_h)
+        v_all = v if self._v is None else torch.cat([self._v, v], dim=2)
+        pos = torch.cat([self.positions, new_pos])
+        self.length += n
+        keep = (pos < self.sinks) | (pos > self.length - self.window)  # sinks and the last window − 1
+        if bool(keep.all()):
+            self._k, self._v, self.positions = k_all, v_all, pos
+        else:
+            idx = keep.nonzero()[:, 0].to(k.device)
+            self._k, self._v = k_all.index_select(2, idx), v_all.index_select(2, idx)
+            self.positions = pos[keep]
+        return k_all, v_all
+
+    def buffers(self):  # noqa: D102
+        raise NotImplementedError("a WindowCache evicts: it has no growing buffers; use LayerCache for beam search")
+
+    @classmethod
+    def from_buffers(cls, k, v, length):  # noqa: D102
+        raise NotImplementedError("a WindowCache is not built from buffers; use LayerCache.from_buffers")
+
+    def reset(self) -> None:
+        super().reset()
+        self.positions = torch.zeros(0, dtype=torch.long)
+
+    def __repr__(self) -> str:
+        kept = 0 if self._k is None else self._k.shape[2]
+        return f"WindowCache(window={self.window}, sinks={self.sinks}, length={self.length}, kept={kept})"
+
+
+class KVCache:
+    """One layer cache per layer: ``cache[i]`` is layer i's; ``cache.length`` the tokens seen.
+
+    ``window=None`` (default): unbounded ``LayerCache``s; ``window=w``: a sliding window of w tokens
+    (``WindowCache``), with ``sinks=s`` the first s tokens kept too (StreamingLLM).
+    """
+
+    def __init__(self, num_layers: int, *, window: int | None = None, sinks: int = 0) -> None:
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1; got {num_layers}")
-        self.layers = [LayerCache() for _ in range(num_layers)]
+        if window is None and sinks:
+            raise ValueError(f"sinks={sinks} needs a window (sinks + window, StreamingLLM); pass window=w too")
+        self.window, self.sinks = window, sinks
+        self.layers = [LayerCache() if window is None else WindowCache(window, sinks=sinks) for _ in range(num_layers)]
 
     def __getitem__(self, i: int) -> LayerCache:
         return self.layers[i]
@@ -170,7 +279,8 @@ class KVCache:
             layer.reset()
 
     def __repr__(self) -> str:
-        return f"KVCache(layers={len(self.layers)}, length={self.length})"
+        policy = "" if self.window is None else f", window={self.window}, sinks={self.sinks}"
+        return f"KVCache(layers={len(self.layers)}, length={self.length}{policy})"
 
 
-__all__ = ["LayerCache", "KVCache", "MemoryCache"]
+__all__ = ["LayerCache", "WindowCache", "KVCache", "MemoryCache"]

@@ -6,6 +6,24 @@
 * **Rotary, RoPE** (Su et al. 2021, https://arxiv.org/abs/2104.09864), applied to the query and
   key heads after the split: each pair (x_{2i}, x_{2i+1}) is rotated by the angle p·θ_i,
   θ_i = base^{-2i/d_h}. Then q_mᵀ k_n depends on m − n only (tested as a property).
+* **RoPE scaling** (``RotaryEmbedding(d_h, scaling={"type": ..., "factor": s, "original_max_position": L})``),
+  for running a model beyond the L positions it was trained on; θ_i = base^{-2i/d_h}, d = d_h:
+
+  ==========  =====================================================================  ==================================
+  type        inverse frequencies θ'_i                                               paper
+  ==========  =====================================================================  ==================================
+  linear      θ_i / s  (position interpolation: position p acts as p / s)            Chen et al. 2023, 2306.15595
+  ntk         base' = base · s^{d/(d−2)},  θ'_i = base'^{-2i/d}  ("NTK-aware")       bloc97 2023; Peng et al. 2023 §3.2
+  dynamic     ntk with s' = s·n/L − (s − 1) for the current length n > L (else θ)    emozilla 2023; Peng et al. 2023 §3.3
+  yarn        θ'_i = (1 − γ_i) θ_i / s + γ_i θ_i,  γ_i = clamp((i − lo)/(hi − lo),   Peng et al. 2023, 2309.00071
+              0, 1) ramping between the dims that rotate β_fast and β_slow
+              times over L; cos and sin × attention factor √(1/t) = 0.1 ln s + 1
+  ==========  =====================================================================  ==================================
+
+  (formulas as in transformers' ``modeling_rope_utils``; ``lo``/``hi`` are
+  ⌊d·ln(L/(2π β_fast))/(2 ln base)⌋ and ⌈d·ln(L/(2π β_slow))/(2 ln base)⌉, clipped to [0, d − 1].)
+  Dynamic NTK recomputes θ' from ``offset + n`` at every call: keys cached at an earlier length
+  keep their old rotation (as in transformers).
 * **ALiBi** (Press et al. 2021, https://arxiv.org/abs/2108.12409): no embedding at all; a
   per-head linear bias on the scores, bias_h(i, j) = −m_h·|i − j|, slopes m_h = 2^{−8(h'+1)/H}
   (geometric; for H not a power of two the paper's interleaving of the next power).
@@ -67,24 +85,100 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.weight[offset : offset + n].to(x.dtype)
 
 
+ROPE_SCALING = ("linear", "ntk", "dynamic", "yarn")
+
+
+def _rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
+    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (d_h/2,)
+
+
+def _check_scaling(scaling: dict | None) -> dict | None:
+    if scaling is None:
+        return None
+    if not isinstance(scaling, dict) or scaling.get("type") not in ROPE_SCALING:
+        raise ValueError(
+            f"scaling must be None or a dict with 'type' one of {ROPE_SCALING} and 'factor'; got {scaling!r}"
+        )
+    known = {"type", "factor", "original_max_position", "beta_fast", "beta_slow", "attention_factor"}
+    extra = set(scaling) - known
+    if extra:
+        raise ValueError(f"unknown RoPE scaling keys {sorted(extra)}; known: {sorted(known)}")
+    factor = scaling.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
+        raise ValueError(f"scaling['factor'] must be a number >= 1 (the context extension); got {factor!r}")
+    if scaling["type"] in ("dynamic", "yarn"):
+        L = scaling.get("original_max_position")
+        if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+            raise ValueError(
+                f"scaling type {scaling['type']!r} needs 'original_max_position' (the trained context, an int >= 1); got {L!r}"
+            )
+    return dict(scaling)
+
+
+def _yarn(head_dim: int, base: float, sc: dict) -> tuple[torch.Tensor, float]:
+    s, L = float(sc["factor"]), sc["original_max_position"]
+    beta_fast, beta_slow = sc.get("beta_fast", 32.0), sc.get("beta_slow", 1.0)
+
+    def dim_of(rotations: float) -> float:  # the dimension index that rotates `rotations` times over L positions
+        return head_dim * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), head_dim - 1)
+    hi = hi + 0.001 if lo == hi else hi
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - lo) / (hi - lo)).clamp(0, 1)  # (d_h/2,)
+    theta = _rope_inv_freq(head_dim, base)
+    keep = 1 - ramp  # γ: 1 for the fast (high-frequency) dims, which keep θ; 0 for the slow ones, θ / s
+    inv = theta / s * (1 - keep) + theta * keep
+    factor = sc.get("attention_factor")
+    return inv, float(0.1 * math.log(s) + 1.0 if factor is None else factor)
+
+
 class RotaryEmbedding(nn.Module):
     """Rotate pairs of features of heads x (b, h, n, d_h) by position: the RoFormer convention.
 
     ``rope(x, offset)`` treats x[..., i, :] as position ``offset + i``. ``d_h`` must be even.
+    ``scaling``: None, or ``{"type": "linear" | "ntk" | "dynamic" | "yarn", "factor": s,
+    "original_max_position": L, "beta_fast": 32, "beta_slow": 1, "attention_factor": None}``
+    (L is needed by dynamic and yarn). ``inv_freq`` (d_h/2,) are the θ'_i in use (for dynamic:
+    at lengths ≤ L); ``attention_factor`` multiplies cos and sin (YaRN's √(1/t); 1 otherwise).
     """
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0):
+    def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: dict | None = None):
         super().__init__()
-        if head_dim % 2:
+        if head_dim % 2 or head_dim < 2:
             raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
         self.head_dim, self.base = head_dim, base
-        theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (d_h/2,)
-        self.register_buffer("theta", theta, persistent=False)
+        self.scaling = sc = _check_scaling(scaling)
+        kind = None if sc is None else sc["type"]
+        theta = _rope_inv_freq(head_dim, base)
+        self.attention_factor = 1.0
+        if kind == "linear":
+            theta = theta / sc["factor"]
+        elif kind == "ntk":
+            theta = _rope_inv_freq(head_dim, base * sc["factor"] ** (head_dim / (head_dim - 2)))
+        elif kind == "yarn":
+            theta, self.attention_factor = _yarn(head_dim, base, sc)
+        self.register_buffer("theta", theta.float(), persistent=False)
+
+    @property
+    def inv_freq(self) -> torch.Tensor:
+        """θ'_i, (d_h/2,): the angle per position of feature pair i."""
+        return self.theta
+
+    def inv_freq_at(self, seq_len: int) -> torch.Tensor:
+        """θ' for a sequence of ``seq_len`` positions (differs from ``inv_freq`` only for dynamic NTK)."""
+        sc = self.scaling
+        if sc is None or sc["type"] != "dynamic" or seq_len <= sc["original_max_position"]:
+            return self.theta
+        s = sc["factor"] * seq_len / sc["original_max_position"] - (sc["factor"] - 1)
+        d = self.head_dim
+        return _rope_inv_freq(d, self.base * s ** (d / (d - 2))).float().to(self.theta.device)
 
     def angles(self, n: int, offset: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of p·θ_i for p = offset … offset+n−1: each (n, d_h/2)."""
+        """cos and sin of p·θ'_i for p = offset … offset+n−1, times the attention factor: each (n, d_h/2)."""
         pos = torch.arange(offset, offset + n, dtype=torch.float32, device=device)
-        a = pos.unsqueeze(-1) * self.theta.to(device)  # (n, d_h/2)
+        a = pos.unsqueeze(-1) * self.inv_freq_at(offset + n).to(device)  # (n, d_h/2)
+        if self.attention_factor != 1.0:
+            return a.cos() * self.attention_factor, a.sin() * self.attention_factor
         return a.cos(), a.sin()
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -97,7 +191,8 @@ class RotaryEmbedding(nn.Module):
         return out.flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, base={self.base}"
+        sc = "" if self.scaling is None else f", scaling={self.scaling}"
+        return f"head_dim={self.head_dim}, base={self.base}{sc}"
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -155,4 +250,5 @@ __all__ = [
     "alibi_slopes",
     "sinusoidal_table",
     "POSITIONAL",
+    "ROPE_SCALING",
 ]

@@ -1,0 +1,172 @@
+"""Linear attention (Katharopoulos et al. 2020): a kernel feature map instead of the softmax.
+
+"Transformers are RNNs: Fast Autoregressive Transformers with Linear Attention", ICML 2020,
+https://arxiv.org/abs/2006.16236, eqs. 4–6 and 16–20:
+
+    sim(q, k) = φ(q)ᵀ φ(k),   φ(x) = elu(x) + 1  (> 0)
+    V'_i = φ(Q_i)ᵀ Σ_j φ(K_j) V_jᵀ / φ(Q_i)ᵀ Σ_j φ(K_j)        (eq. 5, non-causal: O(n·d·d_v))
+    causal (j ≤ i):  S_i = S_{i−1} + φ(K_i) V_iᵀ,  z_i = z_{i−1} + φ(K_i)        (eqs. 18–19)
+                     V'_i = φ(Q_i)ᵀ S_i / φ(Q_i)ᵀ z_i                            (eq. 20)
+
+Three forms compute the same numbers:
+
+* **linear** (non-causal): the associative order φ(Q) (φ(K)ᵀ V), O(n·d·d_v) time, no n × n tensor;
+* **parallel** (the weights path, and causal): α_ij = φ(q_i)ᵀφ(k_j) / Σ_j' φ(q_i)ᵀφ(k_j') over the
+  allowed keys, V' = α V; O(n²), it returns the weights;
+* **recurrent** (``linear_attention_step``): one token at a time with the state (S, z) of
+  O(d·d_v): the "transformer as an RNN" of the paper, for decoding in constant memory.
+
+| paper               | argument / name                       |
+|---------------------|---------------------------------------|
+| Q, K, V             | ``query`` (..., q, d), ``key`` (..., k, d), ``value`` (..., k, d_v) |
+| φ                   | ``feature_map`` (default ``elu_feature_map``) |
+| S_i (d × d_v), z_i (d) | ``LinearState.s`` (..., d, d_v), ``LinearState.z`` (..., d) |
+
+Masking follows the library's contract, without a softmax: a key the mask forbids contributes
+neither to the numerator nor to the denominator (φ(k) and v are replaced with zeros through
+``torch.where``, so NaN and inf there never propagate); a query with no allowed key gets a zero
+output and zero gradients. The linear form takes a key mask (broadcastable to (..., 1, k));
+any other bool mask, a float mask or ``need_weights`` takes the parallel form. Causal is
+aligned bottom-right, as in ``attnlab.masks.causal``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import _checks, masks
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """φ(x) = elu(x) + 1: positive, so the normaliser φ(q)ᵀ Σ φ(k) never vanishes on an allowed key."""
+    return F.elu(x) + 1.0
+
+
+@dataclass
+class LinearState:
+    """The recurrent state after t tokens: S = Σ φ(k_j) v_jᵀ (..., d, d_v), z = Σ φ(k_j) (..., d)."""
+
+    s: torch.Tensor
+    z: torch.Tensor
+    length: int = 0
+
+
+def _safe_divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """num / den with zero where den = 0 (no key allowed), finite gradients there."""
+    ok = den > 0
+    return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def _validate(query, key, value) -> None:
+    _checks.tensor("query", query, 2), _checks.tensor("key", key, 2), _checks.tensor("value", value, 2)
+    if key.shape[-2] != value.shape[-2] or query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"linear attention needs query (..., q, d), key (..., k, d) and value (..., k, d_v); got "
+            f"query {_checks.shape(query)}, key {_checks.shape(key)}, value {_checks.shape(value)}"
+        )
+
+
+def _is_key_mask(mask: torch.Tensor | None) -> bool:
+    return mask is None or (mask.dtype == torch.bool and mask.dim() >= 2 and mask.shape[-2] == 1)
+
+
+def _parallel(fq, fk, value, allowed) -> tuple[torch.Tensor, torch.Tensor]:
+    sim = fq @ fk.transpose(-2, -1)  # (..., q, k), ≥ 0
+    if allowed is not None:
+        sim = torch.where(allowed, sim, torch.zeros((), dtype=sim.dtype))
+    weights = _safe_divide(sim, sim.sum(-1, keepdim=True))  # (..., q, k)
+    return weights @ value, weights  # (..., q, d_v)
+
+
+def linear_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Linear attention: ``(output (..., q, d_v), weights (..., q, k) or None)``.
+
+    mask: bool, True = may attend, broadcastable to (..., q, k); a key mask (..., 1, k) keeps the
+    linear form. Float (additive) masks have no meaning without a softmax and are refused.
+    """
+    _validate(query, key, value)
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise TypeError(f"linear attention takes a bool mask (True = may attend); got dtype {mask.dtype} (an additive bias needs a softmax)")
+        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        _checks.mask(mask, torch.Size((*lead, query.shape[-2], key.shape[-2])))
+    fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if need_weights or causal or not _is_key_mask(mask):
+        allowed = mask
+        if causal:
+            allowed = masks.combine(allowed, masks.causal(q_len, k_len, device=query.device))
+        if allowed is not None:
+            fk_ok = allowed.any(-2, keepdim=True).transpose(-2, -1)  # (..., k, 1) keys some query may see
+            fk = torch.where(fk_ok, fk, torch.zeros((), dtype=fk.dtype))
+            value = torch.where(fk_ok, value, torch.zeros((), dtype=value.dtype))
+        bad_k = bad_v = None
+        if allowed is not None and not _checks.all_finite(fk, value):  # per-query masks: as the core does
+            bad_k, bad_v = ~torch.isfinite(fk).all(-1), ~torch.isfinite(value)  # (..., k), (..., k, d_v)
+            fk = torch.where(bad_k.unsqueeze(-1), torch.zeros((), dtype=fk.dtype), fk)
+            value = torch.where(bad_v, torch.zeros((), dtype=value.dtype), value)
+        out, weights = _parallel(fq, fk, value, allowed)
+        if bad_k is not None:  # a query that may attend a non-finite key or value gets NaN
+            reach = allowed.to(value.dtype)
+            hit = ((reach @ bad_k.unsqueeze(-1).to(value.dtype)) > 0) | ((reach @ bad_v.to(value.dtype)) > 0)
+            out = out.masked_fill(hit, float("nan"))
+            weights = weights.masked_fill((reach @ bad_k.unsqueeze(-1).to(value.dtype)) > 0, float("nan"))
+        return out, (weights if need_weights else None)
+    if mask is not None:  # key mask (..., 1, k) → (..., k, 1)
+        keep = mask.transpose(-2, -1)
+        fk = torch.where(keep, fk, torch.zeros((), dtype=fk.dtype))
+        value = torch.where(keep, value, torch.zeros((), dtype=value.dtype))
+    kv = fk.transpose(-2, -1) @ value  # (..., d, d_v)  Σ_j φ(k_j) v_jᵀ
+    z = fk.sum(-2, keepdim=True)  # (..., 1, d)       Σ_j φ(k_j)
+    num = fq @ kv  # (..., q, d_v)
+    den = (fq * z).sum(-1, keepdim=True)  # (..., q, 1)
+    return _safe_divide(num, den), None
+
+
+def linear_attention_step(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    state: LinearState | None = None,
+    *,
+    feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
+) -> tuple[torch.Tensor, LinearState]:
+    """The recurrent (causal) form over new tokens query, key (..., n, d), value (..., n, d_v), one
+    at a time: S += φ(k_t) v_tᵀ, z += φ(k_t), out_t = φ(q_t)ᵀ S / φ(q_t)ᵀ z. Memory O(d·d_v) whatever
+    the length. Returns ``(output (..., n, d_v), new state)`` (the given state is not modified)."""
+    _validate(query, key, value)
+    if query.shape[-2] != key.shape[-2]:
+        raise ValueError(f"the recurrent form takes one key per query; got q={query.shape[-2]}, k={key.shape[-2]}")
+    fq, fk = feature_map(query), feature_map(key)
+    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    if state is None:
+        s = query.new_zeros(*lead, query.shape[-1], value.shape[-1])
+        z = query.new_zeros(*lead, query.shape[-1])
+        length = 0
+    else:
+        s, z, length = state.s, state.z, state.length
+    outs = []
+    for t in range(query.shape[-2]):
+        s = s + fk[..., t, :, None] * value[..., t, None, :]  # (..., d, d_v)
+        z = z + fk[..., t, :]  # (..., d)
+        num = (fq[..., t, :, None] * s).sum(-2)  # (..., d_v)
+        den = (fq[..., t, :] * z).sum(-1, keepdim=True)  # (..., 1)
+        outs.append(_safe_divide(num, den))
+    out = torch.stack(outs, -2) if outs else value.new_zeros(*lead, 0, value.shape[-1])
+    return out, LinearState(s, z, length + query.shape[-2])
+
+
+__all__ = ["linear_attention", "linear_attention_step", "elu_feature_map", "LinearState"]

@@ -1,0 +1,75 @@
+"""``LinearAttention``: multi-head linear attention (Katharopoulos et al. 2020) as a module.
+
+    [Q, K, V] = X W_qkvᵀ → h heads of d_h;  head_i = LinearAttn(Q_i, K_i, V_i) with φ = elu + 1
+    y = concat(head_1 … head_h) W_oᵀ
+
+(https://arxiv.org/abs/2006.16236; the arithmetic is ``attnlab.functional.linear``.)
+``forward(x (b, n, dim), *, mask=None, causal=False, need_weights=False, state=None)``:
+``mask`` a (b, n) bool key-padding mask (True = real token) or anything broadcastable to
+(b, h, q, k); with ``state`` (a ``LinearState`` from the previous call, or ``LinearAttention.empty_state``)
+the new tokens run through the recurrent form (causal, O(d_h²) memory per head) and the call
+returns ``(y, state)`` instead of ``(y, weights)``.
+
+| paper      | parameter                                              |
+|------------|--------------------------------------------------------|
+| W_Q; W_K; W_V | ``qkv`` (an ``nn.Linear(dim, 3·dim)``)              |
+| W_O        | ``proj`` (an ``nn.Linear(dim, dim)``)                  |
+| h, d_h     | ``num_heads``, ``head_dim = dim // num_heads``         |
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..functional.linear import LinearState, linear_attention, linear_attention_step
+from ..functional.multihead import merge_heads, split_heads
+from .registry import register
+
+
+@register("linear")
+class LinearAttention(nn.Module):
+    """Multi-head linear attention with φ = elu + 1; a recurrent state for decoding."""
+
+    def __init__(self, dim: int, num_heads: int = 8, *, qkv_bias: bool = False, proj_bias: bool = True):
+        super().__init__()
+        if dim < 1 or num_heads < 1 or dim % num_heads:
+            raise ValueError(f"dim must be a positive multiple of num_heads; got dim={dim}, num_heads={num_heads}")
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        state: LinearState | None = None,
+    ):
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
+        q, k, v = (split_heads(t, self.num_heads) for t in self.qkv(x).chunk(3, dim=-1))  # (b, h, n, d_h)
+        if state is not None:
+            if mask is not None or need_weights:
+                raise ValueError("the recurrent form (state=...) takes no mask and returns no weights")
+            out, state = linear_attention_step(q, k, v, state)
+            return self.proj(merge_heads(out)), state
+        if mask is not None and mask.dim() == 2:
+            mask = mask[:, None, None, :]  # (b, k) → (b, 1, 1, k)
+        out, weights = linear_attention(q, k, v, mask=mask, causal=causal, need_weights=need_weights)
+        return self.proj(merge_heads(out)), weights  # (b, n, dim), (b, h, q, k) or None
+
+    def empty_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
+        """The state before the first token: S = 0 (b, h, d_h, d_h), z = 0 (b, h, d_h)."""
+        w = self.qkv.weight
+        kw = {"device": device or w.device, "dtype": dtype or w.dtype}
+        return LinearState(torch.zeros(batch, self.num_heads, self.head_dim, self.head_dim, **kw),
+                           torch.zeros(batch, self.num_heads, self.head_dim, **kw))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_heads={self.num_heads}"
+
+
+__all__ = ["LinearAttention"]

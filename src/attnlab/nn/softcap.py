@@ -1,0 +1,47 @@
+"""``SoftcapAttention``: scaled dot-product attention with Gemma 2's logit soft-cap, as a module.
+
+    α = softmax(c · tanh(q kᵀ · scale / c) + mask),  o = α v
+
+(Gemma Team 2024, https://arxiv.org/abs/2408.00118.) A thin module over
+``attnlab.functional.softcap.softcap_attention``; no parameters. ``cap`` is the
+paper's soft-cap value (50.0 for attention logits). Shapes: query (..., q, d),
+key (..., k, d), value (..., k, d_v) → (..., q, d_v), weights (..., q, k).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..functional.softcap import _check_cap, softcap_attention
+from .registry import register
+
+
+@register("softcap")
+class SoftcapAttention(nn.Module):
+    """Soft-capped scaled dot-product attention (``cap`` c, ``scale`` default 1/√d)."""
+
+    def __init__(self, *, cap: float = 50.0, scale: float | None = None, attn_drop: float = 0.0):
+        super().__init__()
+        self.cap, self.scale, self.attn_drop = _check_cap(cap), scale, attn_drop
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return softcap_attention(
+            query, key, key if value is None else value, cap=self.cap, scale=self.scale, mask=mask, causal=causal,
+            dropout_p=self.attn_drop if self.training else 0.0, need_weights=need_weights,
+        )
+
+    def extra_repr(self) -> str:
+        return f"cap={self.cap}, scale={self.scale}"
+
+
+__all__ = ["SoftcapAttention"]

@@ -1,0 +1,117 @@
+"""2-D neighbourhood attention: the pattern against NATTEN's window rule (written here from NATTEN's
+``get_window_start``), the module against a float64 per-pixel loop with copied weights, the kernel
+computes only the pattern's tiles."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import patterns
+from attnlab.functional.neighborhood import neighborhood_attention_2d
+from attnlab.kernels import plan
+from attnlab.nn import NeighborhoodAttention2D, create
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def window_start(i, length, kernel, dilation):
+    """NATTEN (csrc, natten_commons): the first key index of query i's window along one axis."""
+    half = kernel // 2
+    if dilation <= 1:
+        return max(i - half, 0) + (i + half >= length) * (length - i - half - 1)
+    ni = i - half * dilation
+    if ni < 0:
+        return i % dilation
+    if i + half * dilation >= length:
+        imodd = i % dilation
+        a = (length // dilation) * dilation
+        b = length - a
+        if imodd < b:
+            return length - b + imodd - 2 * half * dilation
+        return a + imodd - kernel * dilation
+    return ni
+
+
+def natten_mask(H, W, kernel, dilation):
+    n = H * W
+    m = np.zeros((n, n), dtype=bool)
+    for r in range(H):
+        for c in range(W):
+            r0, c0 = window_start(r, H, kernel, dilation), window_start(c, W, kernel, dilation)
+            for a in range(kernel):
+                for b in range(kernel):
+                    m[r * W + c, (r0 + a * dilation) * W + (c0 + b * dilation)] = True
+    return m
+
+
+@pytest.mark.parametrize("H,W,kernel,dilation", [(7, 9, 3, 1), (8, 8, 5, 1), (12, 10, 3, 2), (13, 11, 3, 3), (9, 9, 7, 1)])
+def test_pattern_is_nattens_window(H, W, kernel, dilation):
+    p = patterns.neighborhood_2d(H, W, kernel, dilation)
+    got = p.materialize(H * W).numpy()
+    assert (got == natten_mask(H, W, kernel, dilation)).all()
+    assert (got.sum(1) == kernel * kernel).all()  # every pixel sees exactly k² keys
+    for block in (8, 16):
+        lay = p.block_layout(H * W, block)
+        nb = lay.shape[0]
+        pad = np.zeros((nb * block, nb * block), dtype=bool)
+        pad[: H * W, : H * W] = got
+        tiles = torch.from_numpy(pad.reshape(nb, block, nb, block).any(3).any(1))
+        assert bool((lay | ~tiles).all())  # the layout covers every non-empty tile
+        assert plan(p, H * W, block).nnz_blocks == int(tiles.sum())  # and the kernel visits only those
+
+
+def test_module_against_per_pixel_loop():
+    torch.manual_seed(0)
+    m = NeighborhoodAttention2D(8, 2, kernel_size=3, dilation=2, block=16).double()
+    x = torch.randn(2, 8, 6, 7, dtype=torch.float64)
+    y, _ = m(x)
+    P = {k: v.detach().numpy() for k, v in m.state_dict().items()}
+    H, W = 6, 7
+    mask = natten_mask(H, W, 3, 2)
+    t = x.permute(0, 2, 3, 1).reshape(2, H * W, 8).numpy()
+    qkv = t @ P["qkv.weight"].T + P["qkv.bias"]
+    q, k, v = qkv[..., :8], qkv[..., 8:16], qkv[..., 16:]
+    out = np.zeros_like(q)
+    for b in range(2):
+        for hd in range(2):
+            s = slice(hd * 4, hd * 4 + 4)
+            for i in range(H * W):
+                js = np.nonzero(mask[i])[0]
+                e = k[b, js, s] @ q[b, i, s] / 2.0
+                a = np.exp(e - e.max())
+                out[b, i, s] = (a / a.sum()) @ v[b, js, s]
+    ref = (out @ P["proj.weight"].T + P["proj.bias"]).reshape(2, H, W, 8).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(y.detach().numpy(), ref, rtol=1e-9, atol=1e-10)
+    slow, w = m(x, need_weights=True)
+    torch.testing.assert_close(slow, y)
+    assert w.shape == (2, 2, 42, 42) and bool(((w > 0) <= torch.from_numpy(mask)).all())
+
+
+def test_gradients_equal_dense_masked_reference():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 5, 6, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out, _ = neighborhood_attention_2d(q, k, v, kernel=3, block=8)
+    mask = torch.from_numpy(natten_mask(5, 6, 3, 1))
+    e = (q.flatten(2, 3) @ k.flatten(2, 3).transpose(-1, -2) / 2.0).masked_fill(~mask, float("-inf"))
+    ref = (torch.softmax(e, -1) @ v.flatten(2, 3)).unflatten(2, (5, 6))
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad((out * g).sum(), (q, k, v)), torch.autograd.grad((ref * g).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b)
+
+
+def test_keys_outside_the_window_never_influence_and_registry():
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 1, 5, 5, 4, dtype=torch.float64) for _ in range(3))
+    base, _ = neighborhood_attention_2d(q, k, v, kernel=3, block=8)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 4, 4, :], v2[..., 4, 4, :] = float("nan"), float("inf")  # pixel (4, 4) is outside (0, 0)'s window
+    dirty, _ = neighborhood_attention_2d(q, k2, v2, kernel=3, block=8)
+    torch.testing.assert_close(dirty[..., 0, 0, :], base[..., 0, 0, :])
+    assert torch.isnan(dirty[..., 4, 4, :]).all()  # a query that may attend a NaN key: NaN, as in the core
+    m = create("neighborhood-2d", dim=8, num_heads=2, kernel_size=3)
+    assert m(torch.randn(1, 8, 0, 4))[0].shape == (1, 8, 0, 4)
+    with pytest.raises(ValueError, match="odd"):
+        patterns.neighborhood_2d(4, 4, 2)
