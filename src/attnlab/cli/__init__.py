@@ -49,10 +49,15 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
     return None
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr (exit 2), without the usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attnlab", description="Attention mechanisms, computed step by step and fast."
-    )
+    parser = Parser(prog="attnlab", description="Attention mechanisms, computed step by step and fast.")
     from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")

@@ -56,7 +56,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train_caption(args: argparse.Namespace) -> int:
+    from ..train.checkpoint import check_out_dir
+
     apply_threads(args)
+    check_out_dir(args.out)  # before any work: never a folder or file of the user's
     for name in POSITIVE:
         v = getattr(args, name)
         if v is not None and v < 1:

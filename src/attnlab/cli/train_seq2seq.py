@@ -25,6 +25,9 @@ MODEL_KINDS = ("rnn", "transformer")
 POSITIONS = ("sinusoidal", "learned", "rope")
 
 
+MIN_TRAIN = 10  # training pairs below which a run is a mistake, not an experiment
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("seq2seq", help="a translation model: RNN encoder-decoder or Transformer",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             cfg.steps = args.steps
         extra = {k: config[k] for k in ("data", "max_src_len") if k in config}
     else:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{out} is a file, not a folder: choose another --out")
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
         data_cfg = {"name": args.data, "n": args.n, "seed": args.seed, "max_digits": args.max_digits,
@@ -134,6 +139,11 @@ def run(args: argparse.Namespace) -> int:
         ds = _data(args, data_cfg)
         data_cfg["src_level"], data_cfg["tgt_level"] = ds.src_level, ds.tgt_level
         corpus = build_corpus(ds)
+        if len(corpus.train) < MIN_TRAIN or not corpus.valid:
+            raise UsageError(
+                f"the {args.data} corpus gives {len(corpus.train)} training and {len(corpus.valid)} validation pairs; "
+                f"at least {MIN_TRAIN} and 1 are needed (raise --n)"
+            )
         longest = max(max(len(s), len(t)) for s, t in corpus.train)
         # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
         model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))

@@ -48,6 +48,20 @@ class LMTrainConfig:
             raise ValueError(f"steps, batch_size must be >= 1 and block_size >= 2; got {self.steps}, {self.batch_size}, {self.block_size}")
         if not 0 < self.val_fraction < 1:
             raise ValueError(f"val_fraction must be in (0, 1); got {self.val_fraction}")
+        for name in ("dim", "num_layers", "num_heads", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        for name in ("warmup", "eval_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
+        if self.num_kv_heads is not None and self.num_kv_heads < 1:
+            raise ValueError(f"num_kv_heads must be >= 1; got {self.num_kv_heads}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1); got {self.dropout}")
+        if not self.lr > 0 or self.weight_decay < 0:
+            raise ValueError(f"lr must be > 0 and weight_decay >= 0; got {self.lr}, {self.weight_decay}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0; got {self.max_seconds}")
 
 
 @dataclass

@@ -130,6 +130,32 @@ def _from_document(doc: dict) -> dict:
     return normalise(data)
 
 
+def _check_weights(x: Any, where: str = "layers") -> None:
+    """Every weight a finite number in [0, 1]; the error names the first entry that is not."""
+    if isinstance(x, list):
+        for i, y in enumerate(x):
+            _check_weights(y, f"{where}[{i}]")
+        return
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"weights must be numbers in [0, 1]; {where} is {x!r} (a {type(x).__name__})")
+    if not math.isfinite(x):
+        raise ValueError(f"weights must be finite numbers in [0, 1]; {where} is {x} (NaN or infinite)")
+    if x < 0 or x > 1 + 1e-6:
+        raise ValueError(f"weights must be in [0, 1]; {where} is {x}" + (" (negative)" if x < 0 else ""))
+
+
+def _check_labels(doc: dict) -> None:
+    for key in ("tokens", "key_tokens"):
+        labels = doc.get(key)
+        if labels is None:
+            continue
+        if not isinstance(labels, list):
+            raise ValueError(f"'{key}' must be a list of strings; got {type(labels).__name__}")
+        for i, t in enumerate(labels):
+            if not isinstance(t, str):
+                raise ValueError(f"'{key}' must be strings (the token labels); {key}[{i}] is {t!r} (a {type(t).__name__})")
+
+
 def load_json(path: str | Path) -> dict:
     """Viewer data from a JSON file: {"tokens", "layers"} or an ``attnlab explain --format json`` document."""
     try:
@@ -138,7 +164,14 @@ def load_json(path: str | Path) -> dict:
         raise ValueError(f"{path}: not valid JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object with 'layers' (or 'steps'); got {type(doc).__name__}")
-    return _from_document(doc) if "steps" in doc else normalise(doc)
+    if "steps" in doc:
+        return _from_document(doc)
+    try:
+        _check_labels(doc)
+        _check_weights(doc.get("layers"))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    return normalise(doc)
 
 
 def render_html(data: dict) -> str:
