@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
+
 from . import UsageError
 
 ATTENTIONS = ("none", "bahdanau", "luong")
@@ -114,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.loop import TrainConfig, train, train_config_from
 
     _check_flags(args)
+    torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
     if args.resume:
         _, config, _ = load_checkpoint(out)
