@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -58,3 +59,5 @@ def test_quick_run(tmp_path, capsys):
     assert set(res["aer"]) == methods
     assert all(0.0 <= a <= 1.0 for a in res["aer"].values())
     assert all(len(v) == len(res["buckets"]) for v in res["aer_by_length"].values())
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "alignment.png").stat().st_size > 1000

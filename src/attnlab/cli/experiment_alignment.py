@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-form", choices=("lemma", "text"), help="Greek lemmas (default) or surface forms")
     p.add_argument("--seed", type=int, default=0)
     add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/alignment", help="folder for table.md and results.json")
+    p.add_argument("--out", default="runs/alignment", help="folder for table.md, results.json and alignment.png")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=run)
 

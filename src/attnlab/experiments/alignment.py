@@ -153,6 +153,7 @@ def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool =
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
         (out / "table.md").write_text(table(results), encoding="utf-8")
+        plot(results, out / "alignment.png")
     return results
 
 
@@ -165,4 +166,26 @@ def table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["AlignmentConfig", "run", "table", "aer", "corpus_aer", "diagonal", "from_weights", "DECODERS"]
+def plot(results: dict, path: Path) -> Path | None:
+    """AER against source length, one line per alignment method (needs matplotlib; None without it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    mids = [(lo + hi) / 2 for lo, hi in results["buckets"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m, curve in results["aer_by_length"].items():
+        ax.plot(mids, [100 * a for a in curve], marker="o", ls="--" if m in ("diagonal", "ibm1") else "-", label=m)
+    ax.set(xlabel="source verse length (words)", ylabel="AER (%), lower is better",
+           title=f"Alignment error on {results['n_test']} held-out verses")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["AlignmentConfig", "run", "table", "plot", "aer", "corpus_aer", "diagonal", "from_weights", "DECODERS"]
