@@ -1,4 +1,4 @@
-"""Every ```python block in README.md runs, in order, in one namespace.
+"""Every ```python block in README.md runs on its own, in a fresh namespace (a reader may copy any one).
 
 A block whose first line is ``# no-test`` is skipped (used sparingly, for
 blocks that need data or minutes).
@@ -19,13 +19,13 @@ def test_readme_has_examples():
     assert len(BLOCKS) >= 1
 
 
-def test_readme_examples_run(tmp_path, monkeypatch):
+RUN = [(n, b) for n, b in enumerate(BLOCKS, start=1) if not b.lstrip().startswith("# no-test")]
+
+
+@pytest.mark.parametrize("n, block", RUN, ids=[f"block{n}" for n, _ in RUN])
+def test_readme_example_runs_on_its_own(tmp_path, monkeypatch, n, block):
     monkeypatch.chdir(tmp_path)
-    namespace: dict = {"__name__": "__readme__"}
-    for n, block in enumerate(BLOCKS, start=1):
-        if block.lstrip().startswith("# no-test"):
-            continue
-        try:
-            exec(compile(block, f"README.md block {n}", "exec"), namespace)
-        except Exception as e:  # pragma: no cover - the message is the point
-            pytest.fail(f"README block {n} failed: {type(e).__name__}: {e}\n{block}")
+    try:
+        exec(compile(block, f"README.md block {n}", "exec"), {"__name__": "__readme__"})
+    except Exception as e:  # pragma: no cover - the message is the point
+        pytest.fail(f"README block {n} failed on its own: {type(e).__name__}: {e}\n{block}")
