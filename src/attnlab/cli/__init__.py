@@ -73,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:
+        if getattr(args, "threads", None) is not None:  # every computing verb has --threads
+            from ._threads import apply_threads
+
+            apply_threads(args)
         code = args.func(args)
         sys.stdout.flush()
     except BrokenPipeError:

@@ -27,6 +27,7 @@ import numpy as np
 from ..data.emoji import LANGS, join_tokens, read_image
 from ..train.caption import caption_image, load_captioner, region_cells
 from . import UsageError
+from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
     p.add_argument("--out", default="caption-maps", help="folder for the per-word overlays (default caption-maps)")
     p.add_argument("--no-overlays", action="store_true", help="print the caption only")
+    add_threads(p)
     p.set_defaults(func=run_caption)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from . import UsageError
+from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="score only the first N sentences")
     p.add_argument("--buckets", type=int, default=4, help="source-length buckets (default 4)")
     p.add_argument("--data-path", help="the Ding file, if not where training found it")
+    add_threads(p)
     p.set_defaults(func=run)
 
 

@@ -13,6 +13,7 @@ from ..explain import builtin_names, document, load, render, render_markdown, ru
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS
 from . import UsageError
+from ._threads import add_threads
 
 FORMATS = {
     "text": lambda ex, t, v, a: render(ex, t, v, digits=a.digits, lang=a.lang),
@@ -37,6 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", choices=LANGS, default="en", help="language of the walkthrough (default en)")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
+    add_threads(p)
     p.set_defaults(func=run_explain)
 
 

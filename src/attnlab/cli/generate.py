@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from . import UsageError
+from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
     p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
+    add_threads(p)
     p.set_defaults(func=run_generate)
 
 

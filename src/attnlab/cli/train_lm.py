@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from . import UsageError
+from ._threads import add_threads
 
 
 def _positive(text: str) -> int:
@@ -49,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(flag, type=float, default=None, help="stop after this many seconds")
         else:
             p.add_argument(flag, type=type(default), default=default, help=f"(default {default})")
+    add_threads(p)
     p.set_defaults(func=run_train_lm)
 
 

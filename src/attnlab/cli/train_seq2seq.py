@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import UsageError
+from ._threads import add_threads
 
 ATTENTIONS = ("none", "bahdanau", "luong")
 MODEL_KINDS = ("rnn", "transformer")
@@ -66,6 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default="runs/seq2seq", help="the checkpoint folder (default runs/seq2seq)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_threads(p)
     p.set_defaults(func=run)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from . import UsageError
+from ._threads import add_threads
 
 SHADES = " ·░▒▓█"
 
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
     p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")
     p.add_argument("--no-alignment", action="store_true", help="print the translations only")
+    add_threads(p)
     p.set_defaults(func=run)
 
 

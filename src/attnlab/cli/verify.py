@@ -15,6 +15,7 @@ from ..explain.i18n import LANGS
 from ..explain.i18n import t as say
 from ..explain.render_text import render_claims, summary
 from . import UsageError
+from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", choices=LANGS, default="en")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--quiet", "-q", action="store_true", help="one line per file")
+    add_threads(p)
     p.set_defaults(func=run_verify)
 
 

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from . import UsageError
+from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
     p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
+    add_threads(p)
     p.set_defaults(func=run_view)
 
 
