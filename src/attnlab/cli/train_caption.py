@@ -74,7 +74,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     model, vocab, history, result = train_captioner(cfg)
-    path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"])
+    path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history)
     print(f"final loss {history[-1]:.3f}; wrote {path}"
           + (f" (held-out scenes to try: {path / 'test-scenes'}/)" if result["test"] is not None else ""))
     return 0

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from ..data.emoji import BOS, EOS, PAD, Vocab, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
 from ..models.captioner import Captioner, CaptionerConfig
+from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
 
 DATASETS = ("scenes", "emoji")
@@ -241,13 +242,19 @@ def train_captioner(
 
 
 def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
-                   scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8) -> Path:
+                   scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8,
+                   history: list[float] | None = None) -> Path:
     """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out)."""
     cfg = train_cfg.resolved()
     config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
               "model": model.config.to_dict(), "train": {**asdict(cfg), "widths": list(cfg.widths)},
               "scores": scores}
-    path = save_checkpoint(directory, model.state_dict(), config, files={"vocab.json": vocab.to_json()})
+    files = {"vocab.json": vocab.to_json()}
+    if history is not None:  # one record per epoch: the step is the epoch's last optimizer step
+        steps = -(-cfg.n_train // cfg.batch_size) if cfg.data == "scenes" else None
+        files[runlog.NAME] = runlog.jsonl([{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss}
+                                           for e, loss in enumerate(history)])
+    path = save_checkpoint(directory, model.state_dict(), config, files=files)
     if examples is not None:
         d = path / "test-scenes"
         d.mkdir(exist_ok=True)

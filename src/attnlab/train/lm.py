@@ -20,6 +20,7 @@ import torch
 
 from ..data.chars import CharVocab
 from ..models.gpt import GPT, GPTConfig
+from . import runlog
 from .checkpoint import load_checkpoint, read_text, save_checkpoint
 
 
@@ -149,7 +150,8 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
             val = evaluate(model, val_ids, cfg, gen)
             tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
-            history.append({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4), "tokens_per_second": round(tps, 1)})
+            history.append({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4),
+                            "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3)})
             if log is not None:
                 log(f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s")
         if last:
@@ -172,7 +174,10 @@ def save_lm(out_dir: str | Path, model: GPT, vocab: CharVocab, cfg: LMTrainConfi
     config = {"kind": "char-lm", "model": model.config_dict(), "train": asdict(cfg)}
     if result is not None:
         config["result"] = asdict(result)
-    return save_checkpoint(out_dir, model.state_dict(), config, files={"vocab.json": vocab.to_json()})
+    files = {"vocab.json": vocab.to_json()}
+    if result is not None:
+        files[runlog.NAME] = runlog.jsonl(result.history)
+    return save_checkpoint(out_dir, model.state_dict(), config, files=files)
 
 
 def load_lm(directory: str | Path) -> tuple[GPT, CharVocab, dict]:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from ..data.batching import Example, batch_order, batches_in_order, collate, source_batch
 from ..data.vocab import PAD
+from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
 
 
@@ -114,12 +115,13 @@ def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) ->
     opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
 
 
-def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict) -> None:
+def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict,
+         log: list[dict] | None = None) -> None:
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors.update(_optim_tensors(opt))
     tensors["rng.torch"] = torch.get_rng_state()
     config = {"model": model.config_dict(), "train": asdict(cfg), "state": {"step": step, "valid": valid}, **extra}
-    save_checkpoint(out, tensors, config, files)
+    save_checkpoint(out, tensors, config, {**files, runlog.NAME: runlog.jsonl(log or [])})
 
 
 def load_weights(model, tensors: dict[str, torch.Tensor], where: str) -> None:
@@ -157,6 +159,8 @@ def train(
     torch.manual_seed(cfg.seed)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     step, valid = 0, {}
+    log: list[dict] = []  # metrics.jsonl
+    wall0 = time.perf_counter()
     out = Path(out) if out is not None else None
     if resume:
         if out is None or not (out / "config.json").exists():
@@ -168,6 +172,8 @@ def train(
         _load_optim(opt, tensors)
         torch.set_rng_state(tensors["rng.torch"])
         step = int(config["state"]["step"])
+        log = [r for r in runlog.read(out) if r["step"] <= step]
+        wall0 -= max((r.get("wall_s", 0.0) for r in log), default=0.0)  # wall time continues
         for name in files:
             read_text(out, name)  # the vocabularies must be there too
     model.train()
@@ -195,6 +201,7 @@ def train(
             train_loss = loss_sum / max(1, loss_n)
             rate = tok / max(1e-9, time.perf_counter() - t0)
             history.append({"step": step, "loss": train_loss, "tokens_per_s": rate})
+            log.append({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
             if progress:
                 print(("\r" if tty else "") + f"step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s",
                       end="" if tty else "\n", file=stream, flush=True)
@@ -204,12 +211,14 @@ def train(
             t_eval = time.perf_counter()
             valid = validate(model, valid_examples, cfg)
             t0 += time.perf_counter() - t_eval  # the rate counts training time only
+            log.append({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
+                        "wall_s": round(time.perf_counter() - wall0, 3)})
             if progress:
                 ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
                 print(("\n" if tty else "") + f"step {step}: valid loss {valid['loss']:.4f}{ex}", file=stream, flush=True)
         if out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
             t_save = time.perf_counter()
-            save(out, model, opt, cfg, step, extra, files, valid)
+            save(out, model, opt, cfg, step, extra, files, valid, log)
             t0 += time.perf_counter() - t_save
     elapsed = time.perf_counter() - t0
     return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
