@@ -30,7 +30,7 @@ import torch
 from .. import patterns as P
 from ..functional.attention import attention
 from ..functional.scores import default_scale
-from ..kernels import flash
+from ..kernels import block_sparse_attention, flash
 from .comm import exchange, ring_shift, tie
 from .layout import positions, world
 
@@ -76,19 +76,70 @@ def merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> tuple[torch.Ten
     return out, torch.where(dead, torch.full_like(total, float("-inf")), total)
 
 
+def _fused(q, k, v, *, bias=None, causal=False, scale):
+    """PyTorch's fused CPU flash kernel → (out, ℓ); no autograd."""
+    return flash.FLASH(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)[:2]
+
+
+def _runs(pos: torch.Tensor) -> list[tuple[int, int, int]]:
+    """Maximal runs of consecutive positions: (local start, length, first global position)."""
+    cut = [0] + [i for i in range(1, len(pos)) if int(pos[i]) != int(pos[i - 1]) + 1] + [len(pos)]
+    return [(a, b - a, int(pos[a])) for a, b in zip(cut[:-1], cut[1:])]
+
+
+def _causal_fused(q, k, v, q_pos, k_pos, pad, scale):
+    """Causal (out, ℓ) of one block without a dense mask: its query and key runs are compared as
+    ranges — keys wholly before a query run need no mask, the same range is ``is_causal``, keys
+    wholly after it are skipped — so memory stays O(n) as in one process (no autograd)."""
+    bias = None if pad is None else flash.additive(pad[:, None, None, :], q.dtype)  # (b, 1, 1, n_k)
+    outs, lses = [], []
+    for qi, ql, qp in _runs(q_pos):
+        parts = []
+        for ki, kl, kp in _runs(k_pos):
+            if kp > qp + ql - 1:
+                continue  # every key after every query
+            qq, kk, vv = q[..., qi : qi + ql, :], k[..., ki : ki + kl, :], v[..., ki : ki + kl, :]
+            b = None if bias is None else bias[..., ki : ki + kl]
+            if kp + kl - 1 <= qp:  # every key at or before every query
+                o, lse = _fused(qq, kk, vv, bias=b, scale=scale)
+                if pad is not None:  # a sequence whose keys here are all padding: no key (ℓ = −inf)
+                    dead = ~pad[:, ki : ki + kl].any(-1)[:, None, None]  # (b, 1, 1)
+                    o, lse = o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
+                parts.append((o, lse))
+            elif kp == qp and kl == ql and b is None:
+                parts.append(_fused(qq, kk, vv, causal=True, scale=scale))
+            else:  # a partial overlap (or padding on the diagonal): the dense mask of this pair only
+                allow = k_pos[ki : ki + kl][None, :] <= q_pos[qi : qi + ql][:, None]
+                m = allow[None, None] if pad is None else allow[None, None] & pad[:, None, None, ki : ki + kl]
+                o, lse = _fused(qq, kk, vv, bias=flash.additive(m.expand(q.shape[0], 1, ql, kl), q.dtype), scale=scale)
+                dead = ~m.any(-1)
+                parts.append((o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))))
+        if parts:
+            o, lse = merge([p[0] for p in parts], [p[1] for p in parts])
+        else:
+            o = q.new_zeros(*q.shape[:-2], ql, v.shape[-1])
+            lse = q.new_full((*q.shape[:-2], ql), float("-inf"))
+        outs.append(o), lses.append(lse)
+    return torch.cat(outs, -2), torch.cat(lses, -1)
+
+
 def _partial(q, k, v, mask, scale):
     """(out, ℓ) of one block. Without autograd on CPU, PyTorch's fused flash kernel gives both in
     O(n) memory; otherwise the core's attention and the block's ℓ (differentiable, O(n_q·n_k))."""
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if flash.HAS_FUSED and q.device.type == "cpu" and not needs_grad:
+    if _fusable(q, k, v):
         bias = None if mask is None else flash.additive(mask.expand(q.shape[0], 1, q.shape[-2], k.shape[-2]), q.dtype)
-        out, lse = flash.FLASH(q, k, v, 0.0, False, attn_mask=bias, scale=scale)[:2]
+        out, lse = _fused(q, k, v, bias=bias, scale=scale)
         if mask is None:
             return out, lse
         dead = ~mask.any(-1)  # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
         return out.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
     out, _ = attention(q, k, v, mask=mask, scale=scale)  # the core: zero rows, masking rules
     return out, block_lse(q, k, mask, scale)
+
+
+def _fusable(q, k, v) -> bool:
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return flash.HAS_FUSED and q.device.type == "cpu" and not needs_grad
 
 
 def _edge(t: torch.Tensor, which: slice) -> torch.Tensor:
@@ -122,6 +173,13 @@ def _halo(q, k, v, pad, win: P.Window, n: int, scale: float, group) -> torch.Ten
     v_all = torch.cat([b[1] for b in blocks], -2)
     p_all = None if pad is None else torch.cat([b[2] > 0.5 if b is not mine else b[2] for b in blocks], -1)
     k_pos = torch.arange(start - (win.before if lo is not None else 0), start + c + (win.after if hi is not None else 0))
+    if q.device.type == "cpu":  # the block-sparse kernel: O(c·w), on queries padded to the keys' span
+        lo_n, hi_n = int(start - k_pos[0]), int(k_pos[-1] + 1 - start - c)
+        zeros = q.new_zeros
+        q_ext = torch.cat([zeros(*q.shape[:-2], lo_n, q.shape[-1]), q, zeros(*q.shape[:-2], hi_n, q.shape[-1])], -2)
+        out, _ = block_sparse_attention(q_ext, k_all, v_all, P.sliding_window(win.before, win.after),
+                                        key_padding_mask=p_all, scale=scale)
+        return tie(out[..., lo_n : lo_n + c, :], [token])
     allow = win.allows(torch.arange(start, start + c)[:, None], k_pos[None, :], n)
     out, _ = attention(q, k_all, v_all, mask=_mask(allow, p_all, q.device), scale=scale)
     return tie(out, [token])
@@ -159,7 +217,11 @@ def ring_attention(
         src = (rank - step) % size  # the rank whose keys this rank holds now
         allow = _allowed(q_pos, positions(n, size, src, layout), n, pattern, causal)
         if allow is None or bool(allow.any()):  # positions live on the host: no device sync
-            o, lse = _partial(q, cur[0], cur[1], _mask(allow, cur[2] > 0.5 if pad is not None else None, q.device), s)
+            kpad = cur[2] > 0.5 if pad is not None else None
+            if causal and pattern is None and _fusable(q, cur[0], cur[1]):
+                o, lse = _causal_fused(q, cur[0], cur[1], q_pos, positions(n, size, src, layout), kpad, s)
+            else:
+                o, lse = _partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s)
             outs.append(o), lses.append(lse)
         if step + 1 < size:
             cur, token = ring_shift(cur, k, group)
