@@ -21,12 +21,13 @@ from .. import _checks
 from ..masks import allowed
 
 
-def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(mask with fully masked rows opened up, rows that are fully masked or None)."""
-    ok = allowed(mask).any(dim=dim, keepdim=True)  # small when the mask broadcasts
-    if not _checks.tracing() and bool(ok.all()):
-        return mask, None
-    dead = ~ok
+def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask with fully masked rows opened up, rows that are fully masked).
+
+    Tensor algebra only (no host read): the rows are opened and zeroed again
+    whether or not any is fully masked, so it compiles without a graph break.
+    """
+    dead = ~allowed(mask).any(dim=dim, keepdim=True)  # small when the mask broadcasts
     if mask.dtype == torch.bool:
         return mask | dead, dead
     return mask.masked_fill(dead, 0.0), dead
@@ -40,8 +41,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     rows sum to 1, or to 0 where the mask allows no key.
     """
     _checks.tensor("scores", scores, 1)
+    _checks.floating(("scores",), (scores,))
     if mask is not None:
-        _checks.mask(mask, scores.shape)
+        _checks.mask(mask, scores.shape, scores.dtype)
     return _softmax(scores, mask, dim, inplace=False)
 
 
