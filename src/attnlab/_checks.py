@@ -152,9 +152,12 @@ def mask(m: object, scores_shape: torch.Size | tuple[int, ...], dtype: torch.dty
         )
     if m.is_floating_point() and _values_readable(m):
         if bool(torch.isnan(m).any()):
-            raise ValueError("float mask (additive bias) contains NaN; use -inf for positions that may not be attended")
+            raise ValueError(
+                "float mask (additive bias) must hold finite biases or -inf (masked out); got NaN. "
+                "Use -inf for positions that may not be attended"
+            )
         if bool(torch.isposinf(m).any()):
-            raise ValueError("float mask (additive bias) contains +inf; expected finite biases or -inf (masked out)")
+            raise ValueError("float mask (additive bias) must hold finite biases or -inf (masked out); got +inf")
     return m
 
 

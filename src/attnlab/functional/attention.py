@@ -26,7 +26,10 @@ NaN or inf. Whenever a mask (or ``causal``) is given, key and value rows that
 are not finite are replaced by zeros *before* the score (``torch.where``, so
 no NaN enters the arithmetic or its backward), and an output row that was
 allowed to attend such a key or value is set to NaN afterwards (``hit``):
-a non-finite key or value that a query *may* attend makes that output NaN.
+a non-finite key or value that a query *may* attend makes that output row NaN
+(the whole row: per-feature tracking would cost a second weighted sum). A
+non-finite query row is zeroed the same way and its output set to NaN, so its
+NaN reaches no other row's gradient; a fully masked row is zero regardless.
 All of it is tensor algebra: no host synchronisation, no data-dependent
 Python branch, so it compiles into one graph and runs on the ``meta`` device.
 """
@@ -79,14 +82,18 @@ def _validate(query, key, value, score) -> torch.Size:
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
 
-def _guard(key, value, attend, causal_diag: bool):
-    """Zero the non-finite key and value rows; the query rows that may attend one of them (``hit``).
+def _guard(query, key, value, attend, causal_diag: bool):
+    """Zero the non-finite query, key and value rows; the query rows whose output is NaN (``hit``).
 
     attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
-    (the fused causal mask, q = k: query i attends j <= i). Returns (key, value, hit (..., q) or None).
+    (the fused causal mask, q = k: query i attends j <= i). A row is hit when it may
+    attend a non-finite key or value, or when its own query is not finite.
+    Returns (query, key, value, hit (..., q|1)).
     """
+    bad_q = ~torch.isfinite(query).all(-1)  # (..., q)
     bad_k = ~torch.isfinite(key).all(-1)  # (..., k)
     bad_v = ~torch.isfinite(value).all(-1)  # (..., k)
+    query = torch.where(bad_q.unsqueeze(-1), torch.zeros((), dtype=query.dtype, device=query.device), query)
     key = torch.where(bad_k.unsqueeze(-1), torch.zeros((), dtype=key.dtype, device=key.device), key)
     value = torch.where(bad_v.unsqueeze(-1), torch.zeros((), dtype=value.dtype, device=value.device), value)
     bad = bad_k | bad_v  # (..., k)
@@ -94,7 +101,7 @@ def _guard(key, value, attend, causal_diag: bool):
         hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
     else:
         hit = (attend & bad.unsqueeze(-2)).any(-1)  # (..., q|1)
-    return key, value, hit
+    return query, key, value, hit | bad_q
 
 
 def _poison(out: torch.Tensor, hit: torch.Tensor | None) -> torch.Tensor:
@@ -104,6 +111,12 @@ def _poison(out: torch.Tensor, hit: torch.Tensor | None) -> torch.Tensor:
     return torch.where(hit.unsqueeze(-1), torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
 
 
+def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+    """NaN where a row attended (or is) a non-finite input, then zeros in the fully masked rows."""
+    out = _poison(out, hit)
+    return out if dead is None else out.masked_fill(dead, 0.0)
+
+
 def _fast(query, key, value, mask, dead, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
     if mask is not None:
         mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
@@ -111,8 +124,6 @@ def _fast(query, key, value, mask, dead, is_causal, scale, dropout_p, lead: torc
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
-    if dead is not None:
-        out = out.masked_fill(dead, 0.0)
     return out
 
 
@@ -210,7 +221,7 @@ def attention(
     hit = dead = None
     if mask is not None or fused_causal:  # the non-finite rule (see the module docstring)
         attend = masks.allowed(mask) if mask is not None else None
-        key, value, hit = _guard(key, value, attend, fused_causal)
+        query, key, value, hit = _guard(query, key, value, attend, fused_causal)
         if attend is not None:
             dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
 
@@ -218,7 +229,7 @@ def attention(
     if use_fast:
         s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
         out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2])
-        return _poison(out, hit), None
+        return _finish(out, hit, dead), None
 
     if fused_causal:
         mask = masks.causal(q_len, k_len, device=query.device)
@@ -227,7 +238,7 @@ def attention(
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
         score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
     context, weights = _reference(query, key, value, score_fn, mask, dropout_p, owned)
-    return _poison(context, hit), (weights if need_weights else None)
+    return _finish(context, hit, dead), (weights if need_weights else None)
 
 
 __all__ = ["attention", "weigh", "combine_values"]
