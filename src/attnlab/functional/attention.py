@@ -22,9 +22,10 @@ weights and a zero output, with zero gradients, on both paths.
 
 The non-finite rule, written once here for every mechanism: keys and values at
 masked positions never influence an output or a gradient, even when they are
-NaN or inf. Whenever a mask (or ``causal``) is given, key and value rows that
-are not finite are replaced by zeros *before* the score (``torch.where``, so
-no NaN enters the arithmetic or its backward), and an output row that was
+NaN or inf. Whenever a mask (or ``causal``) is given, the non-finite entries
+of the keys and values are replaced by zeros *before* the score
+(``torch.nan_to_num``, whose gradient there is zero, so no NaN enters the
+arithmetic or its backward), and an output row that was
 allowed to attend such a key or value is set to NaN afterwards (``hit``):
 a non-finite key or value that a query *may* attend makes that output row NaN
 (the whole row: per-feature tracking would cost a second weighted sum). A
@@ -82,21 +83,32 @@ def _validate(query, key, value, score) -> torch.Size:
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
 
+def _bad_rows(x: torch.Tensor) -> torch.Tensor:
+    """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf.
+
+    One summation pass (in float32 at least) instead of an element-wise test: a NaN or
+    inf makes the sum non-finite. A finite row whose sum overflows float32 (entries
+    near 1e38) is counted as non-finite too.
+    """
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return ~torch.isfinite(x.sum(-1, dtype=acc))
+
+
+def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
+    """NaN and ±inf entries → 0 (their gradient is zero); finite entries pass through."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
 def _guard(query, key, value, attend, causal_diag: bool):
-    """Zero the non-finite query, key and value rows; the query rows whose output is NaN (``hit``).
+    """Zero the non-finite entries of query, key and value; the query rows whose output is NaN (``hit``).
 
     attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
     (the fused causal mask, q = k: query i attends j <= i). A row is hit when it may
-    attend a non-finite key or value, or when its own query is not finite.
+    attend a key or value row holding a non-finite entry, or when its own query holds one.
     Returns (query, key, value, hit (..., q|1)).
     """
-    bad_q = ~torch.isfinite(query).all(-1)  # (..., q)
-    bad_k = ~torch.isfinite(key).all(-1)  # (..., k)
-    bad_v = ~torch.isfinite(value).all(-1)  # (..., k)
-    query = torch.where(bad_q.unsqueeze(-1), torch.zeros((), dtype=query.dtype, device=query.device), query)
-    key = torch.where(bad_k.unsqueeze(-1), torch.zeros((), dtype=key.dtype, device=key.device), key)
-    value = torch.where(bad_v.unsqueeze(-1), torch.zeros((), dtype=value.dtype, device=value.device), value)
-    bad = bad_k | bad_v  # (..., k)
+    bad_q, bad = _bad_rows(query), _bad_rows(key) | _bad_rows(value)  # (..., q), (..., k)
+    query, key, value = _zero_nonfinite(query), _zero_nonfinite(key), _zero_nonfinite(value)
     if causal_diag:
         hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
     else:
@@ -104,17 +116,19 @@ def _guard(query, key, value, attend, causal_diag: bool):
     return query, key, value, hit | bad_q
 
 
-def _poison(out: torch.Tensor, hit: torch.Tensor | None) -> torch.Tensor:
-    """NaN in the output rows that attended a non-finite key or value."""
-    if hit is None:
-        return out
-    return torch.where(hit.unsqueeze(-1), torch.full((), float("nan"), dtype=out.dtype, device=out.device), out)
-
-
 def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
-    """NaN where a row attended (or is) a non-finite input, then zeros in the fully masked rows."""
-    out = _poison(out, hit)
-    return out if dead is None else out.masked_fill(dead, 0.0)
+    """One pass over the output: NaN in the rows that attended (or are) a non-finite input,
+    zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
+    if hit is None and dead is None:
+        return out
+    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
+    zero = torch.zeros((), dtype=out.dtype, device=out.device)
+    if hit is None:
+        return torch.where(dead, zero, out)
+    hit = hit.unsqueeze(-1)  # (..., q|1, 1)
+    if dead is None:
+        return torch.where(hit, nan, out)
+    return torch.where(hit | dead, torch.where(dead, zero, nan), out)
 
 
 def _fast(query, key, value, mask, dead, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
