@@ -151,8 +151,12 @@ def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
     return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=s).view(*lead, q.shape[-2], k.shape[-2])
 
 
-def _reference(query, key, value, score_fn, mask, dropout_p, owned) -> tuple[torch.Tensor, torch.Tensor]:
-    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten."""
+def _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights=True):
+    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten.
+
+    Fully masked rows (``dead``) are left uniform inside and zeroed where it is cheap: in the
+    context (by ``_finish``, which zeroes their gradient too) and in the returned weights.
+    """
     e = score_fn(query, key)  # (..., q, k)
     if mask is not None and active():
         masked = e.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else e + mask
@@ -164,9 +168,16 @@ def _reference(query, key, value, score_fn, mask, dropout_p, owned) -> tuple[tor
             latex=r"e_{ij} \leftarrow -\infty \text{ where masked}",
             note=f"{n_out} of {masked.numel()} scores masked",
         )
-    weights = weigh(e, mask, inplace=owned and not active())  # (..., q, k)
+    inplace = owned and not active()
+    if active() or dead is None:
+        weights = weigh(e, mask, inplace=inplace)  # (..., q, k), fully masked rows zero
+    else:
+        weights = _softmax(e, mask, -1, inplace=inplace, zero_dead=False)
     w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    return combine_values(w, value), weights
+    context = combine_values(w, value)
+    if dead is not None and need_weights and not active():
+        weights = weights.masked_fill(dead, 0.0)  # only what is returned; the context rows are zeroed by _finish
+    return context, weights
 
 
 def weigh(e: torch.Tensor, mask: torch.Tensor | None, *, inplace: bool = False) -> torch.Tensor:
@@ -251,7 +262,7 @@ def attention(
     if score == "scaled_dot" and not active():  # the scale as the GEMM's alpha: no pass over (q, k)
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
         score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
-    context, weights = _reference(query, key, value, score_fn, mask, dropout_p, owned)
+    context, weights = _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights)
     return _finish(context, hit, dead), (weights if need_weights else None)
 
 

@@ -47,9 +47,14 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     return _softmax(scores, mask, dim, inplace=False)
 
 
-def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace: bool) -> torch.Tensor:
+def _softmax(
+    scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace: bool, zero_dead: bool = True
+) -> torch.Tensor:
     """The arithmetic of ``masked_softmax`` (mask already checked).
 
+    ``zero_dead=False`` leaves fully masked rows uniform (the caller zeroes what it
+    derives from them: the core zeroes those context rows, which also zeroes their
+    gradient, and zeroes the weights it returns), saving a pass over (..., q, k).
     ``inplace=True`` lets it overwrite ``scores``: only for a tensor the caller
     made itself and for which no gradient is needed (the reference path of
     ``attention`` under ``torch.no_grad``); it saves two allocations of the
@@ -67,7 +72,7 @@ def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace:
         else:
             x = x.add_(mask.to(x.dtype)) if inplace else x + mask.to(x.dtype)
     weights = torch.softmax(x, dim=dim, out=x) if inplace else torch.softmax(x, dim=dim)
-    if dead is not None:
+    if dead is not None and zero_dead:
         weights = weights.masked_fill_(dead, 0.0) if inplace else weights.masked_fill(dead, 0.0)
     return weights.to(scores.dtype)
 
