@@ -176,7 +176,10 @@ def _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_w
     w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     context = combine_values(w, value)
     if dead is not None and need_weights and not active():
-        weights = weights.masked_fill(dead, 0.0)  # only what is returned; the context rows are zeroed by _finish
+        # only what is returned (the context rows are zeroed by _finish); in place when autograd keeps no copy
+        ours = not (torch.is_grad_enabled() and weights.requires_grad)
+        # (a multiplication: the weights are finite, and a broadcast mul is one fast pass)
+        weights = weights.masked_fill_(dead, 0.0) if ours else weights * (~dead).to(weights.dtype)
     return context, weights
 
 
