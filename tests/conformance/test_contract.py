@@ -283,3 +283,16 @@ def test_scale_and_mask_messages_name_the_argument():
         m(torch.randn(2, 4), keys, projected_keys=m.precompute(keys)[:, :5])
     with pytest.raises(ValueError, match=r"^v must have shape \(5\)"):
         attnlab.scores.additive(q, q, torch.randn(5, 4), torch.randn(5, 4), torch.randn(3))
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
+def test_a_four_layer_gpt_compiles_into_one_graph(positional):
+    """The trace's ContextVar used to break the graph at every attention (10 graphs, 9 breaks)."""
+    from attnlab.models.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=50, num_layers=4, dim=32, num_heads=4, positional=positional)).eval()
+    x = torch.randint(0, 50, (2, 10))
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(m)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
