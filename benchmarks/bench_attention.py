@@ -1,6 +1,6 @@
 """attnlab.attention against SDPA called directly and a naive matmul–softmax–matmul.
 
-    .venv/bin/python benchmarks/bench_attention.py [--sizes 512 1024 2048 4096] [--repeats 7]
+    .venv/bin/python benchmarks/bench_attention.py [--sizes 512 1024 2048 4096] [--repeats 7] [--padding]
 
 b=1, h=8, d=64, float32, self-attention without a mask. For each n the four
 variants run interleaved (round-robin, one call each per round) so that load
@@ -9,6 +9,9 @@ the rounds: on a shared machine, load only ever adds time, so the minimum is
 the steadiest estimate of each variant's own cost (medians are printed too).
 Ratios: fast path vs SDPA (throughput, higher is better; target ≥ 0.95 at
 n ≥ 1024) and need_weights=True vs naive (time, lower is better; target ≤ 1.3).
+``--padding``: every variant gets a (1, 1, 1, n) bool key padding mask with the
+last n/8 keys padded (what the masked path costs: the non-finite guard and the
+fully-masked-row fix run on every masked call).
 """
 
 from __future__ import annotations
@@ -24,17 +27,21 @@ import torch.nn.functional as F
 
 import attnlab
 
+MASK: list[torch.Tensor | None] = [None]  # the padding mask of this run (``--padding``), else None
+
 
 def naive(q, k, v):
-    w = torch.softmax(q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1])), dim=-1)
-    return w @ v
+    s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1]))
+    if MASK[0] is not None:
+        s = s.masked_fill(~MASK[0], float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
 
 
 VARIANTS = {
-    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-    "attnlab_fast": lambda q, k, v: attnlab.attention(q, k, v)[0],
+    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=MASK[0]),
+    "attnlab_fast": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0])[0],
     "naive": naive,
-    "attnlab_weights": lambda q, k, v: attnlab.attention(q, k, v, need_weights=True)[0],
+    "attnlab_weights": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0], need_weights=True)[0],
 }
 
 
@@ -46,13 +53,15 @@ def timed(fn, q, k, v, backward: bool) -> float:
     return time.perf_counter() - start
 
 
-def run(sizes, repeats, threads) -> list[dict]:
+def run(sizes, repeats, threads, padding: bool = False) -> list[dict]:
     torch.set_num_threads(threads)
     rows = []
     for n in sizes:
         for backward in (False, True):
             torch.manual_seed(0)
             q, k, v = (torch.randn(1, 8, n, 64, requires_grad=backward) for _ in range(3))
+            if MASK[0] is not None or padding:
+                MASK[0] = (torch.arange(n) < n - n // 8).view(1, 1, 1, n)
             times = {name: [] for name in VARIANTS}
             for fn in VARIANTS.values():  # warm-up
                 timed(fn, q, k, v, backward)
@@ -93,9 +102,11 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--padding", action="store_true", help="a (1, 1, 1, n) key padding mask, n/8 keys padded")
     args = p.parse_args()
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}")
-    rows = run(args.sizes, args.repeats, args.threads)
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}, "
+          f"padding={args.padding}")
+    rows = run(args.sizes, args.repeats, args.threads, args.padding)
     print()
     print(markdown(rows))
 

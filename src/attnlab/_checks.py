@@ -8,6 +8,8 @@ code, where data-dependent Python branches are not allowed.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -26,12 +28,50 @@ def tracing() -> bool:
     return bool(onnx is not None and onnx.is_in_onnx_export())
 
 
+class DtypeError(TypeError, ValueError):
+    """A tensor of the wrong dtype (caught as either TypeError or ValueError)."""
+
+
 def tensor(name: str, t: object, min_dim: int = 1) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
     if t.dim() < min_dim:
         raise ValueError(f"{name} must have at least {min_dim} dimensions; got shape {shape(t)}")
     return t
+
+
+def floating(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.dtype:
+    """All tensors floating point and of one dtype; returns that dtype."""
+    for n, t in zip(names, tensors):
+        if not t.is_floating_point():
+            raise DtypeError(
+                f"{n} must be a floating-point tensor (float16, bfloat16, float32 or float64); got dtype {t.dtype}"
+            )
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        given = ", ".join(f"{n} {t.dtype}" for n, t in zip(names, tensors))
+        raise DtypeError(f"{', '.join(names)} must share one dtype; got {given} (convert with .to(dtype))")
+    return tensors[0].dtype
+
+
+def features(name: str, t: torch.Tensor) -> None:
+    """The feature size (last dimension) must be at least 1."""
+    if t.shape[-1] < 1:
+        raise ValueError(f"{name} must have at least one feature (d >= 1); got shape {shape(t)}")
+
+
+def scale(s: object) -> float:
+    """A score scale must be a finite positive number."""
+    if isinstance(s, bool) or not isinstance(s, (int, float)):
+        raise ValueError(f"scale must be a finite positive number (or None for 1/sqrt(d)); got {s!r}")
+    s = float(s)
+    if not (math.isfinite(s) and s > 0.0):
+        raise ValueError(f"scale must be a finite positive number (or None for 1/sqrt(d)); got {s!r}")
+    return s
+
+
+def _values_readable(t: torch.Tensor) -> bool:
+    return not tracing() and t.device.type != "meta"
 
 
 def all_finite(*tensors: torch.Tensor) -> bool:
@@ -78,8 +118,13 @@ def leading_broadcast(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...])
         ) from None
 
 
-def mask(m: object, scores_shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
-    """A mask must be bool or floating and broadcast to the scores' shape (..., q, k)."""
+def mask(m: object, scores_shape: torch.Size | tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A mask must be bool or floating and broadcast to the scores' shape (..., q, k).
+
+    ``dtype``: the scores' dtype; a float mask (an additive bias) must have it.
+    A float mask must not contain NaN or +inf (checked only when values can be read:
+    not while compiling, not on the meta device).
+    """
     if not isinstance(m, torch.Tensor):
         raise ValueError(f"mask must be a torch.Tensor (bool or float); got {type(m).__name__}")
     if m.dtype != torch.bool and not m.is_floating_point():
@@ -100,8 +145,19 @@ def mask(m: object, scores_shape: torch.Size | tuple[int, ...]) -> torch.Tensor:
             f"mask of shape {shape(m)} does not broadcast to the scores' shape "
             f"({', '.join(map(str, target))}) = (..., q, k).{hint}"
         )
-    if m.is_floating_point() and not tracing() and bool(torch.isnan(m).any()):
-        raise ValueError("float mask (additive bias) contains NaN; use -inf for positions that may not be attended")
+    if m.is_floating_point() and dtype is not None and m.dtype != dtype:
+        raise DtypeError(
+            f"a float mask (additive bias) must have the scores' dtype {dtype}; got mask dtype {m.dtype} "
+            f"(convert with mask.to({dtype}), or pass a bool mask)"
+        )
+    if m.is_floating_point() and _values_readable(m):
+        if bool(torch.isnan(m).any()):
+            raise ValueError(
+                "float mask (additive bias) must hold finite biases or -inf (masked out); got NaN. "
+                "Use -inf for positions that may not be attended"
+            )
+        if bool(torch.isposinf(m).any()):
+            raise ValueError("float mask (additive bias) must hold finite biases or -inf (masked out); got +inf")
     return m
 
 

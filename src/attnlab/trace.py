@@ -13,7 +13,9 @@ active, and the renderers only *read* them. Nothing is kept on modules.
     ['scores', 'scaled_scores', 'weights', 'context']
 
 While a trace is active, ``attnlab.attention`` always takes the reference path
-(the fused kernel has no intermediates to show).
+(the fused kernel has no intermediates to show). Under ``torch.compile`` the
+trace is a no-op (``active()`` is False, ``record`` does nothing) and the
+ContextVar is never read, so compiled graphs have no break here.
 """
 
 from __future__ import annotations
@@ -84,13 +86,21 @@ def trace() -> Iterator[Trace]:
         _ACTIVE.reset(token)
 
 
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
 def active() -> bool:
-    """True while a trace is recording."""
+    """True while a trace is recording (always False while ``torch.compile`` traces: no graph break)."""
+    if _compiling():
+        return False
     return _ACTIVE.get() is not None
 
 
 def record(name: str, formula: str, value: torch.Tensor, *, latex: str = "", note: str = "") -> None:
-    """Append a step to the active trace (a no-op when none is active)."""
+    """Append a step to the active trace (a no-op when none is active, and while compiling)."""
+    if _compiling():
+        return
     t = _ACTIVE.get()
     if t is not None:
         t.steps.append(Step(name, formula, value.detach().clone(), latex, note))

@@ -97,7 +97,9 @@ def test_to_torch_round_trip_and_mask_polarity():
     pad = attnlab.masks.padding([5, 2])
     ref, _ = t(x, x, x, key_padding_mask=mask_to_torch(pad))
     out, _ = m(x, mask=pad)
-    torch.testing.assert_close(out, ref, atol=ATOL, rtol=0)
+    # real query rows match PyTorch; padded query rows are defined as zeros (PyTorch computes them)
+    torch.testing.assert_close(out[pad], ref[pad], atol=ATOL, rtol=0)
+    assert torch.equal(out[~pad], torch.zeros_like(out[~pad]))
     back = from_torch(t)
     torch.testing.assert_close(back(x)[0], m(x)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="grouped-query"):
@@ -158,11 +160,15 @@ def test_matches_numpy_float64_including_grouped_query(h, h_kv, causal):
         x.numpy(), x.numpy(), x.numpy(), p["w_q"], p["w_k"], p["w_v"], m.out_proj.weight.detach().numpy(),
         p["b_q"], p["b_k"], p["b_v"], m.out_proj.bias.detach().numpy(), h, h_kv, mask=pad.numpy(), causal=causal,
     )
+    real = pad.numpy()
     for need in (True, False):
         out, w = m(x, mask=pad, causal=causal, need_weights=need)
-        np.testing.assert_allclose(out.detach().numpy(), ref_out, atol=1e-10)
+        # real query rows match; padded tokens are not queries: zero output and weights
+        np.testing.assert_allclose(out.detach().numpy()[real], ref_out[real], atol=1e-10)
+        assert not out.detach().numpy()[~real].any()
         if need:
-            np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=1e-12)
+            np.testing.assert_allclose(w.detach().numpy().transpose(0, 2, 1, 3)[real], ref_w.transpose(0, 2, 1, 3)[real], atol=1e-12)
+            assert not w.detach().numpy().transpose(0, 2, 1, 3)[~real].any()
 
 
 def test_gqa_registry_and_parameter_count():
@@ -212,16 +218,16 @@ def test_trace_records_the_named_steps():
     assert t["weights"].value.shape == (1, 2, 3, 3)
 
 
-def test_functional_packed_equals_separate():
+def test_packed_projection_equals_separate():
+    from attnlab.functional.multihead import project, project_packed
     m = MultiHeadAttention(8, 2)
     x = torch.randn(2, 4, 8)
     p = m.projection_weights()
+    packed = project_packed(x, m.in_proj_weight, m.in_proj_bias, (8, 8, 8))
+    for got, w, bias in zip(packed, ("w_q", "w_k", "w_v"), ("b_q", "b_k", "b_v")):
+        torch.testing.assert_close(got, project(x, p[w], p[bias], "query"), atol=1e-6, rtol=0)
     a, _ = multi_head_attention(x, x, x, num_heads=2, w_o=m.out_proj.weight, b_o=m.out_proj.bias, **p)
-    b, _ = multi_head_attention(x, x, x, num_heads=2, w_o=m.out_proj.weight, b_o=m.out_proj.bias,
-                                w_qkv=m.in_proj_weight, b_qkv=m.in_proj_bias)
-    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match="self-attention"):
-        multi_head_attention(x, x.clone(), x, num_heads=2, w_o=m.out_proj.weight, w_qkv=m.in_proj_weight)
+    torch.testing.assert_close(a, m(x)[0], atol=1e-6, rtol=0)  # the module's packed path == the paper's steps
 
 
 @pytest.mark.parametrize(
@@ -242,7 +248,7 @@ def test_bad_inputs_raise_value_error():
         m(torch.randn(2, 5, 12))
     with pytest.raises(ValueError, match=r"\(b, n, d\)"):  # the functional form checks too
         multi_head_attention(torch.randn(5, 16), torch.randn(5, 16), torch.randn(5, 16), num_heads=4,
-                             w_qkv=m.in_proj_weight, w_o=m.out_proj.weight)
+                             w_o=m.out_proj.weight, **m.projection_weights())
     with pytest.raises(ValueError, match="does not broadcast"):
         m(torch.randn(2, 5, 16), mask=torch.ones(3, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match="cache is for self-attention"):

@@ -9,8 +9,13 @@ from attnlab.nn import BigBirdAttention, LocalAttention, LongformerAttention, Sp
 
 
 def reference(mod, x, pattern, pad=None):
-    """Multi-head attention written out: packed in-projection, split heads, dense masked softmax, merge, out_proj."""
+    """Multi-head attention written out: packed in-projection, split heads, dense masked softmax, merge, out_proj.
+
+    Padded tokens (``pad`` False) are not queries: their rows of the output and the weights are zeros.
+    """
     b, n, dim = x.shape
+    if pad is not None:
+        x = x * pad[..., None]
     h, d = mod.num_heads, dim // mod.num_heads
     w_q, w_k, w_v = mod.in_proj_weight.chunk(3, 0)
     bias = mod.in_proj_bias.chunk(3) if mod.in_proj_bias is not None else (None,) * 3
@@ -23,7 +28,9 @@ def reference(mod, x, pattern, pad=None):
     s = s.masked_fill(~allow, float("-inf"))
     w = torch.softmax(s, -1).nan_to_num(0.0)  # a row with no key: zero weights
     o = (w @ v).transpose(1, 2).reshape(b, n, dim)
-    return mod.out_proj(o), w
+    if pad is None:
+        return mod.out_proj(o), w
+    return mod.out_proj(o) * pad[..., None], w * pad[:, None, :, None]
 
 
 CASES = [
@@ -108,7 +115,8 @@ def test_multihead_pattern_option_equals_dense_masking(kw, causal):
     pad[1, 17:] = False
     allow = pattern.materialize(21) & pad[:, None, None, :]  # (b, 1, n, n)
     y, w = sparse(x, mask=pad, causal=causal, need_weights=True)
-    y_ref, w_ref = dense(x, mask=allow, causal=causal, need_weights=True)
+    y_ref, w_ref = dense(x * pad[..., None], mask=allow, causal=causal, need_weights=True)
+    y_ref, w_ref = y_ref * pad[..., None], w_ref * pad[:, None, :, None]  # padded tokens are not queries
     torch.testing.assert_close(y, y_ref, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(w, w_ref, atol=1e-10, rtol=1e-10)
     g = torch.randn_like(y)

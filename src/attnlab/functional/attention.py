@@ -18,9 +18,21 @@ Two paths compute the same numbers:
 
 Masks follow the library convention (``attnlab.masks``): bool True = may
 attend, float = additive bias. A query row that may attend nothing gets zero
-weights and a zero output, with zero gradients, on both paths. Keys and values
-at masked positions never influence an output, even when they are NaN or inf
-(a non-finite key or value that a query *may* attend makes that output NaN).
+weights and a zero output, with zero gradients, on both paths.
+
+The non-finite rule, written once here for every mechanism: keys and values at
+masked positions never influence an output or a gradient, even when they are
+NaN or inf. Whenever a mask (or ``causal``) is given, the non-finite entries
+of the keys and values are replaced by zeros *before* the score
+(``torch.nan_to_num``, whose gradient there is zero, so no NaN enters the
+arithmetic or its backward), and an output row that was
+allowed to attend such a key or value is set to NaN afterwards (``hit``):
+a non-finite key or value that a query *may* attend makes that output row NaN
+(the whole row: per-feature tracking would cost a second weighted sum). A
+non-finite query row is zeroed the same way and its output set to NaN, so its
+NaN reaches no other row's gradient; a fully masked row is zero regardless.
+All of it is tensor algebra: no host synchronisation, no data-dependent
+Python branch, so it compiles into one graph and runs on the ``meta`` device.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ import torch.nn.functional as F
 from .. import _checks, masks
 from ..trace import active, record
 from . import scores
-from .softmax import _row_fix, _softmax
+from .softmax import _softmax
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FUSED_SCORES = ("dot", "scaled_dot")
@@ -58,6 +70,7 @@ def _resolve_score(score: str | ScoreFn, scale: float | None) -> ScoreFn:
 
 def _validate(query, key, value, score) -> torch.Size:
     _checks.tensor("query", query, 2), _checks.tensor("key", key, 2), _checks.tensor("value", value, 2)
+    _checks.floating(("query", "key", "value"), (query, key, value))
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(
             f"key and value must have the same length k: key {_checks.shape(key)} has k={key.shape[-2]}, "
@@ -65,24 +78,66 @@ def _validate(query, key, value, score) -> torch.Size:
         )
     lead = _checks.leading_broadcast(("query", "key", "value"), (query, key, value))
     if isinstance(score, str) and score in FUSED_SCORES:
+        _checks.features("query", query), _checks.features("key", key)
         _checks.features_match(f"the {score} score", query, key)
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
 
-def _nonfinite(key: torch.Tensor, value: torch.Tensor) -> bool:
-    return not _checks.all_finite(key, value)
+def _bad_rows(x: torch.Tensor) -> torch.Tensor:
+    """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf.
+
+    One summation pass (in float32 at least) instead of an element-wise test: a NaN or
+    inf makes the sum non-finite. A finite row whose sum overflows float32 (entries
+    near 1e38) is counted as non-finite too.
+    """
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return ~torch.isfinite(x.sum(-1, dtype=acc))
 
 
-def _fast(query, key, value, mask, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
-    dead = None
+def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
+    """NaN and ±inf entries → 0 (their gradient is zero); finite entries pass through."""
+    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _guard(query, key, value, attend, causal_diag: bool):
+    """Zero the non-finite entries of query, key and value; the query rows whose output is NaN (``hit``).
+
+    attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
+    (the fused causal mask, q = k: query i attends j <= i). A row is hit when it may
+    attend a key or value row holding a non-finite entry, or when its own query holds one.
+    Returns (query, key, value, hit (..., q|1)).
+    """
+    bad_q, bad = _bad_rows(query), _bad_rows(key) | _bad_rows(value)  # (..., q), (..., k)
+    query, key, value = _zero_nonfinite(query), _zero_nonfinite(key), _zero_nonfinite(value)
+    if causal_diag:
+        hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
+    else:
+        hit = (attend & bad.unsqueeze(-2)).any(-1)  # (..., q|1)
+    return query, key, value, hit | bad_q
+
+
+def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+    """One pass over the output: NaN in the rows that attended (or are) a non-finite input,
+    zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
+    if hit is None and dead is None:
+        return out
+    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
+    zero = torch.zeros((), dtype=out.dtype, device=out.device)
+    if hit is None:
+        return torch.where(dead, zero, out)
+    hit = hit.unsqueeze(-1)  # (..., q|1, 1)
+    if dead is None:
+        return torch.where(hit, nan, out)
+    return torch.where(hit | dead, torch.where(dead, zero, nan), out)
+
+
+def _fast(query, key, value, mask, dead, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
     if mask is not None:
-        mask, dead = _row_fix(mask, -1)
+        mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )
-    if dead is not None:
-        out = out.masked_fill(dead, 0.0)
     return out
 
 
@@ -91,26 +146,21 @@ def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
     lead = q.shape[:-2]
     if k.shape[:-2] != lead or q.dim() < 3:
         return scores.dot(q * s, k)
-    q3, k3 = q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:])  # (B, q, d), (B, k, d)
+    q3, k3 = q.flatten(0, -3), k.flatten(0, -3)  # (B, q, d), (B, k, d)
     out = q3.new_empty(()).expand(q3.shape[0], q3.shape[1], k3.shape[1])  # ignored: beta = 0
     return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=s).view(*lead, q.shape[-2], k.shape[-2])
 
 
-def _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned) -> tuple[torch.Tensor, torch.Tensor]:
-    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten."""
-    attend = masks.allowed(mask) if mask is not None else None
-    if sanitise:
-        bad_k = ~torch.isfinite(key).all(-1)  # (..., k)
-        bad_v = ~torch.isfinite(value)  # (..., k, d_v)
-        key = key.masked_fill(bad_k.unsqueeze(-1), 0.0)
-        value = value.masked_fill(bad_v, 0.0)
+def _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights=True):
+    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten.
 
+    Fully masked rows (``dead``) are left uniform inside and zeroed where it is cheap: in the
+    context (by ``_finish``, which zeroes their gradient too) and in the returned weights.
+    """
     e = score_fn(query, key)  # (..., q, k)
-    if sanitise:
-        e = e.masked_fill(attend & bad_k.unsqueeze(-2), float("nan"))
     if mask is not None and active():
         masked = e.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else e + mask
-        n_out = int((~attend).expand(masked.shape).sum())
+        n_out = int((~masks.allowed(mask)).expand(masked.shape).sum())
         record(
             "masked_scores",
             "e_ij ← −∞ where the mask forbids j" if mask.dtype == torch.bool else "e_ij ← e_ij + bias_ij",
@@ -118,21 +168,38 @@ def _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned) ->
             latex=r"e_{ij} \leftarrow -\infty \text{ where masked}",
             note=f"{n_out} of {masked.numel()} scores masked",
         )
+    inplace = owned and not active()
+    if active() or dead is None:
+        weights = weigh(e, mask, inplace=inplace)  # (..., q, k), fully masked rows zero
+    else:
+        weights = _softmax(e, mask, -1, inplace=inplace, zero_dead=False)
+    w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    context = combine_values(w, value)
+    if dead is not None and need_weights and not active():
+        # only what is returned (the context rows are zeroed by _finish); in place when autograd keeps no copy
+        ours = not (torch.is_grad_enabled() and weights.requires_grad)
+        # (a multiplication: the weights are finite, and a broadcast mul is one fast pass)
+        weights = weights.masked_fill_(dead, 0.0) if ours else weights * (~dead).to(weights.dtype)
+    return context, weights
 
-    weights = _softmax(e, mask, -1, inplace=owned and not active())  # (..., q, k)
+
+def weigh(e: torch.Tensor, mask: torch.Tensor | None, *, inplace: bool = False) -> torch.Tensor:
+    """Step: α = masked softmax(e) over the last dimension, recorded as ``weights``.  (..., q, k) → (..., q, k)."""
+    weights = _softmax(e, mask, -1, inplace=inplace)
     record(
         "weights",
         "α_ij = exp(e_ij) / Σ_j' exp(e_ij')",
         weights,
         latex=r"\alpha_{ij} = \frac{\exp(e_{ij})}{\sum_{j'} \exp(e_{ij'})}",
     )
-    w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    context = w.to(value.dtype) @ value  # (..., q, d_v)
-    if sanitise:
-        hit = (attend.to(value.dtype) @ bad_v.to(value.dtype)) > 0  # a non-finite value was attended
-        context = context.masked_fill(hit, float("nan"))
+    return weights
+
+
+def combine_values(weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Step: c_i = Σ_j α_ij v_j, recorded as ``context``.  (..., q, k), (..., k, d_v) → (..., q, d_v)."""
+    context = weights.to(value.dtype) @ value  # (..., q, d_v)
     record("context", "c_i = Σ_j α_ij v_j", context, latex=r"c_i = \sum_j \alpha_{ij} v_j")
-    return context, weights
+    return context
 
 
 def attention(
@@ -166,9 +233,11 @@ def attention(
         ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None.
     """
     scores_shape = _validate(query, key, value, score)
+    if scale is not None:
+        scale = _checks.scale(scale)
     score_fn = _resolve_score(score, scale)
     if mask is not None:
-        _checks.mask(mask, scores_shape)
+        _checks.mask(mask, scores_shape, query.dtype)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
 
@@ -177,11 +246,18 @@ def attention(
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
 
-    sanitise = mask is not None and not _checks.tracing() and _nonfinite(key, value)
-    use_fast = not need_weights and isinstance(score, str) and not active() and not sanitise
+    hit = dead = None
+    if mask is not None or fused_causal:  # the non-finite rule (see the module docstring)
+        attend = masks.allowed(mask) if mask is not None else None
+        query, key, value, hit = _guard(query, key, value, attend, fused_causal)
+        if attend is not None:
+            dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
+
+    use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
     if use_fast:
         s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
-        return _fast(query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2]), None
+        out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2])
+        return _finish(out, hit, dead), None
 
     if fused_causal:
         mask = masks.causal(q_len, k_len, device=query.device)
@@ -189,8 +265,8 @@ def attention(
     if score == "scaled_dot" and not active():  # the scale as the GEMM's alpha: no pass over (q, k)
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
         score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
-    context, weights = _reference(query, key, value, score_fn, mask, dropout_p, sanitise, owned)
-    return context, (weights if need_weights else None)
+    context, weights = _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights)
+    return _finish(context, hit, dead), (weights if need_weights else None)
 
 
-__all__ = ["attention"]
+__all__ = ["attention", "weigh", "combine_values"]

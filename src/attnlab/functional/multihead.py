@@ -23,44 +23,47 @@ the core holds. While a trace is active the steps are recorded:
 ``scores``/``scaled_scores``/``masked_scores``/``weights``/``context`` of all
 heads at once (b, h, q, ·), then ``heads`` (the concatenation) and ``output``.
 
-Extensions used by ``attnlab.nn.MultiHeadAttention`` (all optional):
-
-* ``w_qkv``/``b_qkv``: one packed projection ``(h·d_h + 2·h_kv·d_h, d)`` for
-  self-attention (one matmul instead of three, as ``torch.nn.MultiheadAttention``
-  does); then ``w_q``/``w_k``/``w_v`` are not given and ``key``/``value`` must be ``query``.
-* ``rotary``: a callable ``(x (b, h, n, d_h), offset) -> x`` (``attnlab.nn.RotaryEmbedding``)
-  applied to the query and key heads after the split, at positions ``offset + i``.
-* ``cache``: an ``attnlab.nn.LayerCache``; the new key/value heads (after the rotary
-  embedding, before they are repeated for grouped-query heads) are appended and
-  the queries attend over everything cached. With ``causal=True`` the core's causal
-  mask is aligned bottom-right, so the new queries see all cached keys.
-* ``memory_cache``: an ``attnlab.nn.MemoryCache`` for cross-attention: the key and value
-  heads of ``key``/``value`` are projected once and reused while the same tensors come back
-  (incremental decoding over a fixed memory).
-* ``attn_bias``: a float bias (ALiBi), a tensor broadcastable to (b, h, q, k) or a
-  callable ``(q_len, k_len) -> (h, q, k)`` evaluated after the cache update; it is
-  added to the scores together with ``mask``.
-* ``pattern``: an ``attnlab.patterns`` pattern (a sliding window, Longformer, BigBird, …)
-  for self-attention: the heads go through ``attnlab.kernels.block_sparse_attention``,
-  which computes only the ``block`` × ``block`` tiles the pattern touches (O(n·w) for a
-  window), forward and backward. ``mask`` is then a bool padding mask (b, n) (True = real
-  token), ``causal=True`` intersects the pattern with ``causal()``, and ``need_weights``
-  returns the dense (b, h, n, n) weights (n² memory: for small n and pictures). Not with
-  a cache or ``attn_bias``; no trace steps are recorded inside the kernel.
+The paper's steps are small named functions (``project``, ``split_heads``,
+``repeat_kv``, ``attnlab.attention``, ``merge_heads``, ``output_projection``);
+``attnlab.nn.MultiHeadAttention`` composes the same functions with what the
+paper does not have (the packed projection, key/value caches, rotary and ALiBi
+positions, memory caches, the sparse-pattern dispatch to the kernels).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 
-from .. import _checks, masks, patterns
-from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
-from ..trace import active, record
+from .. import _checks, masks
+from ..trace import record
 from .attention import attention
+
+_PROJECTED = {
+    "query": ("projected_query", "Q = X W_qᵀ", r"Q = X W_q^\top"),
+    "keys": ("projected_keys", "K = X W_kᵀ", r"K = X W_k^\top"),
+    "values": ("projected_values", "V = X W_vᵀ", r"V = X W_v^\top"),
+}
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, what: str) -> torch.Tensor:
+    """Step: X Wᵀ + b, recorded as ``projected_{what}`` (what: query, keys, values).  (b, n, d) → (b, n, out)."""
+    y = F.linear(x, weight, bias)
+    name, formula, latex = _PROJECTED[what]
+    record(name, formula, y, latex=latex)
+    return y
+
+
+def project_packed(x: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, sizes: tuple[int, int, int]):
+    """Step: [Q; K; V] = X W_qkvᵀ + b in one matmul (self-attention), recorded as the three projections.
+
+    (b, n, d) → three views (b, n, sizes[i]) of one (b, n, Σ sizes) tensor.
+    """
+    q, k, v = F.linear(x, w_qkv, b_qkv).split(list(sizes), dim=-1)
+    for what, y in (("query", q), ("keys", k), ("values", v)):
+        name, formula, latex = _PROJECTED[what]
+        record(name, formula, y, latex=latex)
+    return q, k, v
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -70,9 +73,18 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(b, h, n, d_h) → (b, n, h·d_h)."""
+    """Step: concat(head_1 … head_h), recorded as ``heads``.  (b, h, n, d_h) → (b, n, h·d_h)."""
     b, h, n, d = x.shape
-    return x.transpose(1, 2).reshape(b, n, h * d)
+    heads = x.transpose(1, 2).reshape(b, n, h * d)
+    record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
+    return heads
+
+
+def output_projection(heads: torch.Tensor, w_o: torch.Tensor, b_o: torch.Tensor | None) -> torch.Tensor:
+    """Step: concat(heads) W_oᵀ + b_o, recorded as ``output``.  (b, q, h·d_h) → (b, q, d_out)."""
+    out = F.linear(heads, w_o, b_o)
+    record("output", "MultiHead = concat(heads) W_oᵀ", out, latex=r"\mathrm{MultiHead} = \mathrm{concat}(\cdot)\, W_o^\top")
+    return out
 
 
 def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
@@ -80,13 +92,16 @@ def repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
-def _check_heads(num_heads: int, num_kv_heads: int, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> int:
+def check_heads(num_heads: int, num_kv_heads: int, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> int:
+    """num_kv_heads divides num_heads, the projections' output sizes fit; returns head_dim."""
     if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
         raise ValueError(
             f"num_kv_heads must divide num_heads (both >= 1); got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
         )
-    if w_q.shape[0] % num_heads:
-        raise ValueError(f"w_q has {w_q.shape[0]} output features, not divisible by num_heads={num_heads}")
+    if w_q.shape[0] < 1 or w_q.shape[0] % num_heads:
+        raise ValueError(
+            f"w_q's output features must be a positive multiple of num_heads={num_heads}; got {_checks.shape(w_q)}"
+        )
     head_dim = w_q.shape[0] // num_heads
     for name, w in (("w_k", w_k), ("w_v", w_v)):
         if w.shape[0] != num_kv_heads * head_dim:
@@ -97,15 +112,53 @@ def _check_heads(num_heads: int, num_kv_heads: int, w_q: torch.Tensor, w_k: torc
     return head_dim
 
 
+def check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    """query (b, q, d_q), key (b, k, d_k), value (b, k, d_v), floating, one dtype."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if _checks.tensor(name, t).dim() != 3:
+            raise ValueError(f"{name} must be (b, n, d); got shape {_checks.shape(t)}")
+    _checks.floating(("query", "key", "value"), (query, key, value))
+    if key.shape[:2] != value.shape[:2]:
+        raise ValueError(f"key and value must share (b, k); got key {_checks.shape(key)}, value {_checks.shape(value)}")
+    if query.shape[0] != key.shape[0]:
+        raise ValueError(f"query and key batch sizes differ: query {_checks.shape(query)}, key {_checks.shape(key)}")
+
+
+def as_score_mask(mask: torch.Tensor | None, b: int, k_len: int) -> torch.Tensor | None:
+    """A (b, k) padding mask → (b, 1, 1, k); (b, q, k) → (b, 1, q, k); else unchanged."""
+    if mask is None:
+        return None
+    if mask.dim() == 2 and tuple(mask.shape) == (b, k_len):
+        return mask[:, None, None, :]
+    if mask.dim() == 3:
+        return mask.unsqueeze(1)
+    return mask
+
+
+def zero_unreachable(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the key/value inputs (b, k, d) at positions that no query of any head may attend.
+
+    mask: bool or float, broadcastable to (b, h, q, k). ``torch.where`` (not a multiplication),
+    so NaN or inf there never enters a projection, its output, or any gradient (W_k's included).
+    """
+    if mask is None:
+        return x
+    allowed = masks.allowed(mask)
+    if allowed.dim() < 4:
+        allowed = allowed.reshape((1,) * (4 - allowed.dim()) + tuple(allowed.shape))
+    reach = allowed.any(dim=2).any(dim=1)  # (b|1, k)
+    return torch.where(reach.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def multi_head_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     *,
     num_heads: int,
-    w_q: torch.Tensor | None = None,
-    w_k: torch.Tensor | None = None,
-    w_v: torch.Tensor | None = None,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w_v: torch.Tensor,
     w_o: torch.Tensor,
     b_q: torch.Tensor | None = None,
     b_k: torch.Tensor | None = None,
@@ -117,139 +170,46 @@ def multi_head_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
-    w_qkv: torch.Tensor | None = None,
-    b_qkv: torch.Tensor | None = None,
-    rotary: Callable[[torch.Tensor, int], torch.Tensor] | None = None,
-    cache: Any = None,
-    attn_bias: torch.Tensor | Callable[[int, int], torch.Tensor] | None = None,
-    pattern: patterns.Pattern | None = None,
-    block: int = 64,
-    memory_cache: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
 
     mask: bool (True = may attend) or float bias, broadcastable to (b, h, q, k);
-    a (b, k) padding mask is accepted and read as (b, 1, 1, k) (k counts cached keys too).
+    a (b, k) padding mask is read as (b, 1, 1, k), a (b, q, k) mask as (b, 1, q, k).
     Returns ``(output (b, q, d_out), weights (b, h, q, k) or None)``.
     """
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if _checks.tensor(name, t).dim() != 3:
-            raise ValueError(f"{name} must be (b, n, d); got shape {_checks.shape(t)}")
-    if key.shape[:2] != value.shape[:2]:
-        raise ValueError(f"key and value must share (b, k); got key {_checks.shape(key)}, value {_checks.shape(value)}")
-    if query.shape[0] != key.shape[0]:
-        raise ValueError(f"query and key batch sizes differ: query {_checks.shape(query)}, key {_checks.shape(key)}")
+    check_inputs(query, key, value)
     h_kv = num_heads if num_kv_heads is None else num_kv_heads
-    if w_qkv is not None:
-        if not (w_q is None and w_k is None and w_v is None and b_q is None and b_k is None and b_v is None):
-            raise ValueError("give either w_qkv (packed) or w_q, w_k, w_v (and their biases), not both")
-        if key is not query or value is not query:
-            raise ValueError("the packed projection w_qkv is for self-attention: pass the same tensor as query, key and value")
-        if w_qkv.dim() != 2 or w_qkv.shape[1] != query.shape[-1] or w_qkv.shape[0] % (num_heads + 2 * h_kv):
-            raise ValueError(
-                f"w_qkv must be ((h + 2·h_kv)·d_h, {query.shape[-1]}) with h={num_heads}, h_kv={h_kv}; "
-                f"got {_checks.shape(w_qkv)}"
-            )
-        if memory_cache is not None:
-            raise ValueError("memory_cache is for cross-attention (separate key/value projections), not with w_qkv")
-        cached = None
-        d_h = w_qkv.shape[0] // (num_heads + 2 * h_kv)
-        qkv = F.linear(query, w_qkv, b_qkv)  # (b, q, (h + 2·h_kv)·d_h)
-        q, k, v = qkv.split([num_heads * d_h, h_kv * d_h, h_kv * d_h], dim=-1)
-        inner = num_heads * d_h
-    else:
-        if w_q is None or w_k is None or w_v is None:
-            raise ValueError("w_q, w_k and w_v are required (or one packed w_qkv for self-attention)")
-        for name, w, x in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
-            if w.dim() != 2 or w.shape[1] != x.shape[-1]:
-                raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
-        _check_heads(num_heads, h_kv, w_q, w_k, w_v)
-        q = F.linear(query, w_q, b_q)  # (b, q, h·d_h)
-        cached = None if memory_cache is None else memory_cache.lookup(key, value)
-        if cached is None:
-            k = F.linear(key, w_k, b_k)  # (b, k, h_kv·d_h)
-            v = F.linear(value, w_v, b_v)  # (b, k, h_kv·d_h)
-        else:
-            k = v = None  # the memory's heads are cached
-        inner = w_q.shape[0]
-    if num_heads % h_kv:
-        raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={h_kv}")
-    if memory_cache is not None and cache is not None:
-        raise ValueError("give cache (self-attention keys that grow) or memory_cache (a fixed memory), not both")
-    if pattern is not None and (cache is not None or attn_bias is not None):
-        raise ValueError("a sparse pattern works without a cache and without attn_bias (ALiBi); got "
-                         + ", ".join(n for n, x in (("cache", cache), ("attn_bias", attn_bias)) if x is not None))
-    if w_o.dim() != 2 or w_o.shape[1] != inner:
-        raise ValueError(f"w_o must be (d_out, {inner}); got {_checks.shape(w_o)}")
-    record("projected_query", "Q = X W_qᵀ", q, latex=r"Q = X W_q^\top")
-    if cached is None:
-        record("projected_keys", "K = X W_kᵀ", k, latex=r"K = X W_k^\top")
-        record("projected_values", "V = X W_vᵀ", v, latex=r"V = X W_v^\top")
-
+    for name, w, x in (("w_q", w_q, query), ("w_k", w_k, key), ("w_v", w_v, value)):
+        if _checks.tensor(name, w).dim() != 2 or w.shape[1] != x.shape[-1]:
+            raise ValueError(f"{name} must be (out, {x.shape[-1]}) to act on inputs of size {x.shape[-1]}; got {_checks.shape(w)}")
+    check_heads(num_heads, h_kv, w_q, w_k, w_v)
+    if _checks.tensor("w_o", w_o).dim() != 2 or w_o.shape[1] != w_q.shape[0]:
+        raise ValueError(f"w_o must be (d_out, {w_q.shape[0]}); got {_checks.shape(w_o)}")
+    mask = as_score_mask(mask, query.shape[0], key.shape[1])
+    if mask is not None:
+        _checks.mask(mask, (query.shape[0], num_heads, query.shape[1], key.shape[1]), query.dtype)
+        key, value = zero_unreachable(key, mask), zero_unreachable(value, mask)
+    qh = split_heads(project(query, w_q, b_q, "query"), num_heads)  # (b, h, q, d_h)
+    kh = split_heads(project(key, w_k, b_k, "keys"), h_kv)  # (b, h_kv, k, d_h)
+    vh = split_heads(project(value, w_v, b_v, "values"), h_kv)  # (b, h_kv, k, d_h)
     groups = num_heads // h_kv
-    if need_weights and w_qkv is not None and groups == 1 and not active():
-        # The reference path's bmm run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
-        qh, kh, vh = qkv.view(*query.shape[:2], 3, num_heads, d_h).permute(2, 0, 3, 1, 4).contiguous().unbind(0)
-        del qkv
-    elif cached is not None:
-        qh, (kh, vh) = split_heads(q, num_heads), cached  # (b, h, q, d_h); (b, h_kv, k, d_h) as stored
-    else:
-        qh = split_heads(q, num_heads)  # (b, h, q, d_h)
-        kh = split_heads(k, h_kv)  # (b, h_kv, k_new, d_h)
-        vh = split_heads(v, h_kv)  # (b, h_kv, k_new, d_h)
-    del q, k, v  # the heads hold what is needed: a buffer that was copied is freed now, not at return
-    offset = 0 if cache is None else cache.length
-    if rotary is not None:
-        qh = rotary(qh, offset)
-        kh = kh if cached is not None else rotary(kh, offset)
-    if memory_cache is not None and cached is None:
-        memory_cache.store(key, value, kh, vh)
-    if cache is not None:
-        kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
     kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
-    k_len = kh.shape[-2]
-    if mask is not None and mask.dim() == 2 and mask.shape == (query.shape[0], k_len):
-        mask = mask[:, None, None, :]  # (b, k) padding → (b, 1, 1, k)
-    if attn_bias is not None:
-        bias = attn_bias(qh.shape[-2], k_len) if callable(attn_bias) else attn_bias
-        mask = masks.combine(mask, bias.to(qh.dtype))
-    if causal and qh.shape[-2] == 1:
-        causal = False  # one query at the end of the keys (bottom-right) may attend every key
-    if need_weights and not active():
-        # Contiguous heads (no-ops after the packed copy above); the core folds the scale into q.
-        qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()
-    if pattern is not None:
-        ctx, weights = _sparse_heads(qh, kh, vh, pattern, block, mask, causal, scale, dropout_p, need_weights)
-    else:
-        ctx, weights = attention(
-            qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
-        )  # (b, h, q, d_h), (b, h, q, k)
-    heads = merge_heads(ctx)  # (b, q, h·d_h)
-    record("heads", "concat(head_1, …, head_h)", heads, latex=r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
-    out = F.linear(heads, w_o, b_o)  # (b, q, d_out)
-    record("output", "MultiHead = concat(heads) W_oᵀ", out, latex=r"\mathrm{MultiHead} = \mathrm{concat}(\cdot)\, W_o^\top")
-    return out, weights
+    ctx, weights = attention(
+        qh, kh, vh, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights
+    )  # (b, h, q, d_h), (b, h, q, k)
+    return output_projection(merge_heads(ctx), w_o, b_o), weights
 
 
-def _sparse_heads(qh, kh, vh, pattern, block, mask, causal, scale, dropout_p, need_weights):
-    """Self-attention of the heads (b, h, n, d_h) over the pairs ``pattern`` allows, tile by tile."""
-    b, n, k_len = qh.shape[0], qh.shape[-2], kh.shape[-2]
-    if not isinstance(pattern, patterns.Pattern):
-        raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
-    if n != k_len:
-        raise ValueError(f"a sparse pattern is for self-attention (q = k); got q={n}, k={k_len}")
-    if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n)):
-        raise ValueError(
-            f"with a sparse pattern, mask must be a bool padding mask (b, n) = ({b}, {n}) or (b, 1, 1, n), "
-            f"True = real token; got shape {_checks.shape(mask)} dtype {mask.dtype}"
-        )
-    if causal:  # composed once per pattern, so that the kernel's plan cache is kept
-        pattern = pattern.__dict__.setdefault("_and_causal", pattern & patterns.causal())
-    ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=block, key_padding_mask=mask, scale=scale, dropout_p=dropout_p)
-    weights = None
-    if need_weights:  # dense (b, h, n, n), by rows: for small n
-        weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask, scale=scale)
-    return ctx, weights
-
-
-__all__ = ["multi_head_attention", "split_heads", "merge_heads", "repeat_kv"]
+__all__ = [
+    "multi_head_attention",
+    "project",
+    "project_packed",
+    "split_heads",
+    "merge_heads",
+    "repeat_kv",
+    "output_projection",
+    "check_heads",
+    "check_inputs",
+    "as_score_mask",
+    "zero_unreachable",
+]

@@ -38,6 +38,8 @@ from ..trace import active, record
 def dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """e_ij = q_iᵀ k_j.  q (..., q, d), k (..., k, d) → (..., q, k)."""
     _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
+    _checks.floating(("query", "key"), (q, k))
+    _checks.features("query", q), _checks.features("key", k)
     _checks.features_match("the dot score", q, k)
     scores = q @ k.transpose(-2, -1)
     record("scores", "e_ij = q_iᵀ k_j", scores, latex=r"e_{ij} = q_i^\top k_j")
@@ -50,8 +52,9 @@ def default_scale(d: int) -> float:
 
 def scaled_dot(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
     """e_ij = q_iᵀ k_j · scale, scale = 1/√d by default.  q (..., q, d), k (..., k, d) → (..., q, k)."""
+    s = None if scale is None else _checks.scale(scale)
     scores = dot(q, k)
-    s = default_scale(q.shape[-1]) if scale is None else float(scale)
+    s = default_scale(q.shape[-1]) if s is None else s
     scaled = scores * s
     record(
         "scaled_scores",
@@ -96,11 +99,17 @@ def additive(
     w_q (d_a, d_q), w_k (d_a, d_k), v (d_a,).  q (..., q, d_q), k (..., k, d_k) → (..., q, k).
     """
     _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
-    _checks.tensor("v", v, 1)
-    d_a = v.shape[0]
-    _checks.param("v", v, (d_a,), "the additive score's vector v, (d_a,)")
+    _checks.floating(("query", "key"), (q, k))
+    for name, t in (("w_q", w_q), ("w_k", w_k), ("v", v)):
+        _checks.tensor(name, t, 1)
+    # d_a from the two that agree, so that the odd one out is the one reported
+    if v.dim() == 1 and w_k.shape[0] == v.shape[0] != w_q.shape[0]:
+        d_a = v.shape[0]
+    else:
+        d_a = w_q.shape[0]
     _checks.param("w_q", w_q, (d_a, q.shape[-1]), "W_q of the additive score, (d_a, d_q)")
     _checks.param("w_k", w_k, (d_a, k.shape[-1]), "W_k of the additive score, (d_a, d_k)")
+    _checks.param("v", v, (d_a,), "the additive score's vector v, (d_a,) with d_a = W_q's rows")
     return _additive(q, k, w_q, w_k, v, "additive")
 
 

@@ -21,12 +21,13 @@ from .. import _checks
 from ..masks import allowed
 
 
-def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(mask with fully masked rows opened up, rows that are fully masked or None)."""
-    ok = allowed(mask).any(dim=dim, keepdim=True)  # small when the mask broadcasts
-    if not _checks.tracing() and bool(ok.all()):
-        return mask, None
-    dead = ~ok
+def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mask with fully masked rows opened up, rows that are fully masked).
+
+    Tensor algebra only (no host read): the rows are opened and zeroed again
+    whether or not any is fully masked, so it compiles without a graph break.
+    """
+    dead = ~allowed(mask).any(dim=dim, keepdim=True)  # small when the mask broadcasts
     if mask.dtype == torch.bool:
         return mask | dead, dead
     return mask.masked_fill(dead, 0.0), dead
@@ -40,14 +41,20 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: 
     rows sum to 1, or to 0 where the mask allows no key.
     """
     _checks.tensor("scores", scores, 1)
+    _checks.floating(("scores",), (scores,))
     if mask is not None:
-        _checks.mask(mask, scores.shape)
+        _checks.mask(mask, scores.shape, scores.dtype)
     return _softmax(scores, mask, dim, inplace=False)
 
 
-def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace: bool) -> torch.Tensor:
+def _softmax(
+    scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace: bool, zero_dead: bool = True
+) -> torch.Tensor:
     """The arithmetic of ``masked_softmax`` (mask already checked).
 
+    ``zero_dead=False`` leaves fully masked rows uniform (the caller zeroes what it
+    derives from them: the core zeroes those context rows, which also zeroes their
+    gradient, and zeroes the weights it returns), saving a pass over (..., q, k).
     ``inplace=True`` lets it overwrite ``scores``: only for a tensor the caller
     made itself and for which no gradient is needed (the reference path of
     ``attention`` under ``torch.no_grad``); it saves two allocations of the
@@ -65,7 +72,7 @@ def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dim: int, inplace:
         else:
             x = x.add_(mask.to(x.dtype)) if inplace else x + mask.to(x.dtype)
     weights = torch.softmax(x, dim=dim, out=x) if inplace else torch.softmax(x, dim=dim)
-    if dead is not None:
+    if dead is not None and zero_dead:
         weights = weights.masked_fill_(dead, 0.0) if inplace else weights.masked_fill(dead, 0.0)
     return weights.to(scores.dtype)
 

@@ -159,8 +159,11 @@ def chunked_additive_scores(
     lead = projected_query.shape[:-2]
     if projected_keys.shape[:-2] != lead:  # (torch.broadcast_shapes costs a Python call, and an import the first time)
         lead = _checks.leading_broadcast(("projected_query", "projected_keys"), (projected_query, projected_keys))
-    a = projected_query.expand(*lead, *projected_query.shape[-2:]).reshape(-1, *projected_query.shape[-2:])
-    b = projected_keys.expand(*lead, *projected_keys.shape[-2:]).reshape(-1, *projected_keys.shape[-2:])
+    a = projected_query.expand(*lead, *projected_query.shape[-2:])
+    b = projected_keys.expand(*lead, *projected_keys.shape[-2:])
+    if a.numel() == 0 or b.numel() == 0:  # empty input (b, q or k = 0): the empty scores, still on the graph
+        return torch.tanh(a.unsqueeze(-2) + b.unsqueeze(-3)) @ v  # (..., q, k)
+    a, b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
     c = _chunk(a.shape[0], a.shape[1], b.shape[1], d_a, chunk, max_elems)
     out = ChunkedAdditive.apply(a, b, v, c)  # (B, q, k)
     return out.reshape(*lead, a.shape[1], b.shape[1])

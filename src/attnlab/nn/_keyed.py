@@ -5,6 +5,13 @@ with query ``(b, d_q)`` (one decoding step) or ``(b, q, d_q)``, keys ``(b, k, d_
 values ``(b, k, d_v)`` (default: the keys), mask ``(b, k)`` or ``(b, q, k)``
 (bool True = may attend, or a float bias). Returns ``(context, weights)`` with
 context ``(b, d_v)`` / ``(b, q, d_v)`` and weights ``(b, k)`` / ``(b, q, k)``.
+
+The masked softmax and the weighted sum are the core's
+(``attnlab.functional.attention.attention`` with the module's score as a
+callable), so the fully-masked-row rule and the non-finite rule hold here
+because they are written once there. The score callable receives the keys
+*after* the core zeroed non-finite rows, so a NaN in a masked key never enters
+a projection (nor its weight's gradient).
 """
 
 from __future__ import annotations
@@ -12,8 +19,7 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ..functional.softmax import masked_softmax
-from ..trace import record
+from ..functional.attention import attention
 
 
 def prepare(query, keys, values, mask):
@@ -46,13 +52,36 @@ def prepare(query, keys, values, mask):
     return query, values, mask, single
 
 
-def finish(scores, values, mask, single, need_weights):
-    """scores (b, q, k) → masked softmax → context; squeeze the step dimension back."""
-    weights = masked_softmax(scores, mask)  # (b, q, k)
-    record("weights", "α_ij = exp(e_ij) / Σ_j' exp(e_ij')", weights,
-           latex=r"\alpha_{ij} = \frac{\exp(e_{ij})}{\sum_{j'} \exp(e_{ij'})}")
-    context = weights.to(values.dtype) @ values  # (b, q, d_v)
-    record("context", "c_i = Σ_j α_ij v_j", context, latex=r"c_i = \sum_j \alpha_{ij} v_j")
+def mask_keys(keys: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero the key rows that a (b, k) bool mask forbids (for ``precompute``: keep NaN out of W_k)."""
+    if mask is None:
+        return keys
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(keys.shape[:2]):
+        raise ValueError(
+            f"precompute's mask must be a bool (b, k) = {tuple(keys.shape[:2])} padding mask (True = real key); "
+            f"got {mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__} "
+            f"{tuple(mask.shape) if isinstance(mask, torch.Tensor) else ''}"
+        )
+    return torch.where(mask.unsqueeze(-1), keys, torch.zeros((), dtype=keys.dtype, device=keys.device))
+
+
+def check_projected(projected_keys: torch.Tensor, keys: torch.Tensor, width: int) -> None:
+    """``projected_keys`` must be (b, k, width) with the keys' b and k."""
+    _checks.tensor("projected_keys", projected_keys, 3)
+    expected = (*keys.shape[:2], width)
+    if tuple(projected_keys.shape) != expected:
+        raise ValueError(
+            f"projected_keys must be (b, k, d) = {expected} (precompute(keys) of these keys); "
+            f"got {_checks.shape(projected_keys)}"
+        )
+
+
+def finish(query, keys, values, score, mask, single, need_weights):
+    """The core: score(query, keys) → masked softmax → Σ α v; squeeze the step dimension back.
+
+    query (b, q, d_q), keys (b, k, ·) (what ``score`` reads: raw or projected keys), values (b, k, d_v).
+    """
+    context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True)
     if single:
         context, weights = context.squeeze(1), weights.squeeze(1)
     return context, (weights if need_weights else None)

@@ -33,7 +33,7 @@ from torch import nn
 from ..functional import scores as _scores
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
-from ._keyed import finish, prepare
+from ._keyed import check_projected, finish, mask_keys, prepare
 from .registry import register
 
 IMPLS = ("chunked", "reference")
@@ -64,9 +64,13 @@ class AdditiveAttention(nn.Module):
         self.w_k = nn.Linear(key_dim, attn_dim, bias=False)
         self.v = nn.Parameter(torch.empty(attn_dim).uniform_(-attn_dim**-0.5, attn_dim**-0.5))
 
-    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
-        """W_k h_j for every key: (b, k, d_k) → (b, k, d_a). Reuse it at every decoding step."""
-        return self.w_k(keys)
+    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """W_k h_j for every key: (b, k, d_k) → (b, k, d_a). Reuse it at every decoding step.
+
+        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first, so NaN or inf in
+        padding never reaches W_k's gradient.
+        """
+        return self.w_k(mask_keys(keys, mask))
 
     def forward(
         self,
@@ -80,16 +84,17 @@ class AdditiveAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights)."""
         query, values, mask, single = prepare(query, keys, values, mask)
+        w_q, v = self.w_q.weight, self.v
         if active() or self.impl == "reference":
-            e = _scores.additive(query, keys, self.w_q.weight, self.w_k.weight, self.v)  # (b, q, k)
-        else:
-            wk = self.precompute(keys) if projected_keys is None else projected_keys  # (b, k, d_a)
-            if wk.shape != (*keys.shape[:2], self.attn_dim):
-                raise ValueError(
-                    f"projected_keys must be (b, k, d_a) = {(*keys.shape[:2], self.attn_dim)}; got {tuple(wk.shape)}"
-                )
-            e = chunked_additive_scores(self.w_q(query), wk, self.v, max_elems=self.max_elems)
-        return finish(e, values, mask, single, need_weights)
+            score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)
+            return finish(query, keys, values, score, mask, single, need_weights)
+        chunk = self.max_elems
+        if projected_keys is None:  # project inside the score: the core has zeroed non-finite keys
+            score = lambda q, k: chunked_additive_scores(self.w_q(q), self.w_k(k), v, max_elems=chunk)  # noqa: E731
+            return finish(query, keys, values, score, mask, single, need_weights)
+        check_projected(projected_keys, keys, self.attn_dim)
+        score = lambda q, wk: chunked_additive_scores(self.w_q(q), wk, v, max_elems=chunk)  # noqa: E731
+        return finish(query, projected_keys, values, score, mask, single, need_weights)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, impl={self.impl!r}"

@@ -34,7 +34,7 @@ from torch import nn
 from ..functional import scores as _scores
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
-from ._keyed import finish, prepare
+from ._keyed import check_projected, finish, mask_keys, prepare
 from .registry import register
 
 SCORES = ("dot", "general", "concat")
@@ -74,13 +74,33 @@ class LuongAttention(nn.Module):
             self.weight = nn.Linear(query_dim + key_dim, self.attn_dim, bias=False)  # (d_a, d_q + d_k)
             self.v = nn.Parameter(torch.empty(self.attn_dim).uniform_(-self.attn_dim**-0.5, self.attn_dim**-0.5))
 
-    def precompute(self, keys: torch.Tensor) -> torch.Tensor:
-        """The keys' part of the score: h̄ (dot), W_a h̄ (general, (b, k, d_q)), W_k h̄ (concat, (b, k, d_a))."""
+    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The keys' part of the score: h̄ (dot), W_a h̄ (general, (b, k, d_q)), W_k h̄ (concat, (b, k, d_a)).
+
+        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first (NaN stays out of W_a's gradient).
+        """
+        keys = mask_keys(keys, mask)
         if self.score == "dot":
             return keys
         if self.score == "general":
             return self.weight(keys)
         return keys @ self.weight.weight[:, self.query_dim :].T
+
+    def _score(self, projected: bool):
+        """The score (q, k) → (b, q, k) that the core calls; k is raw keys, or precompute(keys) if ``projected``."""
+        s = 1.0 / math.sqrt(self.key_dim) if self.scale else 1.0
+        if active():  # the readable reference, recording its steps
+            ref = {"dot": lambda q, k: _scores.dot(q, k),
+                   "general": lambda q, k: _scores.general(q, k, self.weight.weight),
+                   "concat": lambda q, k: _scores.concat(q, k, self.weight.weight, self.v)}[self.score]
+            return ref if s == 1.0 else (lambda q, k: ref(q, k) * s)
+        keys_part = (lambda pk: pk) if projected else self.precompute
+        if self.score == "concat":
+            w_q = self.weight.weight[:, : self.query_dim]
+            return lambda q, k: chunked_additive_scores(q @ w_q.T, keys_part(k), self.v, max_elems=self.max_elems)
+        if s == 1.0:
+            return lambda q, k: q @ keys_part(k).transpose(-2, -1)  # (b, q, k)
+        return lambda q, k: (q @ keys_part(k).transpose(-2, -1)) * s
 
     def forward(
         self,
@@ -99,22 +119,11 @@ class LuongAttention(nn.Module):
                 f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
                 f"got query {tuple(query.shape)} and keys {tuple(keys.shape)}"
             )
-        s = 1.0 / math.sqrt(self.key_dim) if self.scale else 1.0
-        if active():  # the readable reference, recording its steps
-            if self.score == "dot":
-                e = _scores.dot(query, keys)
-            elif self.score == "general":
-                e = _scores.general(query, keys, self.weight.weight)
-            else:
-                e = _scores.concat(query, keys, self.weight.weight, self.v)
-            return finish(e * s if s != 1.0 else e, values, mask, single, need_weights)
-        pk = self.precompute(keys) if projected_keys is None else projected_keys
-        if self.score == "concat":
-            wq = query @ self.weight.weight[:, : self.query_dim].T  # (b, q, d_a)
-            e = chunked_additive_scores(wq, pk, self.v, max_elems=self.max_elems)
-        else:
-            e = query @ pk.transpose(-2, -1)  # (b, q, k)
-        return finish(e * s if s != 1.0 else e, values, mask, single, need_weights)
+        if projected_keys is None or active():
+            return finish(query, keys, values, self._score(False), mask, single, need_weights)
+        width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
+        check_projected(projected_keys, keys, width)
+        return finish(query, projected_keys, values, self._score(True), mask, single, need_weights)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, score={self.score!r}, scale={self.scale}"

@@ -37,6 +37,19 @@ Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy ov
 Shapes: query (b, q, dim), key (b, k, kdim), value (b, k, vdim) → (b, q, dim),
 weights (b, h, q, k). Masks: 2-D (b, k) padding, 3-D (b, q, k), or anything that
 broadcasts to (b, h, q, k). With a ``cache`` the mask's k counts the cached keys too.
+
+The paper's steps are the functions of ``attnlab.functional.multihead``
+(``project``, ``split_heads``, the core ``attention``, ``merge_heads``,
+``output_projection``); this module adds what the paper has not: the packed
+projection, caches, rotary/ALiBi, and the sparse dispatch to
+``attnlab.kernels.block_sparse_attention``.
+
+Padding: key and value inputs at positions that no query may attend are zeroed
+before the projections (``torch.where``), so NaN or inf there never reaches an
+output or any gradient, W_k's and W_v's included. In self-attention a bool
+``(b, n)`` padding mask also marks padded *queries*: their inputs are zeroed
+too and their outputs (and weights) are defined as zeros; so does a bool
+``(b, 1, 1, n)`` mask, the same padding.
 """
 
 from __future__ import annotations
@@ -44,8 +57,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional.multihead import multi_head_attention
+from .. import _checks, masks, patterns
+from ..functional.attention import attention
+from ..functional.multihead import (
+    as_score_mask,
+    check_inputs,
+    merge_heads,
+    output_projection,
+    project,
+    project_packed,
+    repeat_kv,
+    split_heads,
+    zero_unreachable,
+)
+from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
 from ..patterns import Pattern
+from ..trace import active
 from .cache import LayerCache, MemoryCache
 from .positional import ALiBi, RotaryEmbedding
 from .registry import register
@@ -169,33 +196,95 @@ class MultiHeadAttention(nn.Module):
                 "cache is for self-attention (keys that grow by one token a step); "
                 "cross-attention keys are fixed: pass key=memory and an attnlab.nn.MemoryCache (or no cache)"
             )
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (b, q, k) → (b, 1, q, k)
+        if self.pattern is not None and cache is not None:
+            raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
+        check_inputs(query, key, value)
+        b, q_len = query.shape[:2]
+        h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
+        if mask is not None:
+            _checks.tensor("mask", mask)
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (b, q, k) → (b, 1, q, k)
+        offset = 0 if cache is None else cache.length
+        k_total = offset + key.shape[1]
+        pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
+        if self_attention and mask is not None and mask.dtype == torch.bool and tuple(mask.shape) in (
+            (b, k_total), (b, 1, 1, k_total)
+        ):
+            pad_q = mask.reshape(b, k_total)[:, k_total - q_len :]
+            query = torch.where(pad_q.unsqueeze(-1), query, torch.zeros((), dtype=query.dtype, device=query.device))
+        smask = as_score_mask(mask, b, k_total)  # broadcastable to (b, h, q, k)
+
+        cached = None if memory_cache is None else memory_cache.lookup(key, value)
         if self.packed and self_attention:
-            proj = {"w_qkv": self.in_proj_weight, "b_qkv": self.in_proj_bias}
+            q, k, v = project_packed(query, self.in_proj_weight, self.in_proj_bias, (h * d_h, h_kv * d_h, h_kv * d_h))
         else:
-            proj = self.projection_weights()
-        out, weights = multi_head_attention(
-            query,
-            key,
-            value,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            w_o=self.out_proj.weight,
-            b_o=self.out_proj.bias,
-            mask=mask,
-            causal=causal,
-            dropout_p=self.attn_drop if self.training else 0.0,
-            need_weights=need_weights,
-            rotary=self.rotary,
-            cache=cache,
-            attn_bias=self.alibi,
-            pattern=self.pattern,
-            block=self.block,
-            memory_cache=memory_cache,
-            **proj,
-        )
+            p = self.projection_weights()
+            q = project(query, p["w_q"], p["b_q"], "query")  # (b, q, h·d_h)
+            k = v = None
+            if cached is None:
+                key_in, value_in = key, value
+                if smask is not None and not self_attention and cache is None:
+                    key_in, value_in = zero_unreachable(key, smask), zero_unreachable(value, smask)
+                k = project(key_in, p["w_k"], p["b_k"], "keys")  # (b, k, h_kv·d_h)
+                v = project(value_in, p["w_v"], p["b_v"], "values")  # (b, k, h_kv·d_h)
+        groups = h // h_kv
+        if need_weights and self.packed and self_attention and groups == 1 and not active():
+            # The reference path's bmm run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
+            qkv = torch.stack((q, k, v)).view(3, b, q_len, h, d_h).permute(0, 1, 3, 2, 4).contiguous()
+            qh, kh, vh = qkv.unbind(0)
+        elif cached is not None:
+            qh, (kh, vh) = split_heads(q, h), cached  # (b, h, q, d_h); (b, h_kv, k, d_h) as stored
+        else:
+            qh, kh, vh = split_heads(q, h), split_heads(k, h_kv), split_heads(v, h_kv)
+        del q, k, v
+        if self.rotary is not None:
+            qh = self.rotary(qh, offset)
+            kh = kh if cached is not None else self.rotary(kh, offset)
+        if memory_cache is not None and cached is None:
+            memory_cache.store(key, value, kh, vh)
+        if cache is not None:
+            kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
+        kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
+        k_len = kh.shape[-2]
+        if self.alibi is not None:
+            smask = masks.combine(smask, self.alibi(q_len, k_len).to(qh.dtype))
+        if causal and q_len == 1:
+            causal = False  # one query at the end of the keys (bottom-right) may attend every key
+        if need_weights and not active():
+            qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()  # no-ops after the packed copy
+        dropout_p = self.attn_drop if self.training else 0.0
+        if self.pattern is not None:
+            ctx, weights = self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
+        else:
+            ctx, weights = attention(
+                qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
+            )  # (b, h, q, d_h), (b, h, q, k)
+        out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
+        if pad_q is not None:  # padded queries: zero output (and zero weights)
+            out = torch.where(pad_q.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+            if weights is not None:
+                weights = torch.where(pad_q[:, None, :, None], weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
         return self.proj_drop(out), weights
+
+    def _sparse_heads(self, qh, kh, vh, mask, causal, dropout_p, need_weights):
+        """Self-attention of the heads (b, h, n, d_h) over the pairs the pattern allows, tile by tile."""
+        b, n = qh.shape[0], qh.shape[-2]
+        if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n)):
+            raise ValueError(
+                f"with a sparse pattern, mask must be a bool padding mask (b, n) = ({b}, {n}) or (b, 1, 1, n), "
+                f"True = real token; got shape {_checks.shape(mask)} dtype {mask.dtype}"
+            )
+        pattern = self.pattern
+        if causal:  # composed once per module, so that the kernel's plan cache is kept
+            if getattr(self, "_causal_pattern", None) is None:
+                self._causal_pattern = pattern & patterns.causal()
+            pattern = self._causal_pattern
+        ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=self.block, key_padding_mask=mask, dropout_p=dropout_p)
+        weights = None
+        if need_weights:  # dense (b, h, n, n), by rows: for small n
+            weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask)
+        return ctx, weights
 
     def extra_repr(self) -> str:
         extra = []

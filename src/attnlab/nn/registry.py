@@ -1,8 +1,9 @@
 """The registry: ``attnlab.create("name", **kwargs)`` builds a registered module.
 
 Each module file registers its classes with ``@register("name")``; importing
-``attnlab.nn`` imports every module file, so the registry is complete once
-``attnlab`` is imported. ``available()`` lists the names (the smoke tests
+``attnlab.nn`` imports every module file, and Python runs a package's
+``__init__`` before any module in it, so the registry is complete as soon as
+this module can be reached (no import back up into ``attnlab.nn``: no cycle). ``available()`` lists the names (the smoke tests
 iterate over it).
 """
 
@@ -28,13 +29,8 @@ def register(name: str, **defaults: Any) -> Callable:
     return deco
 
 
-def _load() -> None:
-    from .. import nn  # noqa: F401  (importing attnlab.nn registers every module)
-
-
 def create(name: str, **kwargs: Any) -> torch.nn.Module:
     """Build the module registered under ``name`` with ``kwargs``."""
-    _load()
     if name not in _REGISTRY:
         raise ValueError(f"unknown attention {name!r}; available: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name](**kwargs)
@@ -42,7 +38,6 @@ def create(name: str, **kwargs: Any) -> torch.nn.Module:
 
 def available() -> list[str]:
     """The registered names, sorted."""
-    _load()
     return sorted(_REGISTRY)
 
 

@@ -1,0 +1,404 @@
+"""The conformance entries: one per registered mechanism and per public functional entry point.
+
+Like PyTorch's OpInfo: an ``Entry`` says how to build a tiny case of the
+mechanism (its module or weights and its inputs, at a dtype, on a device, with
+sizes b, q, k) and how to call it on each of its paths; ``test_contract.py``
+runs the contract's checks over every entry for which they apply.
+
+Add an entry when you register a mechanism (``@register("name")``): the suite
+fails for a name in ``attnlab.available()`` without one. Fields:
+
+* ``make(dtype, device, b, q, k) -> Case``: build with ``torch.manual_seed(0)``
+  so two calls give the same weights and inputs (inputs are leaf tensors).
+* ``paths``: the paths ``Case.run`` takes: ``fast`` (no weights), ``weights``,
+  ``trace`` (the reference path, recording), ``reference``, ``precompute``,
+  ``cached`` (incremental decoding / a memory cache).
+* ``masked``: it takes a padding mask over keys (``run`` gets a (b, k) bool
+  mask, True = real, and converts it to its own format); ``kv`` names the
+  inputs whose axis ``kv_axis`` runs over the key positions.
+* ``causal``: it takes ``causal=True`` (q = k in the causal check).
+* ``self_attention``: the keys are the queries (padded tokens are not queries).
+* ``params_under_causal``: parameter gradients are compared in the causal
+  check. False where a NaN token is also a query of the same projection (its
+  own row is NaN, and W's gradient sums 0 · NaN over every row).
+* ``context_is_output``: a fully masked row gives a zero *output* (False where
+  an output projection with a bias follows the zero context).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+import attnlab
+from attnlab import functional as AF
+from attnlab import nn as ann
+from attnlab import patterns as P
+from attnlab.kernels import block_sparse_attention, topk_attention
+from attnlab.kernels.chunked_additive import chunked_additive_scores
+
+D, DIM, HEADS = 4, 8, 2
+
+
+@dataclass
+class Case:
+    inputs: dict[str, torch.Tensor]
+    run: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # run(path, pad, causal) → (out, weights)
+    params: list[torch.Tensor] = field(default_factory=list)
+    q_axis: int = 1  # the query rows' axis in the output (-2 for (b, h, q, d))
+
+
+@dataclass
+class Entry:
+    name: str
+    make: Callable[..., Case]
+    paths: tuple[str, ...] = ("fast", "weights")
+    masked: bool = True
+    kv: tuple[str, ...] = ()
+    kv_axis: int = 1
+    causal: bool = False
+    self_attention: bool = False
+    params_under_causal: bool = True
+    context_is_output: bool = True
+    compile: bool = True
+    gradcheck: bool = True
+    sizes: tuple[str, ...] = ("b", "q", "k")  # the sizes the empty-input check sets to 0
+    output_has_k: bool = False  # the output's last axis runs over the keys (weights, scores)
+    notes: str = ""
+    bad: dict[str, Callable[[], object]] = field(default_factory=dict)
+
+
+def _leaf(*shape, dtype, device, scale=1.0):
+    t = (torch.randn(*shape, dtype=torch.float64) * scale).to(dtype)
+    return t.to(device).requires_grad_(True)
+
+
+def _module(m: torch.nn.Module, dtype, device) -> torch.nn.Module:
+    return m.double().to(dtype).to(device).eval()
+
+
+def _need(path: str) -> bool:
+    return path != "fast"
+
+
+def _traced(path: str, fn):
+    if path == "trace":
+        with attnlab.trace():
+            return fn()
+    return fn()
+
+
+# ---- the core and the modules that call it directly ------------------------------------------
+
+def make_core(dtype=torch.float64, device="cpu", b=2, q=4, k=6, score="scaled_dot"):
+    torch.manual_seed(0)
+    x = {"query": _leaf(b, HEADS, q, D, dtype=dtype, device=device),
+         "key": _leaf(b, HEADS, k, D, dtype=dtype, device=device),
+         "value": _leaf(b, HEADS, k, D, dtype=dtype, device=device)}
+    params, score_fn = [], score
+    if score == "additive":
+        w_q, w_k, v = (_leaf(*s, dtype=dtype, device=device) for s in ((5, D), (5, D), (5,)))
+        params, score_fn = [w_q, w_k, v], functools.partial(attnlab.scores.additive, w_q=w_q, w_k=w_k, v=v)
+
+    def run(path, pad, causal):
+        mask = None if pad is None else pad[:, None, None, :]
+        return _traced(path, lambda: attnlab.attention(
+            x["query"], x["key"], x["value"], score=score_fn, mask=mask, causal=causal, need_weights=_need(path)))
+
+    return Case(x, run, params, q_axis=2)
+
+
+def make_dot(scaled: bool):
+    def make(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+        torch.manual_seed(0)
+        m = attnlab.create("scaled-dot" if scaled else "dot")
+        x = {"query": _leaf(b, q, D, dtype=dtype, device=device), "key": _leaf(b, k, D, dtype=dtype, device=device),
+             "value": _leaf(b, k, D, dtype=dtype, device=device)}
+
+        def run(path, pad, causal):
+            mask = None if pad is None else pad[:, None, :]
+            return _traced(path, lambda: m(x["query"], x["key"], x["value"], mask=mask, causal=causal,
+                                           need_weights=_need(path)))
+
+        return Case(x, run)
+    return make
+
+
+def make_softmax(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+    torch.manual_seed(0)
+    x = {"scores": _leaf(b, q, k, dtype=dtype, device=device)}
+
+    def run(path, pad, causal):
+        mask = None if pad is None else pad[:, None, :]
+        w = attnlab.masked_softmax(x["scores"], mask)
+        return w, w
+
+    return Case(x, run)
+
+
+# ---- multi-head -----------------------------------------------------------------------------
+
+def make_mha(name: str, **kw):
+    def make(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+        torch.manual_seed(0)
+        m = _module(attnlab.create(name, dim=DIM, num_heads=HEADS, **kw), dtype, device)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.1 * torch.randn(p.shape, dtype=torch.float64).to(p.dtype).to(p.device))
+        x = {"x": _leaf(b, q, DIM, dtype=dtype, device=device)}
+
+        def run(path, pad, causal):
+            if path == "cached":  # the prefix, then the last two tokens, through a LayerCache
+                cache, n = ann.LayerCache(), x["x"].shape[1]
+                cut = max(0, n - 2)
+                a, _ = m(x["x"][:, :cut], mask=None if pad is None else pad[:, :cut], causal=True, cache=cache)
+                c, _ = m(x["x"][:, cut:], mask=pad, causal=True, cache=cache)
+                return torch.cat([a, c], 1), None
+            return _traced(path, lambda: m(x["x"], mask=pad, causal=causal, need_weights=_need(path)))
+
+        return Case(x, run, list(m.parameters()))
+    return make
+
+
+def make_cross(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+    torch.manual_seed(0)
+    m = _module(attnlab.create("cross", dim=DIM, num_heads=HEADS), dtype, device)
+    x = {"query": _leaf(b, q, DIM, dtype=dtype, device=device), "context": _leaf(b, k, DIM, dtype=dtype, device=device)}
+
+    def run(path, pad, causal):
+        if path == "cached":  # twice over one memory: the second call reads the MemoryCache
+            cache = ann.MemoryCache()
+            m(x["query"], x["context"], mask=pad, cache=cache)
+            return m(x["query"], x["context"], mask=pad, cache=cache)
+        return _traced(path, lambda: m(x["query"], x["context"], mask=pad, need_weights=_need(path)))
+
+    return Case(x, run, list(m.parameters()))
+
+
+def make_fn_mha(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+    torch.manual_seed(0)
+    x = {"query": _leaf(b, q, DIM, dtype=dtype, device=device), "key": _leaf(b, k, DIM, dtype=dtype, device=device),
+         "value": _leaf(b, k, DIM, dtype=dtype, device=device)}
+    w = {n: _leaf(DIM, DIM, dtype=dtype, device=device, scale=0.3) for n in ("w_q", "w_k", "w_v", "w_o")}
+    w["b_o"] = _leaf(DIM, dtype=dtype, device=device)
+
+    def run(path, pad, causal):
+        return _traced(path, lambda: AF.multi_head_attention(
+            x["query"], x["key"], x["value"], num_heads=HEADS, mask=pad, causal=causal, need_weights=_need(path), **w))
+
+    return Case(x, run, list(w.values()))
+
+
+# ---- Bahdanau and Luong -----------------------------------------------------------------------
+
+def make_keyed(name: str):
+    def make(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+        torch.manual_seed(0)
+        kw = {"attn_dim": 5} if name in ("bahdanau", "luong-concat") else {}
+        m = _module(attnlab.create(name, query_dim=DIM, key_dim=DIM, **kw), dtype, device)
+        ref = None
+        if name == "bahdanau":
+            ref = _module(attnlab.create(name, query_dim=DIM, key_dim=DIM, impl="reference", **kw), dtype, device)
+            ref.load_state_dict(m.state_dict())
+        x = {"query": _leaf(b, q, DIM, dtype=dtype, device=device), "keys": _leaf(b, k, DIM, dtype=dtype, device=device)}
+
+        def run(path, pad, causal):
+            if path == "precompute":
+                pk = m.precompute(x["keys"], mask=pad)
+                return m(x["query"], x["keys"], mask=pad, projected_keys=pk)
+            mod = ref if path == "reference" else m
+            return _traced(path, lambda: mod(x["query"], x["keys"], mask=pad, need_weights=_need(path)))
+
+        return Case(x, run, list(m.parameters()) + ([] if ref is None else list(ref.parameters())))
+    return make
+
+
+# ---- sparse ---------------------------------------------------------------------------------
+
+SPARSE_KW = {
+    "local": {"window": 2, "block": 4},
+    "longformer": {"window": 1, "global_indices": [0], "block": 4},
+    "bigbird": {"window": 1, "global_indices": [0], "random_per_row": 1, "random_block": 4, "block": 4},
+    "sparse": {"pattern": P.sliding_window(2, 0) | P.global_tokens([1]), "block": 4},
+}
+
+
+def make_block_sparse(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+    torch.manual_seed(0)
+    x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
+    pattern = P.sliding_window(2) | P.global_tokens([0])
+
+    def run(path, pad, causal):
+        pat = pattern & P.causal() if causal else pattern
+        return block_sparse_attention(x["query"], x["key"], x["value"], pat, block=4, key_padding_mask=pad)[0], None
+
+    return Case(x, run, q_axis=2)
+
+
+def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+    torch.manual_seed(0)
+    x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
+
+    def run(path, pad, causal):
+        mask = None if pad is None else pad[:, None, :]
+        return topk_attention(x["query"], x["key"], x["value"], 3, key_padding_mask=mask), None
+
+    return Case(x, run, q_axis=2)
+
+
+# ---- functions without a mask: scores, attentional output, chunked additive, vision gates ----
+
+def make_fn(fn: Callable, shapes: dict[str, tuple[str | int, ...]], out_index: int | None = None):
+    """A function of named tensors; shapes use 'b', 'q', 'k' for the sizes."""
+    def make(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+        torch.manual_seed(0)
+        size = {"b": b, "q": q, "k": k}
+        x = {n: _leaf(*(size.get(s, s) for s in shp), dtype=dtype, device=device) for n, shp in shapes.items()}
+
+        def run(path, pad, causal):
+            out = fn(**x)
+            out = out if out_index is None else out[out_index]
+            return out, None
+
+        return Case(x, run)
+    return make
+
+
+def make_vision(name: str, **kw):
+    def make(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+        torch.manual_seed(0)
+        m = _module(attnlab.create(name, **kw), dtype, device)
+        x = {"x": _leaf(b, 4, q, 3, dtype=dtype, device=device)}
+
+        def run(path, pad, causal):
+            if path == "fast":
+                return m(x["x"]), None
+            out, maps = m(x["x"], need_weights=True)
+            return out, None
+
+        return Case(x, run, list(m.parameters()))
+    return make
+
+
+_V = {"masked": False, "gradcheck": True, "paths": ("fast", "weights"), "sizes": ("b",),
+      "notes": "no mask concept: the masking, causal and key/value checks do not apply"}
+_F = {"masked": False, "paths": ("fast",), "notes": "a pure function without a mask: empty, gradcheck, dtypes, "
+      "compile, meta and bad-input checks only"}
+_FV = {**_F, "sizes": ("b",)}
+_KEYED = {"kv": ("keys",), "paths": ("fast", "weights", "trace", "precompute")}
+_SELF = {"kv": ("x",), "causal": True, "self_attention": True, "params_under_causal": False}
+
+
+def _bad_core():
+    q = torch.randn(1, 2, 3, 4)
+    return {
+        "integer query": lambda: attnlab.attention(q.long(), q, q),
+        "mixed dtypes": lambda: attnlab.attention(q, q.double(), q.double()),
+        "float mask of another dtype": lambda: attnlab.attention(q, q, q, mask=torch.zeros(3, 3, dtype=torch.float64)),
+        "scale nan": lambda: attnlab.attention(q, q, q, scale=float("nan")),
+        "scale 0": lambda: attnlab.attention(q, q, q, scale=0.0),
+        "scale -1": lambda: attnlab.attention(q, q, q, scale=-1.0),
+        "scale inf": lambda: attnlab.attention(q, q, q, scale=float("inf")),
+        "mask with +inf": lambda: attnlab.attention(q, q, q, mask=torch.full((3, 3), float("inf"))),
+        "d = 0": lambda: attnlab.attention(q[..., :0], q[..., :0], q),
+    }
+
+
+def _bad_keyed(name):
+    def projected():
+        m = attnlab.create(name, query_dim=DIM, key_dim=DIM, **({"attn_dim": 5} if name != "luong-general" else {}))
+        keys = torch.randn(2, 6, DIM)
+        return m(torch.randn(2, DIM), keys, projected_keys=m.precompute(keys)[:, :5])
+    return {"projected_keys of another key length": projected,
+            "integer keys": lambda: attnlab.create(name, query_dim=DIM, key_dim=DIM, **({"attn_dim": 5} if name != "luong-general" else {}))(
+                torch.randn(2, DIM), torch.ones(2, 6, DIM, dtype=torch.long))}
+
+
+def _bad_mha(name, **kw):
+    def heads():
+        attnlab.create(name, dim=10, num_heads=4, **kw)
+    m = attnlab.create(name, dim=DIM, num_heads=HEADS, **kw)
+    x = torch.ones(1, 3, DIM, dtype=torch.long)
+    return {"heads that do not divide dim": heads, "integer input": lambda: m(x, x) if name == "cross" else m(x)}
+
+
+ENTRIES: dict[str, Entry] = {e.name: e for e in [
+    # registered modules (attnlab.available())
+    Entry("dot", make_dot(False), kv=("key", "value"), causal=True, bad=_bad_core()),
+    Entry("scaled-dot", make_dot(True), kv=("key", "value"), causal=True),
+    Entry("multi-head", make_mha("multi-head"), paths=("fast", "weights", "trace", "cached"), **_SELF,
+          context_is_output=True, bad=_bad_mha("multi-head")),
+    Entry("gqa", make_mha("gqa", num_kv_heads=1), paths=("fast", "weights", "cached"), **_SELF, bad=_bad_mha("gqa", num_kv_heads=1)),
+    Entry("cross", make_cross, paths=("fast", "weights", "trace", "cached"), kv=("context",), context_is_output=False,
+          bad=_bad_mha("cross")),
+    Entry("bahdanau", make_keyed("bahdanau"), **{**_KEYED, "paths": (*_KEYED["paths"], "reference")},
+          bad=_bad_keyed("bahdanau")),
+    Entry("luong-dot", make_keyed("luong-dot"), **_KEYED),
+    Entry("luong-general", make_keyed("luong-general"), **_KEYED, bad=_bad_keyed("luong-general")),
+    Entry("luong-concat", make_keyed("luong-concat"), **_KEYED, bad=_bad_keyed("luong-concat")),
+    *(Entry(n, make_mha(n, **kw), **_SELF, bad=_bad_mha(n, **kw)) for n, kw in SPARSE_KW.items()),
+    Entry("channel", make_vision("channel", channels=4, reduction=2), **_V),
+    Entry("spatial", make_vision("spatial", kernel_size=3), **_V),
+    Entry("cbam", make_vision("cbam", channels=4, reduction=2, kernel_size=3), **_V),
+    Entry("se", make_vision("se", channels=4, reduction=2), **_V),
+    Entry("eca", make_vision("eca", channels=4, kernel_size=3), **_V),
+    # functional entry points
+    Entry("fn:attention", make_core, paths=("fast", "weights", "trace"), kv=("key", "value"), kv_axis=2, causal=True,
+          bad=_bad_core()),
+    Entry("fn:attention[additive score]", functools.partial(make_core, score="additive"), paths=("weights", "trace"),
+          kv=("key", "value"), kv_axis=2, causal=True),
+    Entry("fn:masked_softmax", make_softmax, paths=("fast",), kv=("scores",), kv_axis=2, output_has_k=True,
+          notes="the masked positions are scores: NaN/inf there must not reach the weights or gradients",
+          bad={"integer scores": lambda: attnlab.masked_softmax(torch.ones(2, 3, dtype=torch.long)),
+               "float mask of another dtype": lambda: attnlab.masked_softmax(torch.randn(2, 3), torch.zeros(2, 3).double())}),
+    Entry("fn:multi_head_attention", make_fn_mha, paths=("fast", "weights", "trace"), kv=("key", "value"), causal=True,
+          params_under_causal=False, context_is_output=False,
+          bad={"heads that do not divide": lambda: AF.multi_head_attention(
+              torch.randn(1, 2, 6), torch.randn(1, 2, 6), torch.randn(1, 2, 6), num_heads=4,
+              w_q=torch.randn(6, 6), w_k=torch.randn(6, 6), w_v=torch.randn(6, 6), w_o=torch.randn(6, 6))}),
+    Entry("fn:scores.dot", make_fn(attnlab.scores.dot, {"q": ("b", "q", D), "k": ("b", "k", D)}), **_F),
+    Entry("fn:scores.scaled_dot", make_fn(attnlab.scores.scaled_dot, {"q": ("b", "q", D), "k": ("b", "k", D)}), **_F,
+          bad={"scale -1": lambda: attnlab.scores.scaled_dot(torch.randn(2, 3), torch.randn(2, 3), -1.0),
+               "d = 0": lambda: attnlab.scores.scaled_dot(torch.randn(2, 0), torch.randn(2, 0))}),
+    Entry("fn:scores.general", make_fn(attnlab.scores.general, {"q": ("b", "q", D), "k": ("b", "k", 3), "weight": (D, 3)}), **_F),
+    Entry("fn:scores.additive", make_fn(attnlab.scores.additive, {"q": ("b", "q", D), "k": ("b", "k", 3), "w_q": (5, D),
+                                                                   "w_k": (5, 3), "v": (5,)}), **_F,
+          bad={"v of the wrong size": lambda: attnlab.scores.additive(
+              torch.randn(2, 3), torch.randn(2, 3), torch.randn(5, 3), torch.randn(5, 3), torch.randn(4))}),
+    Entry("fn:scores.concat", make_fn(attnlab.scores.concat, {"q": ("b", "q", D), "k": ("b", "k", 3), "weight": (5, D + 3),
+                                                               "v": (5,)}), **_F),
+    Entry("fn:attentional_output", make_fn(AF.attentional_output, {"context": ("b", "q", D), "state": ("b", "q", 3),
+                                                                    "weight": (5, D + 3), "bias": (5,)}),
+          **{**_F, "sizes": ("b", "q")}),
+    Entry("fn:chunked_additive", make_fn(lambda a, b, v: chunked_additive_scores(a, b, v, chunk=2),
+                                         {"a": ("b", "q", 5), "b": ("b", "k", 5), "v": (5,)}), **_F),
+    Entry("fn:channel_attention", make_fn(AF.channel_attention, {"x": ("b", 4, "q", 3), "w1": (2, 4), "b1": (2,),
+                                                                  "w2": (4, 2), "b2": (4,)}, 0), **_FV),
+    Entry("fn:spatial_attention", make_fn(AF.spatial_attention, {"x": ("b", 4, "q", 3), "weight": (1, 2, 3, 3),
+                                                                  "bias": (1,)}, 0), **_FV),
+    Entry("fn:cbam", make_fn(AF.cbam, {"x": ("b", 4, "q", 3), "w1": (2, 4), "b1": (2,), "w2": (4, 2), "b2": (4,),
+                                        "weight": (1, 2, 3, 3), "bias": (1,)}, 0), **_FV),
+    Entry("fn:se", make_fn(AF.se, {"x": ("b", 4, "q", 3), "w1": (2, 4), "b1": (2,), "w2": (4, 2), "b2": (4,)}, 0), **_FV),
+    Entry("fn:eca", make_fn(AF.eca, {"x": ("b", 4, "q", 3), "weight": (1, 1, 3)}, 0), **_FV),
+    Entry("kernels.block_sparse_attention", make_block_sparse, paths=("fast",), kv=("key", "value"), kv_axis=2,
+          causal=True, self_attention=False),
+    Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),
+]}
+
+# Failures that come only from the sparse kernel files (owned on branch ``kernels``): ONE set, so that
+# the marks can be dropped after that branch is merged. (entry, check) marks every case of that check,
+# (entry, check, param) one case; check names are those passed to ``_params`` in test_contract.py.
+SPARSE = ("local", "longformer", "bigbird", "sparse", "kernels.block_sparse_attention", "kernels.topk_attention")
+SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = {
+    # NaN in a future token reaches earlier rows inside the kernel (its own non-finite handling)
+    *((n, "causal_future") for n in ("local", "longformer", "bigbird", "sparse")),
+    # batch 0 / n = 0 in the planner and the band kernel; n = 0 in topk
+    *((n, "empty") for n in SPARSE[:5]),
+    ("kernels.topk_attention", "empty", "q"), ("kernels.topk_attention", "empty", "k"),
+    # the kernel is torch.compiler.disable'd (one graph break) and reads the host (.item()) in its planner
+    *((n, c) for n in SPARSE[:5] for c in ("compile", "meta")),
+    ("bigbird", "gradcheck"),  # a .view of a non-contiguous tile in the random-blocks part of the kernel
+}
