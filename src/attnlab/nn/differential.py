@@ -28,6 +28,7 @@ from torch import nn
 
 from ..functional.differential import differential_attention, lambda_init, reparam_lambda
 from ..functional.multihead import merge_heads, split_heads
+from .padding import padded_queries, zero_padded
 from .registry import register
 
 
@@ -61,6 +62,7 @@ class DifferentialAttention(nn.Module):
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
         b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
+        x, pad_q = padded_queries(x, mask)  # padded tokens: zero input, zero output
         q = split_heads(self.q_proj(x), 2 * h).view(b, h, 2, n, d)  # (b, h, 2, n, d_h): Q_1, Q_2 of each head
         k = split_heads(self.k_proj(x), 2 * h).view(b, h, 2, n, d)
         v = split_heads(self.v_proj(x), h)  # (b, h, n, 2·d_h)
@@ -71,7 +73,7 @@ class DifferentialAttention(nn.Module):
             dropout_p=self.attn_drop if self.training else 0.0, need_weights=need_weights,
         )  # (b, h, n, 2·d_h)
         out = self.sub_norm(out) * (1 - self.lambda_init)  # per-head normalisation
-        return self.out_proj(merge_heads(out)), weights
+        return zero_padded(self.out_proj(merge_heads(out)), weights, pad_q)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, num_heads={self.num_heads}, lambda_init={self.lambda_init:.4f}"

@@ -28,6 +28,7 @@ from torch import nn
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
 from .positional import RotaryEmbedding
+from .padding import padded_queries, zero_padded
 from .registry import register
 
 
@@ -119,6 +120,7 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
         h = self.num_heads
         offset = 0 if cache is None else cache.length
+        x, pad_q = padded_queries(x, mask) if cache is None else (x, None)  # padded tokens: zero in, zero out
         c_q = x if self.w_dq is None else self.q_norm(self.w_dq(x))  # (b, n, d_c')
         q_c = split_heads(self.w_uq(c_q), h)  # (b, h, n, d_h)
         q_r = self.rotary(split_heads(self.w_qr(c_q), h), offset)  # (b, h, n, d_R)
@@ -134,7 +136,7 @@ class MultiHeadLatentAttention(nn.Module):
             q_c, q_r, c_kv, k_r, self.w_uk.weight, self.w_uv.weight, num_heads=h, mask=mask, causal=causal,
             dropout_p=self.attn_drop if self.training else 0.0, need_weights=need_weights,
         )  # (b, h, n, d_v)
-        return self.out_proj(merge_heads(heads)), weights
+        return zero_padded(self.out_proj(merge_heads(heads)), weights, pad_q)
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_heads={self.num_heads}, kv_latent_dim={self.kv_latent_dim}, "

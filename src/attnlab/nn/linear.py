@@ -24,6 +24,7 @@ from torch import nn
 
 from ..functional.linear import LinearState, linear_attention, linear_attention_step
 from ..functional.multihead import merge_heads, split_heads
+from .padding import padded_queries, zero_padded
 from .registry import register
 
 
@@ -50,6 +51,7 @@ class LinearAttention(nn.Module):
     ):
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
+        x, pad_q = padded_queries(x, mask) if state is None else (x, None)  # padded tokens: zero in, zero out
         q, k, v = (split_heads(t, self.num_heads) for t in self.qkv(x).chunk(3, dim=-1))  # (b, h, n, d_h)
         if state is not None:
             if mask is not None or need_weights:
@@ -59,7 +61,7 @@ class LinearAttention(nn.Module):
         if mask is not None and mask.dim() == 2:
             mask = mask[:, None, None, :]  # (b, k) → (b, 1, 1, k)
         out, weights = linear_attention(q, k, v, mask=mask, causal=causal, need_weights=need_weights)
-        return self.proj(merge_heads(out)), weights  # (b, n, dim), (b, h, q, k) or None
+        return zero_padded(self.proj(merge_heads(out)), weights, pad_q)  # (b, n, dim), (b, h, q, k) or None
 
     def empty_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
         """The state before the first token: S = 0 (b, h, d_h, d_h), z = 0 (b, h, d_h)."""
