@@ -11,7 +11,7 @@ h = 8 heads, d = 64, fp32, one thread. Both sides compute the same outputs:
 
 * **padded**: the batch (docs, h, L_max, d) through ``attnlab.attention`` with a (docs, 1, 1, L_max)
   key-padding mask (causal: and the causal mask), i.e. PyTorch's fused SDPA;
-* **packed**: one row of Σ ℓ tokens through ``attnlab.functional.varlen.varlen_attention``.
+* **packed**: one row of Σ ℓ tokens through ``attnlab.kernels.varlen_attention``.
 
 Times: median of ``--repeats`` calls after one warm-up, forward and forward+backward, the two
 methods alternating so they see the same machine load. Memory: the bytes of q, k, v and the
@@ -32,8 +32,8 @@ import torch
 
 from attnlab import attention
 from attnlab.data import ding
-from attnlab.functional.varlen import varlen_attention
 from attnlab.kernels import plan
+from attnlab.kernels.varlen import varlen_attention
 from attnlab.patterns import documents
 
 H, D = 8, 64

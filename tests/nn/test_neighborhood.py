@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnlab import patterns
-from attnlab.functional.neighborhood import neighborhood_attention_2d
 from attnlab.kernels import plan
+from attnlab.kernels.neighborhood import neighborhood_attention_2d
 from attnlab.nn import NeighborhoodAttention2D, create
 
 pytestmark = pytest.mark.usefixtures("one_thread")

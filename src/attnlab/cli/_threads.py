@@ -15,10 +15,8 @@ def add_threads(p: argparse.ArgumentParser, default: int | None = None, help: st
 
 def apply_threads(args: argparse.Namespace) -> None:
     """Set torch's thread count from ``--threads`` (None: leave torch's choice)."""
-    from . import UsageError
-
     if args.threads is None:
         return
     if args.threads < 1:
-        raise UsageError(f"--threads must be >= 1; got {args.threads}")
+        raise ValueError(f"--threads must be >= 1; got {args.threads}")
     torch.set_num_threads(args.threads)

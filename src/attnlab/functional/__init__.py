@@ -29,12 +29,10 @@ from .eca import eca, eca_kernel_size
 from .latent import latent_attention  # noqa: E402
 from .linear import linear_attention, linear_attention_step  # noqa: E402
 from .multihead import merge_heads, multi_head_attention, repeat_kv, split_heads
-from .neighborhood import neighborhood_attention_2d  # noqa: E402
 from .scores import additive, concat, dot, general, scaled_dot
 from .se import se
 from .softcap import softcap, softcap_attention, softcapped  # noqa: E402
 from .softmax import masked_softmax
-from .varlen import varlen_attention  # noqa: E402
 
 __all__ = [
     "attention",
@@ -63,10 +61,8 @@ __all__ = [
     "softcap",
     "softcapped",
     "softcap_attention",
-    "varlen_attention",
     "linear_attention",
     "linear_attention_step",
     "differential_attention",
     "latent_attention",
-    "neighborhood_attention_2d",
 ]

@@ -27,8 +27,8 @@ from torch import nn
 
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
-from .positional import RotaryEmbedding
 from .padding import padded_queries, zero_padded
+from .positional import RotaryEmbedding
 from .registry import register
 
 

@@ -1,7 +1,7 @@
 """``NeighborhoodAttention2D``: neighbourhood attention over (b, C, H, W) feature maps (NAT / DiNAT).
 
 Hassani et al. 2023, https://arxiv.org/abs/2204.07143 (dilated: https://arxiv.org/abs/2209.15001);
-the attention is ``attnlab.functional.neighborhood.neighborhood_attention_2d`` (block-sparse kernel).
+the attention is ``attnlab.kernels.neighborhood_attention_2d`` (block-sparse kernel).
 
     x (b, C, H, W) → tokens (b, H·W, C) → [Q, K, V] = x W_qkvᵀ → h heads of d_h = C / h
     o = NA_k,δ(Q, K, V)  (each pixel over its k × k window, NATTEN border semantics)
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional.neighborhood import neighborhood_attention_2d
+from ..kernels.neighborhood import neighborhood_attention_2d
 from .registry import register
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from attnlab import patterns
-from attnlab.functional.varlen import lengths_of, varlen_attention
 from attnlab.kernels import plan
+from attnlab.kernels.varlen import lengths_of, varlen_attention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -28,9 +28,9 @@ import functools
 import torch
 
 from .. import _checks
-from ..kernels.block_sparse import block_sparse_attention
+from ..functional.attention import attention
 from ..patterns import Neighborhood2D, neighborhood_2d
-from .attention import attention
+from .block_sparse import block_sparse_attention
 
 
 @functools.lru_cache(maxsize=32)

@@ -30,9 +30,9 @@ import functools
 import torch
 
 from .. import _checks
-from ..kernels.block_sparse import block_sparse_attention
+from ..functional.attention import attention
 from ..patterns import Documents, documents
-from .attention import attention
+from .block_sparse import block_sparse_attention
 
 
 @functools.lru_cache(maxsize=64)
