@@ -169,3 +169,68 @@ def test_non_finite_padded_keys_change_nothing():
                 want = want.clone()
             assert torch.isfinite(got).all(), f"{name}: {what} has non-finite values"
             torch.testing.assert_close(got, want, rtol=0, atol=1e-10, msg=f"{name}: {what}")
+
+
+# -- MultiHeadAttention(context_parallel=...) -------------------------------------------------------
+
+def _mha_worker(rank, world, port, results):
+    import torch.distributed as dist
+
+    from attnlab.distributed import gather, shard
+    from attnlab.nn import MultiHeadAttention
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        out = {}
+        for name, kw in {"ring-rope-causal": dict(rope=True), "ulysses-gqa": dict(num_kv_heads=2, cp_mode="ulysses")}.items():
+            torch.manual_seed(0)
+            m = MultiHeadAttention(8, 4, context_parallel=True, **kw).double()
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn(2, N, 8, generator=g, dtype=torch.float64)
+            pad = torch.ones(2, N, dtype=torch.bool)
+            pad[1, 13:] = False
+            xl = shard(x, dim=1).clone().requires_grad_()
+            y, none = m(xl, mask=shard(pad, dim=1), causal=True)
+            assert none is None
+            y.sum().backward()
+            grads = [p.grad.clone() for p in m.parameters()]
+            for gr in grads:
+                dist.all_reduce(gr)  # the whole sequence's parameter gradient
+            out[name] = [gather(y.detach(), dim=1), gather(xl.grad, dim=1), *grads]
+        if rank == 0:
+            results.update(out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_multi_head_attention_context_parallel_matches_one_process():
+    from attnlab.nn import MultiHeadAttention
+
+    ctx = mp.get_context("spawn")
+    with ctx.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_mha_worker, args=(2, _free_port(), results), nprocs=2, join=True, start_method="spawn")
+        results = dict(results)
+    for name, kw in {"ring-rope-causal": dict(rope=True), "ulysses-gqa": dict(num_kv_heads=2)}.items():
+        torch.manual_seed(0)
+        m = MultiHeadAttention(8, 4, **kw).double()  # the same weights, one process, the whole sequence
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(2, N, 8, generator=g, dtype=torch.float64).requires_grad_()
+        pad = torch.ones(2, N, dtype=torch.bool)
+        pad[1, 13:] = False
+        y, _ = m(x, mask=pad, causal=True)
+        y.sum().backward()
+        want = [y.detach(), x.grad, *(p.grad for p in m.parameters())]
+        for i, (a, b) in enumerate(zip(results[name], want)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-10, msg=f"{name}: tensor {i}")
+
+
+def test_context_parallel_module_refuses_what_it_cannot_do():
+    from attnlab.nn import MultiHeadAttention
+
+    with pytest.raises(ValueError, match="without ALiBi"):
+        MultiHeadAttention(8, 2, context_parallel=True, alibi=True)
+    with pytest.raises(ValueError, match="only on the contiguous layout"):
+        MultiHeadAttention(8, 2, context_parallel=True, rope=True, cp_layout="zigzag")

@@ -54,6 +54,8 @@ too and their outputs (and weights) are defined as zeros; so does a bool
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -99,6 +101,9 @@ class MultiHeadAttention(nn.Module):
         alibi: bool = False,
         pattern: Pattern | None = None,
         block: int = 64,
+        context_parallel: Any = None,
+        cp_mode: str = "ring",
+        cp_layout: str = "contiguous",
     ):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % num_heads:
@@ -114,6 +119,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={num_kv_heads}")
         if rope and alibi:
             raise ValueError("choose one of rope=True and alibi=True")
+        if context_parallel is not None and (alibi or (rope and cp_layout != "contiguous")):
+            raise ValueError("context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
+                             f"(global positions rank·n/W + i); got alibi={alibi}, rope={rope}, cp_layout={cp_layout!r}")
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
         self.head_dim = dim // num_heads
         self.kdim, self.vdim = kdim or dim, vdim or dim
@@ -136,6 +144,9 @@ class MultiHeadAttention(nn.Module):
         self.rotary = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
         self.alibi = ALiBi(num_heads) if alibi else None
         self.pattern, self.block = pattern, block
+        # A torch.distributed process group (True: the default group): forward takes this rank's shard of the
+        # sequence, (b, n/W, dim), and attends over the whole one (attnlab.distributed.context_parallel_attention).
+        self.context_parallel, self.cp_mode, self.cp_layout = context_parallel, cp_mode, cp_layout
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -199,6 +210,8 @@ class MultiHeadAttention(nn.Module):
         if self.pattern is not None and cache is not None:
             raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
         check_inputs(query, key, value)
+        if self.context_parallel is not None:
+            return self._context_parallel(query, key, value, self_attention, mask, causal, need_weights, cache)
         b, q_len = query.shape[:2]
         h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
         if mask is not None:
@@ -266,6 +279,38 @@ class MultiHeadAttention(nn.Module):
             if weights is not None:
                 weights = torch.where(pad_q[:, None, :, None], weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
         return self.proj_drop(out), weights
+
+    def _context_parallel(self, x, key, value, self_attention, mask, causal, need_weights, cache):
+        """Self-attention of this rank's shard x (b, n/W, dim) over the whole sharded sequence."""
+        from ..distributed import context_parallel_attention
+        from ..distributed.layout import world
+
+        if not self_attention or cache is not None or need_weights:
+            raise ValueError("context_parallel is for self-attention m(x) of a sharded sequence, without a cache "
+                             "and without weights (they would be n × n)")
+        if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == tuple(x.shape[:2])):
+            raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
+                             f"{mask.dtype} {tuple(mask.shape)}")
+        group = None if self.context_parallel is True else self.context_parallel
+        b, n_local = x.shape[:2]
+        h, h_kv = self.num_heads, self.num_kv_heads
+        p = self.projection_weights()
+        if mask is not None:  # padded tokens: zero in (no NaN reaches a projection), zero out
+            x = torch.where(mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        qh = split_heads(project(x, p["w_q"], p["b_q"], "query"), h)  # (b, h, n/W, d_h)
+        kh = split_heads(project(x, p["w_k"], p["b_k"], "keys"), h_kv)
+        vh = split_heads(project(x, p["w_v"], p["b_v"], "values"), h_kv)
+        if self.rotary is not None:  # the contiguous layout: this rank's positions start at rank · n/W
+            offset = world(group)[0] * n_local
+            qh, kh = self.rotary(qh, offset), self.rotary(kh, offset)
+        groups = h // h_kv
+        kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)
+        ctx, _ = context_parallel_attention(qh, kh, vh, causal=causal, pattern=self.pattern, key_padding_mask=mask,
+                                            mode=self.cp_mode, group=group, layout=self.cp_layout)
+        out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, n/W, dim)
+        if mask is not None:
+            out = torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return self.proj_drop(out), None
 
     def _sparse_heads(self, qh, kh, vh, mask, causal, dropout_p, need_weights):
         """Self-attention of the heads (b, h, n, d_h) over the pairs the pattern allows, tile by tile."""
