@@ -1,6 +1,13 @@
-"""attnlab.kernels: custom-autograd kernels that give sparse patterns their real cost."""
+"""attnlab.kernels: custom-autograd kernels that give sparse patterns their real cost.
+
+``block_sparse_attention`` chooses its kernel by the tensors' device (``devices``): the CPU
+block-sparse kernels, flex attention on CUDA, dense masked attention elsewhere.
+``attention_lse`` returns a block's ``(out, lse)`` and ``merge`` combines such partial results
+exactly (``lse``)."""
 
 from .block_sparse import BlockWeights, block_sparse_attention, plan, weights_for_rows
+from .devices import backend_for, block_mask, flex_pattern_attention
+from .lse import attention_lse, merge
 from .topk import TopK, top_k, topk_attention, topk_indices
 
 __all__ = [
@@ -8,6 +15,11 @@ __all__ = [
     "weights_for_rows",
     "BlockWeights",
     "plan",
+    "attention_lse",
+    "merge",
+    "backend_for",
+    "block_mask",
+    "flex_pattern_attention",
     "TopK",
     "top_k",
     "topk_attention",
