@@ -137,9 +137,13 @@ def test_each_backend_equals_the_reference_on_cpu(monkeypatch, backend, name):
     pattern, n = PATTERNS[name], 40
     q, k, v = qkv(2, 2, n, 8, grad=backend == "dense")
     real = _pad(2, n)
-    out, _ = K.block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=real)
-    ref, _ = reference(q, k, v, pattern.materialize(n) & real[:, None, None, :])
+    out, w = K.block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=real, need_weights=True)
+    allow = pattern.materialize(n) & real[:, None, None, :]
+    ref, _ = reference(q, k, v, allow)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
+    s = (q.detach() @ k.detach().transpose(-1, -2) / math.sqrt(8)).masked_fill(~allow, float("-inf"))
+    want_w = torch.softmax(s, -1).nan_to_num(nan=0.0)  # rows with no key: zero weights
+    torch.testing.assert_close(w.to_dense(), want_w, atol=1e-10, rtol=0)
     if backend == "dense":
         g = torch.randn_like(out)
         for a, w in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):

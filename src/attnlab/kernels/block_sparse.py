@@ -482,9 +482,16 @@ def block_sparse_attention(
         real = pad.flatten(1)[:, None, :n, None]  # (b, 1, n, 1)
         key, value = torch.where(real, key, 0.0), torch.where(real, value, 0.0)
     backend = devices.backend_for(query.device)
-    if backend != "cpu" and not need_weights:
+    if backend != "cpu":
         real = None if pad is None else pad.flatten(1)[:, :n]
-        return devices.ATTEND[backend](query, key, value, pattern, real, scale, dropout_p), None
+        out = devices.ATTEND[backend](query, key, value, pattern, real, scale, dropout_p)
+        weights = None
+        if need_weights:  # an inspection path: the tiles' weights computed on CPU copies
+            with torch.no_grad():
+                qc, kc = query.detach().cpu(), key.detach().cpu()
+                w = _tile_weights(qc, kc, plan(pattern, n, block, b * h), None if pad is None else pad.cpu(), scale)
+            weights = BlockWeights(w.index, w.values.to(query.device), w.block, w.n)
+        return out, weights
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)

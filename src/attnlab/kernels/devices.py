@@ -82,11 +82,10 @@ def flex_pattern_attention(q, k, v, pattern: Pattern, real, scale: float, *, com
         compiled = q.device.type == "cuda"
     bm = block_mask(pattern, n, q.device, block or (FLEX_BLOCK if q.device.type == "cuda" else 64))
     score_mod = None
-    if real is not None:
-        neg = torch.tensor(float("-inf"), dtype=q.dtype, device=q.device)
+    if real is not None:  # one block mask for every batch: padding as −∞ on the padded keys' scores
 
         def score_mod(score, bi, hi, q_idx, kv_idx):
-            return torch.where(real[bi, kv_idx], score, neg)
+            return torch.where(real[bi, kv_idx], score, float("-inf"))
 
     out, aux = _flex_fn(compiled)(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale,
                                   return_aux=AuxRequest(lse=True))
