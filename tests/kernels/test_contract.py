@@ -244,3 +244,18 @@ def test_attention_lse_ignores_non_finite_masked_keys():
 def test_merge_rejects_mismatched_parts():
     with pytest.raises(ValueError, match="as many"):
         K.merge([torch.zeros(2, 3)], [])
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")
+def test_compiled_flex_on_cpu_inference_with_changing_padding():
+    # torch.compile(flex_attention) runs on the CPU for inference (no lse, no backward): one block mask
+    # per (pattern, n, device), the padding a score_mod, so a new padding must give new results
+    n, scale = 256, 0.25
+    for pattern in (PATTERNS["longformer"], P.sliding_window(8) | P.global_tokens([0, 5]) | P.random_blocks(1, 32)):
+        q, k, v = (t.detach().float() for t in qkv(2, 2, n, 16, grad=False))
+        for cut in (0.3, 0.6):
+            real = torch.rand(2, n, generator=torch.Generator().manual_seed(int(cut * 10))) > cut
+            out = devices.flex_pattern_attention(q, k, v, pattern, real, scale, compiled=True)
+            ref, _ = reference(q, k, v, pattern.materialize(n) & real[:, None, None, :])
+            torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=0)

@@ -27,7 +27,7 @@ import weakref
 import torch
 
 from ..functional.attention import attention
-from ..patterns import Pattern
+from ..patterns import Combined, GlobalTokens, Pattern
 
 # pattern → {(n, device): BlockMask}; dropped with the pattern
 _BLOCK_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -53,11 +53,35 @@ def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int 
     key = (n, str(device), block)
     if key not in cache:
 
+        allows = _index_fn(pattern, n, device)
+
         def mask_mod(b, h, q_idx, kv_idx):
-            return pattern.allows(q_idx, kv_idx, n)
+            return allows(q_idx, kv_idx)
 
         cache[key] = create_block_mask(mask_mod, None, None, n, n, device=str(device), BLOCK_SIZE=block)
     return cache[key]
+
+
+def _index_fn(pattern: Pattern, n: int, device):
+    """``(q_idx, kv_idx) -> bool``: ``pattern.allows`` in a form flex's compiler lowers. Global
+    tokens become a lookup table (``torch.isin`` on scalar indices does not lower), block layouts
+    are computed once outside the vmap; ``|`` and ``&`` recurse; every other pattern is its own
+    ``allows``."""
+    if isinstance(pattern, Combined):
+        a, b = _index_fn(pattern.a, n, device), _index_fn(pattern.b, n, device)
+        if pattern.op == "or":
+            return lambda q, k: a(q, k) | b(q, k)
+        return lambda q, k: a(q, k) & b(q, k)
+    if isinstance(pattern, GlobalTokens):
+        table = torch.zeros(max(n, 1), dtype=torch.bool)
+        table[pattern.indices[pattern.indices < n]] = True
+        table = table.to(device)
+        return lambda q, k: table[q] | table[k]
+    if hasattr(pattern, "layout_for") and hasattr(pattern, "block"):  # block layouts (random, given):
+        lay = pattern.layout_for(n).to(device)  # built here, outside flex's vmap (it may draw random numbers)
+        nb, blk = lay.shape[0], pattern.block
+        return lambda q, k: lay[(q // blk).clamp(0, nb - 1), (k // blk).clamp(0, nb - 1)] & (q < nb * blk) & (k < nb * blk)
+    return lambda q, k: pattern.allows(q, k, n)
 
 
 def _flex_fn(compiled: bool):
@@ -87,11 +111,11 @@ def flex_pattern_attention(q, k, v, pattern: Pattern, real, scale: float, *, com
         def score_mod(score, bi, hi, q_idx, kv_idx):
             return torch.where(real[bi, kv_idx], score, float("-inf"))
 
-    out, aux = _flex_fn(compiled)(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale,
-                                  return_aux=AuxRequest(lse=True))
-    lse = aux.lse
-    out = torch.where(torch.isneginf(lse)[..., None], 0.0, out)  # rows with no key: zeros
-    return (out, lse) if return_lse else out
+    fn = _flex_fn(compiled)
+    if not return_lse:  # flex gives rows with no key a zero output itself
+        return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale)
+    out, aux = fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, return_aux=AuxRequest(lse=True))
+    return torch.where(torch.isneginf(aux.lse)[..., None], 0.0, out), aux.lse
 
 
 def _flex(q, k, v, pattern, real, scale, dropout_p):
