@@ -187,6 +187,13 @@ def test_cuda_patterns_through_flex_forward_and_backward():
         want = torch.autograd.grad(ref, (q, k, v), g.double())
         for a, w in zip(got, want):
             torch.testing.assert_close(a.double(), w, atol=5e-3, rtol=0)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")  # the hot path (block mask cached) reads nothing back
+        try:
+            out, _ = K.block_sparse_attention(q, k, v, pattern, key_padding_mask=real)
+            out.sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
 
 
 # --- (out, lse) and merge --------------------------------------------------------------------
