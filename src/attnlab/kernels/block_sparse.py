@@ -198,7 +198,12 @@ def block_sparse_attention(
 
     Returns:
         ``(output (b, h, n, d_v), weights or None)``; equal to
-        ``attnlab.attention(q, k, v, mask=pattern.materialize(n) & padding)``.
+        ``attnlab.attention(q, k, v, mask=pattern.materialize(n) & padding)``. Keys and values at
+        padded positions never influence the output or any gradient, even NaN or ±inf; a row with
+        no key gives zeros; b, h or n = 0 gives an empty output of the right shape.
+
+    Device: CPU tensors run the CPU kernels, CUDA tensors ``flex_attention`` (block mask cached per
+    pattern, n and device), others dense masked attention (``attnlab.kernels.devices``).
     """
     _validate(query, key, value, pattern, block)
     if not 0.0 <= dropout_p < 1.0:
