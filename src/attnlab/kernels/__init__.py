@@ -1,9 +1,16 @@
-"""attnlab.kernels: custom-autograd kernels that give sparse patterns their real cost."""
+"""attnlab.kernels: custom-autograd kernels that give sparse patterns their real cost.
+
+``block_sparse_attention`` chooses its kernel by the tensors' device (``devices``): the CPU
+block-sparse kernels, flex attention on CUDA, dense masked attention elsewhere.
+``attention_lse`` returns a block's ``(out, lse)`` and ``merge`` combines such partial results
+exactly (``lse``)."""
 
 from .block_sparse import BlockWeights, block_sparse_attention, plan, weights_for_rows
+from .devices import backend_for, block_mask, flex_pattern_attention
+from .lse import attention_lse, merge
 from .neighborhood import neighborhood_attention_2d
 from .topk import TopK, top_k, topk_attention, topk_indices
-from .varlen import varlen_attention  # noqa: E402
+from .varlen import varlen_attention
 
 __all__ = [
     "varlen_attention",
@@ -12,6 +19,11 @@ __all__ = [
     "weights_for_rows",
     "BlockWeights",
     "plan",
+    "attention_lse",
+    "merge",
+    "backend_for",
+    "block_mask",
+    "flex_pattern_attention",
     "TopK",
     "top_k",
     "topk_attention",

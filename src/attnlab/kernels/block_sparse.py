@@ -8,7 +8,7 @@ block size, nb = ⌈n/B⌉ blocks, m the key blocks of one query block.
 How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kernels):
 
 1. **Parts.** The pattern's top-level ``|`` terms are split into disjoint parts
-   (``_split``, cached on the pattern): a ``sliding_window`` (``band``: banded
+   (``_split``, cached per pattern in a ``WeakKeyDictionary``): a ``sliding_window`` (``band``: banded
    key spans, strided views of k and v, no gather), ``global_tokens``
    (``global_part``: all queries × the global keys, the global queries × the
    other keys, two dense calls), and the rest of the pattern minus both (the
@@ -16,7 +16,7 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    (``aten._scaled_dot_product_flash_attention_for_cpu``: scores, online
    softmax and the weighted sum in one pass, no score tensor) and returns its
    output and row log-sum-exp; ``flash.merge`` combines them exactly.
-2. A **plan** (cached per pattern, n, block and batch·heads): for every query
+2. A **plan** (``tiles``; cached per pattern in a ``WeakKeyDictionary``, then per n, block and batch·heads): for every query
    block, the list of key blocks the rest touches (``Pattern.blocks``), padded
    to a common width m inside groups of rows sorted by their count, and the
    element-level mask of each gathered tile (partial blocks at window edges,
@@ -31,7 +31,14 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    the private kernel take an explicit path over the whole plan (scores, one
    fused ``torch.softmax``, a dropout mask replayed from a per-group seed).
 
-Non-finite keys and values: they are zeroed before the tiles are computed,
+Devices: CPU tensors take the kernels above; CUDA tensors go through
+``torch.nn.attention.flex_attention`` with a ``BlockMask`` from the pattern's
+index function, other devices through dense masked attention
+(``attnlab.kernels.devices``).
+
+Non-finite keys and values: keys and values the padding mask forbids are
+zeroed with ``torch.where`` (no host read) on every device. Beside them, on the
+CPU path, non-finite keys and values are zeroed before the tiles are computed,
 and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,
 cheap pass with uniform weights finds them), so keys and values at masked
 positions never influence an output, as in ``attnlab.attention``.
@@ -50,6 +57,7 @@ https://arxiv.org/abs/2205.14135 (recomputation from the log-sum-exp).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -57,133 +65,23 @@ import torch
 from .. import _checks
 from ..functional.softmax import masked_softmax
 from ..patterns import Combined, GlobalTokens, Pattern, Window
-from . import flash
+from . import devices, flash
 from .band import band_attention, band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
+from .tiles import (
+    Plan,
+    _blocks,
+    _BlockSparse,
+    _key_real,
+    _scores,
+    _take,
+    plan,
+    plan_backward,
+    plan_forward,
+)
 
-# Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
-SCORE_BUDGET = 1 << 22
-
-
-@dataclass(frozen=True)
-class _Group:
-    q_blocks: torch.Tensor  # (R,) query blocks in this group
-    k_blocks: torch.Tensor  # (R, m) key blocks, padded with block 0
-    deny: torch.Tensor | None  # (R, B, m·B) bool, True = masked; None when nothing is masked
-    valid: torch.Tensor  # (R, m) bool, False on padding slots
-    dead: torch.Tensor | None  # (1, 1, R, B, 1) bool rows the pattern gives no key; None if none
-    bias: torch.Tensor | None  # (1, R, B, m·B) float32 additive form of deny for the fused kernel (rows with no key opened)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The gather plan of a pattern at length n (see the module docstring)."""
-
-    n: int
-    block: int
-    n_blocks: int
-    groups: tuple[_Group, ...]
-    nnz_blocks: int  # non-empty tiles
-    allowed: int  # allowed (query, key) pairs
-
-
-def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
-    """Build (or fetch from the pattern's cache) the plan for length n."""
-    cache = pattern.__dict__.setdefault("_plans", {})
-    key = (n, block, bh)
-    if key in cache:
-        return cache[key]
-    nb = -(-n // block)
-    nz = pattern.blocks(n, block)  # (nnz, 2), sorted by query block then key block
-    counts = torch.bincount(nz[:, 0], minlength=nb)  # key blocks per query block
-    starts = torch.cumsum(counts, 0) - counts
-    order = torch.argsort(counts, stable=True)
-    order = order[counts[order] > 0]  # rows with no key block: zero output, nothing to compute
-    groups, allowed, i = [], 0, 0
-    while i < len(order):
-        m = int(counts[order[i]])
-        rows = max(1, SCORE_BUDGET // (bh * block * m * block))
-        # widen to the largest count in the next `rows` rows (they are sorted by count)
-        j = min(len(order), i + rows)
-        m = int(counts[order[j - 1]])
-        j = min(j, i + max(1, SCORE_BUDGET // (bh * block * m * block)))
-        m = int(counts[order[j - 1]])
-        qb = order[i:j]
-        slot = torch.arange(m)
-        valid = slot[None, :] < counts[qb][:, None]  # (R, m)
-        pos = (starts[qb][:, None] + slot[None, :]).clamp(max=len(nz) - 1)
-        kb = torch.where(valid, nz[pos, 1], torch.zeros((), dtype=torch.long))  # (R, m)
-        ok = pattern.tiles(qb, kb, n, block) & valid.repeat_interleave(block, 1)[:, None, :]
-        allowed += int(ok.sum())
-        dead = ~ok.any(-1)[None, None, :, :, None]
-        deny = None if bool(ok.all()) else ~ok
-        groups.append(_Group(qb, kb, deny, valid, dead if bool(dead.any()) else None, _additive(deny)))
-        i = j
-    p = Plan(n, block, nb, tuple(groups), len(nz), allowed)
-    cache[key] = p
-    return p
-
-
-def _blocks(x: torch.Tensor, nb: int, block: int) -> torch.Tensor:
-    """(b, h, n, d) → (b, h, nb, B, d), zero-padded to whole blocks."""
-    b, h, n, d = x.shape
-    if n < nb * block:
-        x = torch.cat([x, x.new_zeros(b, h, nb * block - n, d)], 2)
-    return x.reshape(b, h, nb, block, d)
-
-
-def _take(xb: torch.Tensor, blocks: torch.Tensor, buf: torch.Tensor | None = None) -> torch.Tensor:
-    """(b, h, nb, B, d) gathered at ``blocks`` (R,) → (b, h, R, B, d) or (R, m) → (b, h, R, m·B, d).
-
-    ``index_select`` on the block axis: one copy, about twice as fast as advanced indexing. With
-    ``buf`` (a flat workspace at least that large) the copy goes there instead of into fresh memory,
-    which every group would otherwise page-fault in anew."""
-    b, h, _, B, d = xb.shape
-    idx = blocks.flatten()
-    if buf is None:
-        g = xb.index_select(2, idx)
-    else:
-        g = torch.index_select(xb, 2, idx, out=buf[: b * h * idx.numel() * B * d].view(b, h, idx.numel(), B, d))
-    return g if blocks.dim() == 1 else g.view(b, h, blocks.shape[0], blocks.shape[1] * B, d)
-
-
-def _workspaces(pl: Plan, like: torch.Tensor, widths: tuple[int, ...]) -> list[torch.Tensor]:
-    """One flat buffer per width (features d or d_v), large enough for the widest group's gathered key blocks."""
-    b, h = like.shape[:2]
-    blocks = max((g.k_blocks.numel() for g in pl.groups), default=0)
-    return [like.new_empty(b * h * blocks * pl.block * w) for w in widths]
-
-
-def _scores(qg, kg, grp: _Group, pad_deny, B: int):
-    """Masked scores (b, h, R, B, m·B) of a group; qg already scaled."""
-    s = qg @ kg.transpose(-1, -2)  # (b, h, R, B, m·B)
-    if grp.deny is not None:
-        s.masked_fill_(grp.deny, float("-inf"))
-    if pad_deny is not None:  # (b, nb, B) True = padded key → (b, 1, R, 1, m·B)
-        s.masked_fill_(pad_deny[:, grp.k_blocks].flatten(2)[:, None, :, None, :], float("-inf"))
-    return s
-
-
-def _dead(grp: _Group, pad_deny) -> torch.Tensor | None:
-    """(b, 1, R, B, 1) bool: query rows of the group that may attend no key; None when there are none."""
-    if pad_deny is None:
-        return grp.dead
-    live = ~pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
-    if grp.deny is not None:
-        live = live & ~grp.deny
-    dead = ~live.any(-1)[:, None, :, :, None]
-    return dead if bool(dead.any()) else None
-
-
-def _softmax(s: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
-    """Row softmax of masked scores; rows with no key give zeros instead of NaN."""
-    p = torch.softmax(s, -1)  # one fused pass; a row of -inf comes out NaN
-    return p.masked_fill_(dead, 0.0) if dead is not None else p
-
-
-def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed + 7919 * gi)
-    return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
+# The parts of each pattern, keyed weakly: a pattern that is dropped takes them with it.
+_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → (window, global tokens, rest)
 
 
 # PyTorch's fused CPU flash kernel and its backward are private ops: where a torch
@@ -191,78 +89,6 @@ def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
 HAS_FUSED = flash.HAS_FUSED
 
 
-def _additive(deny: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
-    """deny (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf), (1 or b, R, B, m·B).
-
-    A row with no key is all −inf: the kernel gives it a zero output (overwritten with an lse of
-    −inf), and in the backward, where it comes with dout = 0, it contributes nothing."""
-    if deny is None:
-        return None
-    bias = flash.additive(~deny, dtype)
-    return bias[None] if bias.dim() == 3 else bias
-
-
-def _bias(grp: _Group, pad_deny, b: int, h: int, dtype) -> torch.Tensor | None:
-    """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend (the plan's own when no padding)."""
-    if pad_deny is None:
-        return grp.bias if dtype == torch.float32 or grp.bias is None else grp.bias.to(dtype)
-    pd = pad_deny[:, grp.k_blocks].flatten(2)[:, :, None, :]  # (b, R, 1, m·B)
-    bias = _additive(pd if grp.deny is None else pd | grp.deny, dtype)  # (b, R, B, m·B)
-    return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
-
-
-def plan_forward(q, k, v, pl: Plan, pad_deny, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
-
-    Query rows the pattern gives no key (and rows of blocks outside the plan) get out = 0, lse = −inf."""
-    b, h, n, d = q.shape
-    B, nb = pl.block, pl.n_blocks
-    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-    out = q.new_zeros(b, h, nb, B, d)
-    lse = q.new_full((b, h, nb, B), float("-inf"))
-    wk, wv = _workspaces(pl, q, (d, d))
-    for grp in pl.groups:
-        R = len(grp.q_blocks)
-        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-        o, lp = flash.FLASH(
-            _take(qb, grp.q_blocks).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
-            vg.reshape(b * h, R, -1, d), 0.0, False, attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
-        )
-        o, lp = o.reshape(b, h, R, B, d), lp.reshape(b, h, R, B).to(lse.dtype)
-        dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
-        if dead is not None:
-            o, lp = o.masked_fill(dead, 0.0), lp.masked_fill(dead[..., 0], float("-inf"))
-        out.index_copy_(2, grp.q_blocks, o)
-        lse.index_copy_(2, grp.q_blocks, lp)
-    return out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n]
-
-
-def plan_backward(dout, q, k, v, out, lse, pl: Plan, pad_deny, scale: float):
-    """Gradients (dq, dk, dv) of the plan's tiles, given the output and lse of the *whole* softmax;
-    rows with no key anywhere must come with dout = 0 and a finite lse."""
-    b, h, n, d = q.shape
-    B, nb = pl.block, pl.n_blocks
-    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-    dob, ob = _blocks(dout, nb, B), _blocks(out, nb, B)
-    lb = _blocks(lse[..., None], nb, B)[..., 0]  # (b, h, nb, B)
-    dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
-    wk, wv = _workspaces(pl, q, (d, d))
-    for grp in pl.groups:
-        rows = grp.q_blocks
-        R, m = grp.k_blocks.shape
-        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-        gq, gk, gv = flash.FLASH_BWD(
-            _take(dob, rows).reshape(b * h, R, B, d), _take(qb, rows).reshape(b * h, R, B, d), kg.reshape(b * h, R, -1, d),
-            vg.reshape(b * h, R, -1, d), _take(ob, rows).reshape(b * h, R, B, d),
-            lb.index_select(2, rows).reshape(b * h, R, B), 0.0, False,
-            attn_mask=_bias(grp, pad_deny, b, h, q.dtype), scale=scale,
-        )
-        dq.index_copy_(2, rows, gq.reshape(b, h, R, B, d))
-        # the kernel's key gradients are laid out (b·h, m·B, R, d) in memory: add them by key row, no copy
-        key_rows = (grp.k_blocks.T.repeat_interleave(B, 0) * B + torch.arange(B).repeat(m)[:, None]).flatten()
-        dk.view(b * h, nb * B, d).index_add_(1, key_rows, gk.transpose(1, 2).reshape(b * h, m * B * R, d))
-        dv.view(b * h, nb * B, d).index_add_(1, key_rows, gv.transpose(1, 2).reshape(b * h, m * B * R, d))
-    return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
 
 
 class _Fused(torch.autograd.Function):
@@ -272,104 +98,38 @@ class _Fused(torch.autograd.Function):
     Backward: each part's from the merged output and lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, win: Window | None, T: int, glob, pl: Plan | None, pad_deny, scale: float):
+    def forward(ctx, q, k, v, win: Window | None, T: int, glob, pl: Plan | None, keys, scale: float):
         b, h, n, _ = q.shape
-        real = None if pad_deny is None else (~pad_deny.flatten(1)[:, :n]).expand(b, n)
+        real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
         parts = []
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
         if glob is not None:
             parts += global_forward(q, k, v, glob, win, real, scale)
         if pl is not None:
-            parts.append(plan_forward(q, k, v, pl, pad_deny, scale))
+            parts.append(plan_forward(q, k, v, pl, keys, scale))
         out, lse = flash.merge(parts)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.extras = (win, T, glob, pl, pad_deny, real, scale)
+        ctx.extras = (win, T, glob, pl, keys, real, scale)
         return out.contiguous()
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        win, T, glob, pl, pad_deny, real, scale = ctx.extras
-        dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients
-        dout = dout.contiguous()
-        if bool(dead.any()):
-            dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
+        win, T, glob, pl, keys, real, scale = ctx.extras
+        dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
+        dout, lse = dout.contiguous().masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
         acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
         if win is not None:
             acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
         if glob is not None:
             acc = global_backward(dout, q, k, v, out, lse, glob, win, real, scale, acc)
         if pl is not None:
-            grads = plan_backward(dout, q, k, v, out, lse, pl, pad_deny, scale)
+            grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
             acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
         return *acc, None, None, None, None, None, None
 
 
-class _BlockSparse(torch.autograd.Function):
-    """The explicit path, one tile group at a time: scores, one fused ``torch.softmax``, the weighted
-    sum; for dropout (whose mask is replayed in the backward from a per-group seed), values wider or
-    narrower than the keys, and torch builds without the fused kernel."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, pl: Plan, pad_deny, scale: float, dropout_p: float, seed: int):
-        b, h, n, d = q.shape
-        dv = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        out = q.new_zeros(b, h, nb, B, dv)
-        wk, wv = _workspaces(pl, q, (d, dv))
-        for gi, grp in enumerate(pl.groups):
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            dead = _dead(grp, pad_deny)  # (b, 1, R, B, 1) rows with no key, or None
-            p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, pad_deny, B), dead)
-            if dropout_p > 0:
-                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-            o = p @ vg  # (b, h, R, B, d_v)
-            out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
-        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
-        ctx.save_for_backward(q, k, v, out)
-        ctx.extras = (pl, pad_deny, scale, dropout_p, seed)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out = ctx.saved_tensors
-        pl, pad_deny, scale, dropout_p, seed = ctx.extras
-        b, h, n, d = q.shape
-        dv_ = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
-        delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
-        dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
-        wk, wv = _workspaces(pl, q, (d, dv_))
-        for gi, grp in enumerate(pl.groups):
-            rows, idx = grp.q_blocks, grp.k_blocks.flatten()
-            R, m = grp.k_blocks.shape
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            qg, dog = _take(qb, rows), _take(dob, rows)
-            dead = _dead(grp, pad_deny)
-            if dead is not None:
-                dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
-            qs = qg * scale
-            p = _softmax(_scores(qs, kg, grp, pad_deny, B), dead)  # (b, h, R, B, m·B)
-            dp = dog @ vg.transpose(-1, -2)
-            if dropout_p > 0:
-                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
-                dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                dp.mul_(keep)
-            else:
-                dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-            ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
-            dq.index_copy_(2, rows, (ds @ kg) * scale)
-            dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
-            dk.index_add_(2, idx, dkg)
-            dv.index_add_(2, idx, dvg)
-        dq = dq.flatten(2, 3)[:, :, :n]
-        dk = dk.flatten(2, 3)[:, :, :n]
-        dv = dv.flatten(2, 3)[:, :, :n]
-        return dq, dk, dv, None, None, None, None, None
 
 
 @dataclass(frozen=True)
@@ -394,22 +154,6 @@ class BlockWeights:
         return dense.transpose(3, 4).reshape(b, h, nb * B, nb * B)[:, :, : self.n, : self.n]
 
 
-def _key_deny(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torch.Tensor | None:
-    """(b, k) or (b, 1, 1, k) bool, True = real token → (b, nb, B) True = padded out."""
-    if key_padding_mask is None:
-        return None
-    m = key_padding_mask
-    if m.dim() == 4 and m.shape[1] == 1 and m.shape[2] == 1:
-        m = m[:, 0, 0]
-    if m.dtype != torch.bool or m.dim() != 2 or m.shape[1] != n or m.shape[0] not in (1, b):
-        raise ValueError(
-            f"key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b={b}, k={n} (True = real token); "
-            f"got {_checks.shape(key_padding_mask)} {key_padding_mask.dtype}"
-        )
-    deny = ~m.to(device)
-    if nb * B > n:
-        deny = torch.cat([deny, deny.new_ones(deny.shape[0], nb * B - n)], 1)
-    return deny.reshape(deny.shape[0], nb, B)
 
 
 def _validate(q, k, v, pattern, block):
@@ -454,19 +198,45 @@ def block_sparse_attention(
 
     Returns:
         ``(output (b, h, n, d_v), weights or None)``; equal to
-        ``attnlab.attention(q, k, v, mask=pattern.materialize(n) & padding)``.
+        ``attnlab.attention(q, k, v, mask=pattern.materialize(n) & padding)``. Keys and values at
+        padded positions never influence the output or any gradient, even NaN or ±inf; a row with
+        no key gives zeros; b, h or n = 0 gives an empty output of the right shape.
+
+    Device: CPU tensors run the CPU kernels, CUDA tensors ``flex_attention`` (block mask cached per
+    pattern, n and device), others dense masked attention (``attnlab.kernels.devices``).
     """
     _validate(query, key, value, pattern, block)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     b, h, n, d = query.shape
+    if d == 0:
+        raise ValueError(f"query and key need at least one feature (d >= 1); got query {_checks.shape(query)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    pad = _key_deny(key_padding_mask, b, n, -(-n // block), block, query.device)
+    pad = _key_real(key_padding_mask, b, n, -(-n // block), block, query.device)
+    if query.numel() == 0 or value.numel() == 0:  # b, h or n is 0 (or d_v is): an empty output, as SDPA gives
+        out = value * 0.0 + (query.sum() + key.sum()) * 0.0
+        empty = BlockWeights(torch.zeros(0, 2, dtype=torch.long), query.new_zeros(b, h, 0, block, block), block, n)
+        return out, (empty if need_weights else None)
+    if pad is not None:  # padded keys and values never influence anything, even NaN/inf: zeroed, no host read
+        real = pad.flatten(1)[:, None, :n, None]  # (b, 1, n, 1)
+        key, value = torch.where(real, key, 0.0), torch.where(real, value, 0.0)
+    backend = devices.backend_for(query.device)
+    if backend != "cpu":
+        real = None if pad is None else pad.flatten(1)[:, :n]
+        out = devices.ATTEND[backend](query, key, value, pattern, real, scale, dropout_p)
+        weights = None
+        if need_weights:  # an inspection path: the tiles' weights computed on CPU copies
+            with torch.no_grad():
+                qc, kc = query.detach().cpu(), key.detach().cpu()
+                w = _tile_weights(qc, kc, plan(pattern, n, block, b * h), None if pad is None else pad.cpu(), scale)
+            weights = BlockWeights(w.index, w.values.to(query.device), w.block, w.n)
+        return out, weights
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
-    # Keys and values that no query may attend must not influence anything, even when NaN or inf:
-    # zero the non-finite ones, then make NaN exactly the outputs whose allowed keys hold one.
+    # Keys and values that a pattern forbids to some queries (inside a tile that others may attend)
+    # must not reach them either, even when NaN or inf: zero the non-finite ones, then make NaN exactly
+    # the outputs whose allowed keys hold one. On CPU the finiteness test reads no device.
     dirty = not _checks.all_finite(k, v)
     if dirty:
         bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
@@ -504,8 +274,9 @@ class _Without(Pattern):
 
 def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Pattern | None]:
     """pattern = window | global tokens | rest → (window, global tokens, rest without either),
-    from its top-level ``|`` terms, cached on the pattern; (None, None, pattern) when it has neither."""
-    if "_split" not in pattern.__dict__:
+    from its top-level ``|`` terms, cached in a ``WeakKeyDictionary`` keyed by the pattern;
+    (None, None, pattern) when it has neither."""
+    if pattern not in _SPLITS:
         terms, todo = [], [pattern]
         while todo:
             p = todo.pop()
@@ -525,8 +296,8 @@ def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Patter
             covered = win if glob is None else (glob if win is None else win | glob)
             if covered is not None:
                 rest = _Without(rest, covered)
-        pattern.__dict__["_split"] = (win, glob, rest)
-    return pattern.__dict__["_split"]
+        _SPLITS[pattern] = (win, glob, rest)
+    return _SPLITS[pattern]
 
 
 def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
@@ -545,7 +316,7 @@ def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p:
             pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
         return _Fused.apply(q, k, v, win, query_tile(block, grad), g, pl, pad, scale)
     if type(pattern) is Window and dropout_p == 0:
-        real = None if pad is None else (~pad.flatten(1)[:, :n]).expand(b, n)
+        real = None if pad is None else pad.flatten(1)[:, :n].expand(b, n)
         return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
     return _BlockSparse.apply(q, k, v, plan(pattern, n, block, b * h), pad, scale, dropout_p, seed)
@@ -590,8 +361,8 @@ def weights_for_rows(
     s = (query[:, :, rows] * scale) @ key.transpose(-1, -2)  # (b, h, r, n)
     allow = pattern.allows(rows[:, None], torch.arange(n, device=query.device)[None, :], n)  # (r, n)
     if key_padding_mask is not None:
-        pad = _key_deny(key_padding_mask, b, n, -(-n // 64), 64, query.device).flatten(1)[:, :n]
-        allow = allow & ~pad[:, None, None, :]
+        real = _key_real(key_padding_mask, b, n, -(-n // 64), 64, query.device).flatten(1)[:, :n]
+        allow = allow & real[:, None, None, :]
     return masked_softmax(s, allow)
 
 

@@ -16,8 +16,11 @@ part's share of the gradients: the kernel forms P_ij = exp(s_ij − ℓ_i) and
 that is a sliding window plus other keys runs the window as contiguous spans
 (``band``) and only the rest through gathered tiles (``block_sparse``).
 
-These are private ops: where a torch build lacks them ``HAS_FUSED`` is False and
-the kernels take their explicit paths (same numbers, slower).
+These are private ops with CPU (and Meta) kernels only: the kernels that call
+them run for CPU tensors alone (``attnlab.kernels.devices.backend_for`` chooses by
+the tensors' device; CUDA goes through flex attention). Where a torch build lacks
+them ``HAS_FUSED`` is False and the CPU kernels take their explicit paths (same
+numbers, slower).
 
 Reference: Dao et al., "FlashAttention", 2022, https://arxiv.org/abs/2205.14135;
 Dao et al., "Flash-Decoding", 2023, https://crfm.stanford.edu/2023/10/12/flashdecoding.html.
