@@ -406,18 +406,17 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),
 ]}
 
-# Failures that come only from the sparse kernel files (owned on branch ``kernels``): ONE set, so that
-# the marks can be dropped after that branch is merged. (entry, check) marks every case of that check,
-# (entry, check, param) one case; check names are those passed to ``_params`` in test_contract.py.
+# Known breaks of the contract inside the sparse kernels (strict: a fix makes the test pass, and the
+# mark must then go). (entry, check) marks every case of that check, (entry, check, param) one case;
+# check names are those passed to ``_params`` in test_contract.py.
 SPARSE = ("local", "longformer", "bigbird", "sparse", "kernels.block_sparse_attention", "kernels.topk_attention")
 SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = {
-    # NaN in a future token reaches earlier rows inside the kernel (its own non-finite handling)
+    # NaN in a future token reaches earlier rows inside the kernel (its tiles mix rows before the row rule applies)
     *((n, "causal_future") for n in ("local", "longformer", "bigbird", "sparse")),
-    # batch 0 / n = 0 in the planner and the band kernel; n = 0 in topk
-    *((n, "empty") for n in SPARSE[:5]),
+    # n = 0 in topk
     ("kernels.topk_attention", "empty", "q"), ("kernels.topk_attention", "empty", "k"),
-    # the kernel is torch.compiler.disable'd (one graph break) and reads the host (.item()) in its planner
-    *((n, c) for n in SPARSE[:5] for c in ("compile", "meta")),
+    # the CPU kernel is a custom autograd function behind torch.compiler.disable: one graph break
+    *((n, "compile") for n in SPARSE[:5]),
     ("bigbird", "gradcheck"),  # a .view of a non-contiguous tile in the random-blocks part of the kernel
 }
 
@@ -428,5 +427,4 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {
     "path (its own arithmetic, no softmax) does not yet zero non-finite rows before the feature map as the core does",
     ("mla", "causal_future"): "a NaN in a future token reaches earlier rows through the latent path (not located yet)",
     ("mla", "gradcheck"): "float64 gradcheck of the latent module fails (not located yet)",
-    ("neighborhood-2d", "meta"): "the block-sparse kernel's planner reads the host (no meta tensors)",
 }

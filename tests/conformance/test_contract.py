@@ -31,7 +31,7 @@ def _params(check: str, cases):
         marks = ()
         extra = tuple(str(c) for c in case[1:2]) if isinstance(case, tuple) else ()
         if (name, check) in SPARSE_KERNEL_XFAIL or (name, check, *extra) in SPARSE_KERNEL_XFAIL:
-            marks = (pytest.mark.xfail(reason="sparse kernel fix on branch kernels", strict=False),)
+            marks = (pytest.mark.xfail(reason="a known gap of the sparse kernel (SPARSE_KERNEL_XFAIL)", strict=True),)
         elif (name, check) in KNOWN_GAPS:
             marks = (pytest.mark.xfail(reason=KNOWN_GAPS[(name, check)], strict=True),)
         out.append(pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=marks,
