@@ -30,7 +30,7 @@ import torch
 from .. import patterns as P
 from ..functional.attention import attention
 from ..functional.scores import default_scale
-from ..kernels import block_sparse_attention, flash
+from ..kernels import attention_lse, block_sparse_attention, flash, merge
 from .comm import exchange, ring_shift, tie
 from .layout import positions, world
 
@@ -53,27 +53,6 @@ def _mask(allow: torch.Tensor | None, pad: torch.Tensor | None, device) -> torch
         p = pad[:, None, None, :]
         m = p if m is None else m & p
     return m
-
-
-def block_lse(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """Row log-sum-exp ℓ_i = log Σ_{j allowed} exp(q_i·k_j · scale), −inf for a row with no key; (…, n_q)."""
-    s = (q * scale) @ k.transpose(-2, -1)  # (b, h, n_q, n_k)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    return torch.logsumexp(s, dim=-1)
-
-
-def merge(outs: list[torch.Tensor], lses: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Partial results over disjoint key sets → (o, ℓ); a row with no key anywhere: o = 0, ℓ = −inf.
-
-    Differentiable, and finite in its gradients for such rows too."""
-    stack = torch.stack(lses)  # (P, …, n_q)
-    dead = torch.isneginf(stack).all(0)  # (…, n_q): no key in any part
-    safe = torch.where(dead, torch.zeros_like(stack), stack)
-    total = torch.logsumexp(safe, dim=0)
-    w = torch.where(dead, torch.zeros_like(safe), torch.exp(safe - total))  # (P, …, n_q)
-    out = sum(wp[..., None] * o for wp, o in zip(w.unbind(0), outs))
-    return out, torch.where(dead, torch.full_like(total, float("-inf")), total)
 
 
 def _fused(q, k, v, *, bias=None, causal=False, scale):
@@ -133,8 +112,7 @@ def _partial(q, k, v, mask, scale):
             return out, lse
         dead = ~mask.any(-1)  # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
         return out.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
-    out, _ = attention(q, k, v, mask=mask, scale=scale)  # the core: zero rows, masking rules
-    return out, block_lse(q, k, mask, scale)
+    return attention_lse(q, k, v, mask, scale=scale)  # the core's output and its ℓ, differentiable
 
 
 def _fusable(q, k, v) -> bool:
@@ -231,4 +209,4 @@ def ring_attention(
     return tie(merge(outs, lses)[0], tokens)
 
 
-__all__ = ["ring_attention", "merge", "block_lse"]
+__all__ = ["ring_attention"]
