@@ -5,7 +5,6 @@
 * ``render`` (text), ``render_markdown`` (Markdown + LaTeX), ``document`` (JSON-ready dict)
 """
 
-from .claims import ClaimCheck, check_all
 from .examples import Example, ExampleError, builtin_names, load, parse
 from .mechanisms import MECHANISMS, run
 from .render_markdown import render_markdown
@@ -14,6 +13,6 @@ from .verify import Verdict, verify
 from .walkthrough import document
 
 __all__ = [
-    "Example", "ExampleError", "ClaimCheck", "Verdict", "MECHANISMS", "builtin_names", "load", "parse",
-    "run", "render", "render_markdown", "document", "check_all", "verify",
+    "Example", "ExampleError", "Verdict", "MECHANISMS", "builtin_names", "load", "parse",
+    "run", "render", "render_markdown", "document", "verify",
 ]

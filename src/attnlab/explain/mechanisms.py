@@ -225,6 +225,28 @@ MECHANISMS: dict[str, Mechanism] = {
 }
 
 
+# Other spellings of the mechanisms' names: nn's registry spells names with hyphens
+# (``multi-head``) and by paper (``bahdanau``, ``luong-dot``). A local map until
+# ``attnlab.nn.registry.canonical`` lands; explain's own names stay as they are.
+ALIASES: dict[str, str] = {
+    "bahdanau": "additive",
+    "luong-dot": "dot",
+    "luong-general": "general",
+    "luong-concat": "concat",
+    "cross": "cross_attention",
+}
+
+
+def canonical(name: str) -> str:
+    """explain's name for a mechanism written either way (``multi-head`` → ``multi_head``); unknown names unchanged."""
+    if name in MECHANISMS:
+        return name
+    if name in ALIASES:
+        return ALIASES[name]
+    under = name.replace("-", "_")
+    return under if under in MECHANISMS else name
+
+
 def run(ex: Example) -> Trace:
     """Compute the example with the library and return its trace."""
     try:
@@ -274,4 +296,4 @@ def head_axis(ex: Example, name: str) -> bool:
     return MECHANISMS[ex.mechanism].batched and name in HEAD_STEPS and num_heads(ex) > 1
 
 
-__all__ = ["Mechanism", "MECHANISMS", "run", "display_value", "head_axis", "num_heads", "single_query"]
+__all__ = ["Mechanism", "MECHANISMS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]

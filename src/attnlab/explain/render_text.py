@@ -16,7 +16,7 @@ from ..trace import Trace
 from . import i18n
 from .examples import Example
 from .mechanisms import display_value, head_axis
-from .verify import DRIFT, EXACT, WRONG, Verdict
+from .verify import CONVENTION, DRIFT, EXACT, OTHER_STEP, WRONG, Verdict
 
 
 def fmt_number(x: float, digits: int) -> str:
@@ -57,7 +57,7 @@ def fmt_value(x: Any, digits: int) -> str:
     return fmt_array(torch.tensor(x, dtype=torch.float64), digits, indent="").strip()
 
 
-MARKS = {EXACT: "✓", DRIFT: "≈", WRONG: "✗"}
+MARKS = {EXACT: "✓", DRIFT: "≈", CONVENTION: "~", OTHER_STEP: "✗", WRONG: "✗"}
 
 
 def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]]:
@@ -71,6 +71,12 @@ def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]
     notes = []
     if v.status == DRIFT:
         notes.append(i18n.t(lang, "rule", rule=i18n.t(lang, v.rule)))
+    if v.status == CONVENTION:
+        notes.append(i18n.t(lang, "convention", what=i18n.t(lang, v.rule)))
+    if v.status == OTHER_STEP:
+        key = f"other:{v.step}<{v.rule}"
+        notes.append(i18n.t(lang, key) if i18n.has(lang, key) else i18n.t(
+            lang, "other_step", name=v.rule, label=i18n.label(lang, v.rule), formula=v.extra.get("formula", "")))
     if v.status == WRONG:
         if v.follows_from:
             notes.append(i18n.t(lang, "follows", where=v.follows_from))
@@ -83,8 +89,11 @@ def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]
 
 
 def summary(verdicts: list[Verdict], lang: str) -> str:
-    count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, WRONG)}
-    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], wrong=count[WRONG])
+    count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, CONVENTION, OTHER_STEP, WRONG)}
+    more = "".join(i18n.t(lang, key, n=count[s]) for s, key in (
+        (CONVENTION, "summary_convention"), (OTHER_STEP, "summary_other")) if count[s])
+    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], more=more,
+                  wrong=count[WRONG])
 
 
 def _width(s: str) -> int:
@@ -98,7 +107,8 @@ def _pad(s: str, width: int) -> str:
 
 def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> list[str]:
     lines = ["", i18n.t(lang, "claims")]
-    status_width = max([6] + [_width(i18n.t(lang, s)) for s in (EXACT, DRIFT, WRONG)])
+    shown = {EXACT, DRIFT, WRONG} | {v.status for v in verdicts}
+    status_width = max([6] + [_width(i18n.t(lang, s)) for s in shown])
     for v in verdicts:
         text, true, notes = claim_lines(v, digits, lang)
         status = i18n.t(lang, v.status)
