@@ -1,7 +1,8 @@
 """attnlab.explain: step-by-step walkthroughs and worked-example checks, read from traces.
 
 * ``load(name_or_path)`` / ``parse(text)``: a worked example (TOML), ``run(ex)``: its trace
-* ``verify(ex)``: every claim exact, rounding drift or wrong (rules in ``attnlab.explain.verify``)
+* ``verify(ex)``: every claim exact, rounding drift, another convention, another step or wrong
+  (rules in ``attnlab.explain.verify``); recomputed with ``attnlab.functional.steps``
 * ``render`` (text), ``render_markdown`` (Markdown + LaTeX), ``document`` (JSON-ready dict)
 """
 

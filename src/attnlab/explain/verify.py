@@ -1,4 +1,4 @@
-"""The worked-example checker: every claim is exact, rounding drift, or wrong.
+"""The worked-example checker: every claim is exact, rounding drift, another convention, another step, or wrong.
 
 A claim is a number (or an array, or a 1-based argmax position) written in a
 worked example for one step of the mechanism. ``verify(ex)`` recomputes the
@@ -13,8 +13,10 @@ An argmax claim agrees when the row's largest entry is at the claimed position.
 
 **rounding drift**: not exact, but a *hand computation* that follows the
 example's own rounding agrees with it. The hand computations recompute the
-claim's step from the inputs, step by step (``attnlab.explain.chains``, which is
-checked against the library), in three variants:
+claim's step from the inputs, step by step, with the functional layer's own
+step functions (``attnlab.functional.steps``: each recorded step's function,
+fed the earlier steps' values; ``attnlab.explain.recompute`` only picks the
+mechanism's path), in three variants:
 
   (a) *own values*: every entry of an earlier step that an earlier exact or
       drift claim gives is replaced by the number as written (seed 000:
