@@ -12,7 +12,7 @@ import torch
 
 import attnlab
 from attnlab.cli import main
-from attnlab.explain import check_all, load, run
+from attnlab.explain import load, run, verify
 
 
 def test_trace_records_named_steps_with_formulas():
@@ -43,7 +43,7 @@ def test_seed_000_walkthrough_numbers_come_from_the_trace():
     ex = load("seed-000-additive")
     tr = run(ex)
     np.testing.assert_allclose(tr["scores"].value[0].numpy(), [1.5267, 0.9687, 0.8797], atol=1e-4)
-    checks = {c.where(): c.ok for c in check_all(ex, tr)}
+    checks = {c.where(): c.ok for c in verify(ex, tr)}
     assert checks["scores[2]"] is False  # the text's 1.32
     assert checks["weights"] is False and checks["context"] is False
     assert checks["projected_query"] is True and checks["preactivation[1]"] is True
@@ -51,7 +51,7 @@ def test_seed_000_walkthrough_numbers_come_from_the_trace():
 
 def test_seed_001_self_attention_argmax_claim_is_wrong():
     ex = load("seed-001-self-attention")
-    (argmax,) = [c for c in check_all(ex, run(ex)) if c.relation == "argmax"]
+    (argmax,) = [c for c in verify(ex, run(ex)) if c.relation == "argmax"]
     assert argmax.claimed == 4 and argmax.true == 5 and not argmax.ok
 
 

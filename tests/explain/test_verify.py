@@ -60,7 +60,7 @@ def test_correct_examples_all_exact(name):
 
 @pytest.mark.parametrize("name", builtin_names())
 def test_chain_reproduces_the_trace(name):
-    """The hand-computation chain, with nothing substituted, gives the library's numbers."""
+    """The step functions, with nothing substituted, gives the library's numbers."""
     ex = load(name)
     t = run(ex)
     for i, step in enumerate(t.steps):

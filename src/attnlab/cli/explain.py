@@ -1,4 +1,7 @@
-"""``attnlab explain MECHANISM [--example NAME | --file FILE.toml] [--lang en|zh] [--format text|markdown|json]``.
+"""``attnlab explain [MECHANISM] [--example NAME | --file FILE.toml] [--lang en|zh] [--format text|markdown|json]``.
+
+MECHANISM may be left out with ``--example`` or ``--file`` (the example names
+it); it is spelled either way (``multi_head`` or ``multi-head``).
 
 A step-by-step walkthrough: every recorded step with its formula and numbers,
 then the example's written claims, each exact, rounding drift or wrong.
@@ -8,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..explain import builtin_names, document, load, render, render_markdown, run, verify
 from ..explain.i18n import LANGS
-from ..explain.mechanisms import MECHANISMS
+from ..explain.mechanisms import MECHANISMS, canonical
 from . import UsageError
 from ._threads import add_threads
 
@@ -30,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",
     )
-    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))}")
+    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))} (hyphens accepted: multi-head); "
+                   "optional with --example or --file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
@@ -48,20 +53,27 @@ def run_explain(args: argparse.Namespace) -> int:
             ex = load(name)
             print(f"{name:<30} {ex.mechanism:<16} {ex.title}")
         return 0
-    if not args.mechanism:
-        raise UsageError("give a MECHANISM (e.g. 'additive'), or --list to see the examples")
-    if args.mechanism not in MECHANISMS:
-        raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
     if not (0 <= args.digits <= 12):
         raise UsageError(f"--digits must be between 0 and 12; got {args.digits}")
-    if not (args.example or args.file):
-        choices = [n for n in builtin_names() if load(n).mechanism == args.mechanism]
+    mechanism = canonical(args.mechanism) if args.mechanism else None
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise UsageError(f"--file {args.file}: " + ("is a folder, not a file" if path.is_dir() else "no such file"))
+        ex = load(path)
+    elif args.example:
+        ex = load(args.example)
+    elif mechanism is not None:
+        choices = [n for n in builtin_names() if load(n).mechanism == mechanism]
         if not choices:
-            raise UsageError(f"no built-in example for {args.mechanism!r}; pass --file FILE.toml")
-        args.example = choices[0]
-    ex = load(args.file or args.example)
-    if ex.mechanism != args.mechanism:
-        raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {args.mechanism!r}")
+            raise UsageError(f"no built-in example for {mechanism!r}; pass --file FILE.toml")
+        ex = load(choices[0])
+    else:
+        raise UsageError("give a MECHANISM (e.g. 'additive'), --example NAME or --file FILE.toml; --list shows the examples")
+    if mechanism is not None and ex.mechanism != mechanism:
+        raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {mechanism!r}")
     trace = run(ex)
     print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
     return 0

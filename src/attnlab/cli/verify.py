@@ -1,6 +1,7 @@
 """``attnlab verify FILE...``: check every claim of worked examples (exit 0 only when none is wrong).
 
-Each claim is exact, rounding drift or wrong (rules: ``attnlab.explain.verify``).
+Each claim is exact, rounding drift, another convention (truncated, percent, 0-based
+index, transposed), another step's value, or wrong (rules: ``attnlab.explain.verify``).
 A FILE is a TOML path or a built-in example's name; ``--all`` checks every
 built-in example.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..explain import builtin_names, document, load, run, verify
 from ..explain.i18n import LANGS
@@ -21,11 +23,12 @@ from ._threads import add_threads
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
-        help="check the claims of worked examples: exact, rounding drift or wrong",
+        help="check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
         description="Recompute each worked example with attnlab and classify every written claim as "
         "exact (right at its written precision), rounding drift (right from the example's own rounded "
-        "values) or wrong (with the true value and the earlier wrong claim it follows). "
-        "Exit code 0 only when no claim is wrong.",
+        "values), another convention (truncated, rounded up or down, percentages, a 0-based index, a transposed "
+        "matrix), another step's value (e.g. raw scores written as scaled) or wrong (with the true value and "
+        "the earlier wrong claim that changes it). Exit code 0 only when no claim is wrong or another step's.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="worked-example TOML files or built-in example names")
     p.add_argument("--all", action="store_true", help="verify every built-in example")
@@ -43,6 +46,8 @@ def run_verify(args: argparse.Namespace) -> int:
         raise UsageError("give one or more FILEs (TOML paths or built-in names), or --all")
     wrong, docs = 0, []
     for name in names:
+        if name.endswith(".toml") and not Path(name).is_file():
+            raise UsageError(f"{name}: " + ("is a folder, not a file" if Path(name).is_dir() else "no such file"))
         ex = load(name)
         trace = run(ex)
         verdicts = verify(ex, trace)

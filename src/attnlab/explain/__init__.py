@@ -1,11 +1,11 @@
 """attnlab.explain: step-by-step walkthroughs and worked-example checks, read from traces.
 
 * ``load(name_or_path)`` / ``parse(text)``: a worked example (TOML), ``run(ex)``: its trace
-* ``verify(ex)``: every claim exact, rounding drift or wrong (rules in ``attnlab.explain.verify``)
+* ``verify(ex)``: every claim exact, rounding drift, another convention, another step or wrong
+  (rules in ``attnlab.explain.verify``); recomputed with ``attnlab.functional.steps``
 * ``render`` (text), ``render_markdown`` (Markdown + LaTeX), ``document`` (JSON-ready dict)
 """
 
-from .claims import ClaimCheck, check_all
 from .examples import Example, ExampleError, builtin_names, load, parse
 from .mechanisms import MECHANISMS, run
 from .render_markdown import render_markdown
@@ -14,6 +14,6 @@ from .verify import Verdict, verify
 from .walkthrough import document
 
 __all__ = [
-    "Example", "ExampleError", "ClaimCheck", "Verdict", "MECHANISMS", "builtin_names", "load", "parse",
-    "run", "render", "render_markdown", "document", "check_all", "verify",
+    "Example", "ExampleError", "Verdict", "MECHANISMS", "builtin_names", "load", "parse",
+    "run", "render", "render_markdown", "document", "verify",
 ]

@@ -111,7 +111,9 @@ def parse(text: str, name: str = "<string>") -> Example:
         raise ExampleError(f"{name}: not valid TOML: {msg}") from None
     if "mechanism" not in data:
         raise ExampleError(f"{name}: missing the field 'mechanism' (one of {', '.join(sorted(MECHANISMS))})")
-    mech = data["mechanism"]
+    from .mechanisms import canonical
+
+    mech = canonical(data["mechanism"]) if isinstance(data["mechanism"], str) else data["mechanism"]
     if mech not in MECHANISMS:
         n = _locate(text, "", "mechanism", None)
         where = f"{name}, line {n}" if n else name

@@ -15,17 +15,22 @@ LANGS = ("en", "zh")
 
 PHRASES: dict[str, dict[str, str]] = {
     "en": {
-        "from": "(from {source})",
         "mechanism": "mechanism: {name}",
+        "paper": "paper: {authors} {year}, {url}",
+        "inputs": "inputs:",
+        "params": "parameters:",
         "tokens": "tokens: {tokens}",
         "key_tokens": "key tokens: {tokens}",
         "step": "Step {n}. {name} ({label}): {formula}",
         "head": "head {i}",
         "slice": "[{i}]",
         "claims": "Claims written in the example, checked against attnlab:",
+        "col_claim": "claim",
         "exact": "exact",
         "rounding drift": "drift",
         "wrong": "WRONG",
+        "another convention": "convention",
+        "another step": "other step",
         "claim_equal": "{where} = {claimed}",
         "claim_argmax": "largest entry of {where} at position {claimed}",
         "true_value": "true: {value}",
@@ -37,23 +42,42 @@ PHRASES: dict[str, dict[str, str]] = {
         "follows": "right arithmetic from the wrong {where}",
         "upstream": "after the wrong {where}",
         "own": "the example's own earlier values give {value}",
-        "summary": "{total} claims: {exact} exact, {drift} rounding drift, {wrong} wrong.",
+        "summary": "{total} claims: {exact} exact, {drift} rounding drift, {more}{wrong} wrong.",
+        "summary_convention": "{n} another convention, ",
+        "summary_other": "{n} another step, ",
+        "convention": "another convention: {what}",
+        "truncated": "truncated at the written precision (not rounded)",
+        "rounded up": "rounded up at the written precision",
+        "rounded down": "rounded down at the written precision",
+        "percent": "written as percentages (× 100)",
+        "0-based index": "the index counted from 0 (it is the next entry's value)",
+        "transposed": "the matrix written transposed",
+        "other_step": "matches another step: {name} ({label}), {formula}",
+        "other:scaled_scores<scores": "matches the raw scores qᵀk (before ÷√d)",
+        "other:scores<scaled_scores": "matches the scaled scores qᵀk/√d (after ÷√d)",
+        "other:weights<scores": "matches the scores before softmax",
+        "other:weights<scaled_scores": "matches the scaled scores before softmax",
         "no_claims": "(no claims written)",
         "masked": "{n} of {total} scores masked",
         "verify_file": "{name}: {summary}",
     },
     "zh": {
-        "from": "（出自 {source}）",
         "mechanism": "机制：{name}",
+        "paper": "论文：{authors} {year}，{url}",
+        "inputs": "输入：",
+        "params": "参数：",
         "tokens": "词元：{tokens}",
         "key_tokens": "键的词元：{tokens}",
         "step": "第 {n} 步. {name}（{label}）：{formula}",
         "head": "头 {i}",
         "slice": "[{i}]",
         "claims": "例子中写下的数值，与 attnlab 的计算核对：",
+        "col_claim": "写下的值",
         "exact": "正确",
         "rounding drift": "舍入误差",
         "wrong": "错误",
+        "another convention": "另一约定",
+        "another step": "另一步",
         "claim_equal": "{where} = {claimed}",
         "claim_argmax": "{where} 的最大值在第 {claimed} 位",
         "true_value": "真值：{value}",
@@ -65,7 +89,21 @@ PHRASES: dict[str, dict[str, str]] = {
         "follows": "计算本身正确，但出自错误的 {where}",
         "upstream": "在错误的 {where} 之后",
         "own": "按例子自己前面的数值算得 {value}",
-        "summary": "共 {total} 个数值：{exact} 个正确，{drift} 个舍入误差，{wrong} 个错误。",
+        "summary": "共 {total} 个数值：{exact} 个正确，{drift} 个舍入误差，{more}{wrong} 个错误。",
+        "summary_convention": "{n} 个另一约定，",
+        "summary_other": "{n} 个另一步的值，",
+        "convention": "另一种约定：{what}",
+        "truncated": "按书写精度截断（而非四舍五入）",
+        "rounded up": "按书写精度向上取整",
+        "rounded down": "按书写精度向下取整",
+        "percent": "写成百分数（× 100）",
+        "0-based index": "下标从 0 数起（这是下一项的值）",
+        "transposed": "矩阵写成了转置",
+        "other_step": "与另一步相符：{name}（{label}），{formula}",
+        "other:scaled_scores<scores": "与未缩放的得分 qᵀk 相符（除以 √d 之前）",
+        "other:scores<scaled_scores": "与缩放后的得分 qᵀk/√d 相符（除以 √d 之后）",
+        "other:weights<scores": "与 softmax 之前的得分相符",
+        "other:weights<scaled_scores": "与 softmax 之前的缩放得分相符",
         "no_claims": "（没有写下的数值）",
         "masked": "{total} 个得分中 {n} 个被遮住",
         "verify_file": "{name}：{summary}",
@@ -108,6 +146,10 @@ def t(lang: str, key: str, **kw: object) -> str:
     return PHRASES[check_lang(lang)][key].format(**kw)
 
 
+def has(lang: str, key: str) -> bool:
+    return key in PHRASES[check_lang(lang)]
+
+
 def label(lang: str, step: str) -> str:
     pair = LABELS.get(step)
     if pair is None:
@@ -125,4 +167,4 @@ def note(lang: str, text: str) -> str:
     return text
 
 
-__all__ = ["LANGS", "t", "label", "note", "check_lang"]
+__all__ = ["LANGS", "t", "has", "label", "note", "check_lang"]

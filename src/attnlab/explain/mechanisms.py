@@ -195,6 +195,24 @@ def _run_attentional(ex: Example) -> Trace:
 
 
 @dataclass(frozen=True)
+class Paper:
+    """A citation: authors, year, link (no title: a walkthrough in Chinese has no English left)."""
+
+    authors: str
+    year: int
+    url: str
+
+
+PAPERS: dict[str, Paper] = {
+    "bahdanau": Paper("Bahdanau, Cho, Bengio", 2015, "https://arxiv.org/abs/1409.0473"),
+    "luong": Paper("Luong, Pham, Manning", 2015, "https://arxiv.org/abs/1508.04025"),
+    "vaswani": Paper("Vaswani et al.", 2017, "https://arxiv.org/abs/1706.03762"),
+    "child": Paper("Child, Gray, Radford, Sutskever", 2019, "https://arxiv.org/abs/1904.10509"),
+    "woo": Paper("Woo, Park, Lee, Kweon", 2018, "https://arxiv.org/abs/1807.06521"),
+}
+
+
+@dataclass(frozen=True)
 class Mechanism:
     """How to run a mechanism's example, and how its steps are laid out for display.
 
@@ -204,25 +222,66 @@ class Mechanism:
 
     run: Callable[[Example], Trace]
     summary: str
+    paper: str  # a key of PAPERS
+    inputs: tuple[str, ...]  # [inputs] keys; "a|b": one of them; "?": optional
+    params: tuple[str, ...]  # [params] keys; "?": optional
     batched: bool = False
     squeeze: bool = False
 
 
+_QKV = ("query", "keys", "values?", "mask?")
+_SCORE = ("score?", "causal?")
+_PROJ = ("w_q?", "w_k?", "w_v?", "w_o?", "scale?", "causal?")
+
 MECHANISMS: dict[str, Mechanism] = {
-    "dot": Mechanism(lambda ex: _run_attention(ex, "dot"), "Luong dot score qᵀk"),
-    "scaled_dot": Mechanism(lambda ex: _run_attention(ex, "scaled_dot"), "scaled dot product qᵀk/√d"),
-    "general": Mechanism(lambda ex: _run_attention(ex, "general"), "Luong general score qᵀWk"),
-    "additive": Mechanism(lambda ex: _run_attention(ex, "additive"), "Bahdanau additive score vᵀtanh(W_q q + W_k k)"),
-    "concat": Mechanism(lambda ex: _run_attention(ex, "concat"), "Luong concat score vᵀtanh(W[q; k])"),
-    "masked": Mechanism(lambda ex: _run_attention(ex, "scaled_dot", need_mask=True), "attention with a mask"),
-    "sparse": Mechanism(_run_sparse, "sparse attention: a pattern as a mask"),
-    "attentional": Mechanism(_run_attentional, "Luong attentional output tanh(W_c[c; s] + b_c)"),
-    "self_attention": Mechanism(_run_self, "self-attention from x with W_q, W_k, W_v", batched=True),
-    "multi_head": Mechanism(_run_multi_head, "multi-head: split, per head, concat, W_o", batched=True),
-    "cross_attention": Mechanism(_run_cross, "cross-attention: queries from one sequence, keys from another", batched=True),
-    "channel": Mechanism(_run_channel, "CBAM channel attention", batched=True, squeeze=True),
-    "spatial": Mechanism(_run_spatial, "CBAM spatial attention", batched=True, squeeze=True),
+    "dot": Mechanism(lambda ex: _run_attention(ex, "dot"), "Luong dot score qᵀk", "luong", _QKV, ("causal?",)),
+    "scaled_dot": Mechanism(lambda ex: _run_attention(ex, "scaled_dot"), "scaled dot product qᵀk/√d", "vaswani",
+                            _QKV, ("scale?", "causal?")),
+    "general": Mechanism(lambda ex: _run_attention(ex, "general"), "Luong general score qᵀWk", "luong",
+                         _QKV, ("weight", "causal?")),
+    "additive": Mechanism(lambda ex: _run_attention(ex, "additive"), "Bahdanau additive score vᵀtanh(W_q q + W_k k)",
+                          "bahdanau", _QKV, ("w_q", "w_k", "v", "causal?")),
+    "concat": Mechanism(lambda ex: _run_attention(ex, "concat"), "Luong concat score vᵀtanh(W[q; k])", "luong",
+                        _QKV, ("weight", "v", "causal?")),
+    "masked": Mechanism(lambda ex: _run_attention(ex, "scaled_dot", need_mask=True), "attention with a mask",
+                        "vaswani", _QKV, ("scale?", "causal?", "score?")),
+    "sparse": Mechanism(_run_sparse, "sparse attention: a pattern as a mask", "child", _QKV,
+                        ("pattern?", "combine?", "scale?", "causal?")),
+    "attentional": Mechanism(_run_attentional, "Luong attentional output tanh(W_c[c; s] + b_c)", "luong", _QKV,
+                             ("w_c", "b_c?", *_SCORE, "weight?", "w_q?", "w_k?", "v?", "scale?")),
+    "self_attention": Mechanism(_run_self, "self-attention from x with W_q, W_k, W_v", "vaswani", ("x", "mask?"),
+                                _PROJ, batched=True),
+    "multi_head": Mechanism(_run_multi_head, "multi-head: split, per head, concat, W_o", "vaswani",
+                            ("x|query", "keys?", "values?", "mask?"), ("num_heads", *_PROJ), batched=True),
+    "cross_attention": Mechanism(_run_cross, "cross-attention: queries from one sequence, keys from another",
+                                 "vaswani", _QKV, ("num_heads?", *_PROJ), batched=True),
+    "channel": Mechanism(_run_channel, "CBAM channel attention", "woo", ("feature_map",),
+                         ("w1", "b1?", "w2", "b2?"), batched=True, squeeze=True),
+    "spatial": Mechanism(_run_spatial, "CBAM spatial attention", "woo", ("feature_map",), ("weight", "bias?"),
+                         batched=True, squeeze=True),
 }
+
+
+# Other spellings of the mechanisms' names: nn's registry spells names with hyphens
+# (``multi-head``) and by paper (``bahdanau``, ``luong-dot``). A local map until
+# ``attnlab.nn.registry.canonical`` lands; explain's own names stay as they are.
+ALIASES: dict[str, str] = {
+    "bahdanau": "additive",
+    "luong-dot": "dot",
+    "luong-general": "general",
+    "luong-concat": "concat",
+    "cross": "cross_attention",
+}
+
+
+def canonical(name: str) -> str:
+    """explain's name for a mechanism written either way (``multi-head`` → ``multi_head``); unknown names unchanged."""
+    if name in MECHANISMS:
+        return name
+    if name in ALIASES:
+        return ALIASES[name]
+    under = name.replace("-", "_")
+    return under if under in MECHANISMS else name
 
 
 def run(ex: Example) -> Trace:
@@ -274,4 +333,4 @@ def head_axis(ex: Example, name: str) -> bool:
     return MECHANISMS[ex.mechanism].batched and name in HEAD_STEPS and num_heads(ex) > 1
 
 
-__all__ = ["Mechanism", "MECHANISMS", "run", "display_value", "head_axis", "num_heads", "single_query"]
+__all__ = ["Mechanism", "MECHANISMS", "Paper", "PAPERS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]

@@ -12,7 +12,7 @@ from ..trace import Trace
 from . import i18n
 from .examples import Example
 from .mechanisms import display_value, head_axis
-from .render_text import MARKS, claim_lines, fmt_number, header, summary
+from .render_text import MARKS, claim_lines, fmt_number, given, header, scalar_text, summary
 from .verify import Verdict
 
 
@@ -53,6 +53,17 @@ def render_markdown(
 ) -> str:
     head = header(ex, lang)
     lines = [f"# {head[0]}", ""] + [f"{h}  " for h in head[1:]]
+    for table in ("inputs", "params"):
+        items = [(n, v) for tb, n, v in given(ex) if tb == table]
+        if items:
+            lines += ["", f"**{i18n.t(lang, table)}**", ""]
+        for name, value in items:
+            if isinstance(value, torch.Tensor) and value.dim() > 2:
+                lines += [f"`{name}`", ""] + _block(value, digits, lambda i: f"[{i}]") + [""]
+            elif isinstance(value, torch.Tensor):
+                lines.append(f"`{name}` $$= {latex_array(value, 0 if name == 'mask' else digits)}$$  ")
+            else:
+                lines.append(f"`{name} = {scalar_text(value)}`  ")
     for n, step in enumerate(t, start=1):
         lines += ["", f"## {n}. `{step.name}` ({i18n.label(lang, step.name)})", ""]
         lines.append(f"$${step.latex}$$" if step.latex else f"`{step.formula}`")
@@ -63,7 +74,7 @@ def render_markdown(
         lines += _block(display_value(ex, step.name, step.value), digits,
                         (lambda i: i18n.t(lang, "head", i=i)) if heads else (lambda i: f"[{i}]"))
     if checks:
-        lines += ["", f"## {i18n.t(lang, 'claims')}", "", "| | claim | attnlab | |", "|---|---|---|---|"]
+        lines += ["", f"## {i18n.t(lang, 'claims')}", "", f"| | {i18n.t(lang, 'col_claim')} | attnlab | |", "|---|---|---|---|"]
         for v in checks:
             text, true, notes = claim_lines(v, digits, lang)
             lines.append(f"| {MARKS[v.status]} {i18n.t(lang, v.status)} | {_esc(text)} | {_esc(true)} | {_esc('; '.join(notes))} |")

@@ -6,6 +6,7 @@ for each claim): it computes nothing. ``lang`` is ``"en"`` or ``"zh"``.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from decimal import Decimal
 from typing import Any
@@ -15,8 +16,8 @@ import torch
 from ..trace import Trace
 from . import i18n
 from .examples import Example
-from .mechanisms import display_value, head_axis
-from .verify import DRIFT, EXACT, WRONG, Verdict
+from .mechanisms import MECHANISMS, PAPERS, display_value, head_axis
+from .verify import CONVENTION, DRIFT, EXACT, OTHER_STEP, WRONG, Verdict
 
 
 def fmt_number(x: float, digits: int) -> str:
@@ -57,7 +58,7 @@ def fmt_value(x: Any, digits: int) -> str:
     return fmt_array(torch.tensor(x, dtype=torch.float64), digits, indent="").strip()
 
 
-MARKS = {EXACT: "✓", DRIFT: "≈", WRONG: "✗"}
+MARKS = {EXACT: "✓", DRIFT: "≈", CONVENTION: "~", OTHER_STEP: "✗", WRONG: "✗"}
 
 
 def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]]:
@@ -71,6 +72,12 @@ def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]
     notes = []
     if v.status == DRIFT:
         notes.append(i18n.t(lang, "rule", rule=i18n.t(lang, v.rule)))
+    if v.status == CONVENTION:
+        notes.append(i18n.t(lang, "convention", what=i18n.t(lang, v.rule)))
+    if v.status == OTHER_STEP:
+        key = f"other:{v.step}<{v.rule}"
+        notes.append(i18n.t(lang, key) if i18n.has(lang, key) else i18n.t(
+            lang, "other_step", name=v.rule, label=i18n.label(lang, v.rule), formula=v.extra.get("formula", "")))
     if v.status == WRONG:
         if v.follows_from:
             notes.append(i18n.t(lang, "follows", where=v.follows_from))
@@ -83,8 +90,11 @@ def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]
 
 
 def summary(verdicts: list[Verdict], lang: str) -> str:
-    count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, WRONG)}
-    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], wrong=count[WRONG])
+    count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, CONVENTION, OTHER_STEP, WRONG)}
+    more = "".join(i18n.t(lang, key, n=count[s]) for s, key in (
+        (CONVENTION, "summary_convention"), (OTHER_STEP, "summary_other")) if count[s])
+    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], more=more,
+                  wrong=count[WRONG])
 
 
 def _width(s: str) -> int:
@@ -98,7 +108,8 @@ def _pad(s: str, width: int) -> str:
 
 def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> list[str]:
     lines = ["", i18n.t(lang, "claims")]
-    status_width = max([6] + [_width(i18n.t(lang, s)) for s in (EXACT, DRIFT, WRONG)])
+    shown = {EXACT, DRIFT, WRONG} | {v.status for v in verdicts}
+    status_width = max([6] + [_width(i18n.t(lang, s)) for s in shown])
     for v in verdicts:
         text, true, notes = claim_lines(v, digits, lang)
         status = i18n.t(lang, v.status)
@@ -109,10 +120,11 @@ def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> lis
 
 
 def header(ex: Example, lang: str) -> list[str]:
+    """Title, mechanism, the paper (authors, year, link) and the tokens."""
     lines = [(ex.title_zh if lang == "zh" and ex.title_zh else ex.title) or ex.name]
-    if ex.source:
-        lines.append(i18n.t(lang, "from", source=ex.source))
     lines.append(i18n.t(lang, "mechanism", name=ex.mechanism))
+    paper = PAPERS[MECHANISMS[ex.mechanism].paper]
+    lines.append(i18n.t(lang, "paper", authors=paper.authors, year=paper.year, url=paper.url))
     if ex.tokens:
         lines.append(i18n.t(lang, "tokens", tokens=" ".join(f"{i + 1}:{tok}" for i, tok in enumerate(ex.tokens))))
     if ex.key_tokens:
@@ -120,10 +132,69 @@ def header(ex: Example, lang: str) -> list[str]:
     return lines
 
 
+def is_array(x: Any) -> bool:
+    """A number or a (nested) list of numbers (not a bool, a string or a table)."""
+    if isinstance(x, list):
+        return bool(x) and all(is_array(y) for y in x)
+    return isinstance(x, (int, float, Decimal)) and not isinstance(x, bool)
+
+
+def _mask_rows(x: Any) -> Any:
+    return [_mask_rows(y) for y in x] if isinstance(x, list) else int(bool(x))
+
+
+def given(ex: Example) -> list[tuple[str, str, Any]]:
+    """The example's inputs and parameters as written: (table, name, value), arrays as float64 tensors."""
+    out = []
+    for table, src in (("inputs", ex.inputs), ("params", ex.params)):
+        for name, value in src.items():
+            if name == "mask":
+                out.append((table, name, torch.tensor(_mask_rows(value), dtype=torch.float64)))
+            elif is_array(value) and isinstance(value, list):
+                out.append((table, name, torch.tensor(_float_rows(value), dtype=torch.float64)))
+            else:
+                out.append((table, name, value))
+    return out
+
+
+def _float_rows(x: Any) -> Any:
+    return [_float_rows(y) for y in x] if isinstance(x, list) else float(x)
+
+
+def scalar_text(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, (int, float, Decimal)):
+        return str(x)
+    if isinstance(x, str):
+        return x
+    return json.dumps(x, default=str, ensure_ascii=False)
+
+
+def given_lines(ex: Example, digits: int, lang: str) -> list[str]:
+    """The inputs and parameters, before the first step."""
+    lines: list[str] = []
+    for table in ("inputs", "params"):
+        items = [(n, v) for t, n, v in given(ex) if t == table]
+        if not items:
+            continue
+        lines += ["", i18n.t(lang, table)]
+        for name, value in items:
+            if isinstance(value, torch.Tensor):
+                d = 0 if name == "mask" else digits
+                if value.dim() == 0:
+                    lines.append(f"  {name} = {fmt_number(float(value), d)}")
+                else:
+                    lines += [f"  {name}", fmt_array(value, d, indent="    ")]
+            else:
+                lines.append(f"  {name} = {scalar_text(value)}")
+    return lines
+
+
 def render(
     ex: Example, t: Trace, checks: list[Verdict] | None = None, digits: int = 4, lang: str = "en"
 ) -> str:
-    lines = header(ex, lang)
+    lines = header(ex, lang) + given_lines(ex, digits, lang)
     for n, step in enumerate(t, start=1):
         lines.append("")
         lines.append(i18n.t(lang, "step", n=n, name=step.name, label=i18n.label(lang, step.name), formula=step.formula))
@@ -137,4 +208,4 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["render", "fmt_array", "fmt_number", "render_claims", "summary", "claim_lines", "plain"]
+__all__ = ["render", "header", "given", "given_lines", "fmt_array", "fmt_number", "render_claims", "summary", "claim_lines", "plain"]

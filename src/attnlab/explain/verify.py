@@ -1,4 +1,4 @@
-"""The worked-example checker: every claim is exact, rounding drift, or wrong.
+"""The worked-example checker: every claim is exact, rounding drift, another convention, another step, or wrong.
 
 A claim is a number (or an array, or a 1-based argmax position) written in a
 worked example for one step of the mechanism. ``verify(ex)`` recomputes the
@@ -13,8 +13,10 @@ An argmax claim agrees when the row's largest entry is at the claimed position.
 
 **rounding drift**: not exact, but a *hand computation* that follows the
 example's own rounding agrees with it. The hand computations recompute the
-claim's step from the inputs, step by step (``attnlab.explain.chains``, which is
-checked against the library), in three variants:
+claim's step from the inputs, step by step, with the functional layer's own
+step functions (``attnlab.functional.steps``: each recorded step's function,
+fed the earlier steps' values; ``attnlab.explain.recompute`` only picks the
+mechanism's path), in three variants:
 
   (a) *own values*: every entry of an earlier step that an earlier exact or
       drift claim gives is replaced by the number as written (seed 000:
@@ -42,7 +44,34 @@ hand computation (a) that substitutes *all* earlier claims, wrong ones too:
     (whether or not the arithmetic from it is right); ``own`` is the value the
     example's own earlier claims give.
 
-``attnlab verify`` exits with 0 only when no claim is wrong.
+**another convention** (``CONVENTION``): not exact and no drift, but the claim
+is the true value (or a hand computation's) written another common way; the
+verdict names which (``rule``):
+
+  * ``truncated``, ``rounded up``, ``rounded down``: cut off at the written
+    precision instead of rounded (8.48 for 8.4853; 0.57 for 0.561 rounded up);
+    every number agrees either by rounding or by that mode, and every number
+    that needs the mode is written with at least two decimals (cut at 0 or 1
+    decimals, a plain error matches too often);
+  * ``percent``: attention weights written as percentages (47.7 for 0.477);
+  * ``0-based index``: the claim's index counted from 0 (``index = [1]``
+    for the second entry; not for argmax positions, where one place off is
+    the commonest plain error);
+  * ``transposed``: a matrix written transposed.
+
+Truncated and rounded-up/-down claims are the example's own values and are
+substituted like drift in (a) and (b); the others are not.
+
+**another step** (``OTHER_STEP``): the claim is the value of a different step
+at the same place (``rule`` names it): e.g. raw scores qᵀk written as the
+scaled scores (before ÷√d). The claim is still false for its own step.
+
+**wrong**: everything else. ``upstream`` / ``follows_from`` (below) name an
+earlier wrong (or other-step) claim only when substituting it *changes this
+claim at its written precision* (an argmax: its position): an argmax that a
+wrong value cannot move is not "after the wrong value".
+
+``attnlab verify`` exits with 0 only when no claim is wrong or another step's.
 """
 
 from __future__ import annotations
@@ -54,12 +83,17 @@ from typing import Any
 
 import torch
 
+from ..functional.steps import evaluate
 from ..trace import Trace
-from .chains import chain_for
 from .examples import Example, ExampleError
 from .mechanisms import display_value, run
+from .recompute import path_for
 
 EXACT, DRIFT, WRONG = "exact", "rounding drift", "wrong"
+CONVENTION, OTHER_STEP = "another convention", "another step"
+STATUSES = (EXACT, DRIFT, CONVENTION, OTHER_STEP, WRONG)
+ROUNDING_MODES = ("truncated", "rounded up", "rounded down")
+MIN_CUT_DECIMALS = 2  # a number cut at 0 or 1 decimals is too often a plain error that happens to match
 
 
 @dataclass
@@ -72,8 +106,8 @@ class Verdict:
     relation: str  # "equal" or "argmax"
     claimed: Any  # number, nested list, or a 1-based position
     true: Any  # the library's value (nested lists), or the true position
-    status: str  # EXACT, DRIFT or WRONG
-    rule: str = ""  # for drift: "own values", "working precision", "double rounding"
+    status: str  # one of STATUSES
+    rule: str = ""  # drift: "own values", ...; convention: "truncated", ...; another step: its name
     own: Any = None  # the value from the example's own earlier claims (wrong claims)
     follows_from: str = ""  # "scores[2]": the arithmetic is right from this wrong claim
     upstream: str = ""  # the earliest wrong claim that changes this one
@@ -82,7 +116,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return self.status != WRONG
+        return self.status not in (WRONG, OTHER_STEP)
 
     def where(self) -> str:
         return self.step + ("[" + ", ".join(map(str, self.index)) + "]" if self.index else "")
@@ -112,6 +146,41 @@ def _agrees_one(c: Any, x: float, double: bool) -> bool:
         step1 = Decimal(repr(x)).quantize(Decimal(1).scaleb(-(d + 1)), rounding=ROUND_HALF_UP)
         step2 = step1.quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_UP)
         return step2 == Decimal(c).quantize(Decimal(1).scaleb(-d), rounding=ROUND_HALF_UP)
+    return False
+
+
+_MODES = {"truncated": "ROUND_DOWN", "rounded up": "ROUND_CEILING", "rounded down": "ROUND_FLOOR"}
+
+
+def _cut_one(c: Any, x: float, mode: str) -> bool:
+    """``c`` is x rounded (any tie) or cut off by ``mode`` at c's written precision."""
+    if _agrees_one(c, x, False):
+        return True
+    if not math.isfinite(x) or decimals(c) < MIN_CUT_DECIMALS:
+        return False
+    q = Decimal(1).scaleb(-decimals(c))
+    return Decimal(repr(x)).quantize(q, rounding=_MODES[mode]) == Decimal(c).quantize(q)
+
+
+def cut(mode: str, claimed: Any, value: torch.Tensor) -> bool:
+    """Every number of the claim is the value rounded, or cut off by ``mode``, at its written precision."""
+    cs, xs = _flat(claimed), _flat(value)
+    return len(cs) == len(xs) and all(_cut_one(c, x, mode) for c, x in zip(cs, xs))
+
+
+def changes(relation: str, claimed: Any, base: torch.Tensor, alt: torch.Tensor) -> bool:
+    """``alt`` differs from ``base`` where a claim can see it: at its written precision, or its argmax."""
+    if relation == "argmax":
+        return int(torch.argmax(base)) != int(torch.argmax(alt))
+    cs, bs, as_ = _flat(claimed), _flat(base), _flat(alt)
+    for c, b, a in zip(cs, bs, as_):
+        if not (math.isfinite(a) and math.isfinite(b)):
+            if not (a == b or (a != a and b != b)):
+                return True
+            continue
+        q = Decimal(1).scaleb(-decimals(c))
+        if Decimal(repr(b)).quantize(q, rounding=ROUND_HALF_UP) != Decimal(repr(a)).quantize(q, rounding=ROUND_HALF_UP):
+            return True
     return False
 
 
@@ -198,11 +267,10 @@ def _claims(ex: Example, t: Trace) -> list[_Claim]:
 
 def _hand(ex: Example, t: Trace, upto: int, subs: list[_Claim], round_to: int | None) -> torch.Tensor:
     """Recompute step ``upto`` of the trace from earlier steps, with substitutions and rounding."""
-    env, chain = chain_for(ex)
+    env, path = path_for(ex)
     env = dict(env)
     for i, step in enumerate(t.steps[: upto + 1]):
-        fn = chain.get(step.name)
-        value = fn(env) if fn is not None else step.value.clone()
+        value = evaluate(path, env, step.name) if step.name in path else step.value.clone()
         if i < upto:
             value = value.clone()
             if round_to is not None:
@@ -219,8 +287,49 @@ def _working_precision(ex: Example) -> int:
     return max((decimals(x) for c in ex.claims if isinstance(c, dict) for x in _flat(c.get("value", 0))), default=0)
 
 
+def _shifted(ex: Example, t: Trace, c: _Claim) -> torch.Tensor | None:
+    """The claimed part one place further along every index (the claim's index read as 0-based)."""
+    if not c.index:
+        return None
+    try:
+        return select(ex, c.step, t[c.step].value, [i + 1 for i in c.index])
+    except ExampleError:
+        return None
+
+
+def _convention(ex: Example, t: Trace, c: _Claim, true: torch.Tensor, hands: list[torch.Tensor]) -> str:
+    """The other common convention the claim follows, or ""."""
+    if c.relation == "argmax":  # an argmax one place off is the commonest plain error: never a convention
+        return ""
+    for mode in ROUNDING_MODES:
+        if any(cut(mode, c.value, h) for h in [true, *hands]):
+            return mode
+    if c.step == "weights" and agrees("equal", c.value, true * 100):
+        return "percent"
+    moved = _shifted(ex, t, c)
+    if moved is not None and agrees("equal", c.value, moved):
+        return "0-based index"
+    if true.dim() == 2 and true.shape[0] > 1 and true.shape[1] > 1 and agrees("equal", c.value, true.T):
+        return "transposed"
+    return ""
+
+
+def _other_step(ex: Example, t: Trace, c: _Claim) -> str:
+    """The name of another recorded step whose value at the same place is the claim, or ""."""
+    shape = display_value(ex, c.step, t[c.step].value).shape
+    for name in dict.fromkeys(t.names()):
+        if name == c.step:
+            continue
+        value = t[name].value
+        if display_value(ex, name, value).shape != shape:
+            continue
+        if agrees(c.relation, c.value, select(ex, name, value, c.index)):
+            return name
+    return ""
+
+
 def verify(ex: Example, t: Trace | None = None) -> list[Verdict]:
-    """Classify every claim of ``ex`` (in step order) as exact, rounding drift or wrong."""
+    """Classify every claim of ``ex`` (in step order): exact, drift, another convention, another step or wrong."""
     t = run(ex) if t is None else t
     claims = _claims(ex, t)
     p = _working_precision(ex)
@@ -228,7 +337,7 @@ def verify(ex: Example, t: Trace | None = None) -> list[Verdict]:
     for c in claims:
         true = select(ex, c.step, t[c.step].value, c.index)
         earlier = [(d, v) for d, v in done if d.pos < c.pos]
-        ok_subs = [d for d, v in earlier if v.ok]
+        ok_subs = [d for d, v in earlier if v.status in (EXACT, DRIFT) or v.rule in ROUNDING_MODES]
         wrong_subs = [d for d, v in earlier if not v.ok]
         verdict = Verdict(
             c.n, c.step, tuple(c.index), c.relation, c.value,
@@ -248,6 +357,11 @@ def verify(ex: Example, t: Trace | None = None) -> list[Verdict]:
                 rule = "double rounding" if any(agrees("equal", c.value, h, double=True) for h in cands.values()) else ""
             if rule:
                 verdict.status, verdict.rule = DRIFT, rule
+            elif conv := _convention(ex, t, c, true, list(parts.values())):
+                verdict.status, verdict.rule = CONVENTION, conv
+            elif other := _other_step(ex, t, c):
+                verdict.status, verdict.rule = OTHER_STEP, other
+                verdict.extra["formula"] = t[other].formula
             else:
                 verdict.status = WRONG
                 base = parts["own values"]
@@ -255,7 +369,7 @@ def verify(ex: Example, t: Trace | None = None) -> list[Verdict]:
                 verdict.own = int(torch.argmax(own)) + 1 if c.relation == "argmax" else own.tolist()
                 for w in sorted(wrong_subs, key=lambda d: (d.pos, d.n)):
                     alt = select(ex, c.step, _hand(ex, t, c.pos, ok_subs + [w], None), c.index)
-                    if not torch.allclose(alt, base, rtol=0, atol=1e-12, equal_nan=True):
+                    if changes(c.relation, c.value, base, alt):
                         verdict.upstream = w.where()
                         break
                 if verdict.upstream and agrees(c.relation, c.value, own):
@@ -268,4 +382,7 @@ def all_ok(verdicts: list[Verdict]) -> bool:
     return all(v.ok for v in verdicts)
 
 
-__all__ = ["Verdict", "verify", "agrees", "decimals", "all_ok", "EXACT", "DRIFT", "WRONG"]
+__all__ = [
+    "Verdict", "verify", "agrees", "cut", "changes", "decimals", "all_ok",
+    "EXACT", "DRIFT", "CONVENTION", "OTHER_STEP", "WRONG", "STATUSES", "ROUNDING_MODES",
+]

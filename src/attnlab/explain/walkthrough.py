@@ -7,7 +7,9 @@ library's float64 values, unrounded), then each claim's verdict. Only reads.
 
 from __future__ import annotations
 
+import json
 import math
+from decimal import Decimal
 from typing import Any
 
 import torch
@@ -15,8 +17,8 @@ import torch
 from ..trace import Trace
 from . import i18n
 from .examples import Example
-from .mechanisms import display_value, head_axis
-from .render_text import plain, summary
+from .mechanisms import MECHANISMS, PAPERS, display_value, head_axis
+from .render_text import given, plain, scalar_text, summary
 from .verify import Verdict
 
 
@@ -27,6 +29,12 @@ def _json_numbers(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None if x != x else ("inf" if x > 0 else "-inf")
     return x
+
+
+def _given(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return _json_numbers(x.tolist())
+    return json.loads(scalar_text(x)) if isinstance(x, (list, dict)) else (float(x) if isinstance(x, Decimal) else x)
 
 
 def _claimed(x: Any) -> Any:
@@ -54,6 +62,9 @@ def document(ex: Example, t: Trace, checks: list[Verdict] | None = None, lang: s
         "title": (ex.title_zh if lang == "zh" and ex.title_zh else ex.title) or ex.name,
         "source": ex.source,
         "mechanism": ex.mechanism,
+        "paper": vars(PAPERS[MECHANISMS[ex.mechanism].paper]),
+        "inputs": {n: _given(v) for tb, n, v in given(ex) if tb == "inputs"},
+        "params": {n: _given(v) for tb, n, v in given(ex) if tb == "params"},
         "tokens": ex.tokens,
         "key_tokens": ex.key_tokens,
         "steps": steps,

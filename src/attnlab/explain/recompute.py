@@ -1,0 +1,123 @@
+"""What ``verify`` recomputes a step from: the example's inputs and parameters, and the step functions.
+
+``attnlab verify`` must answer "what would this step be if the earlier steps
+had the *written* (rounded) values?". It asks the functional layer's own step
+functions (``attnlab.functional.steps``: the named steps of each mechanism's
+reference path), fed with the written values of the earlier steps. This module
+does no arithmetic: it only reads the example into an environment (the names
+the step functions read: q, k, v, mask, scale, the parameters) and picks the
+mechanism's path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..functional import steps
+from ..functional.scores import default_scale
+from .examples import Example, _feature_map, _mask, _need, _opt, _qkv, _rows
+from .mechanisms import canonical, num_heads
+
+Env = dict[str, torch.Tensor]
+
+
+def _scalar(x: float) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.float64)
+
+
+def _score_name(ex: Example, default: str) -> str:
+    return str(ex.params.get("score", default))
+
+
+def _attention_env(ex: Example, score: str) -> Env:
+    q, k, v = _qkv(ex)
+    e: Env = {"q": q, "k": k, "v": v}
+    m = _mask(ex, q.shape[0], k.shape[0])
+    if m is not None:
+        e["mask"] = m
+    e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(q.shape[-1]))
+    if score in ("additive", "concat"):
+        e["v_vec"] = _need(ex, "params", "v")
+    if score == "additive":
+        e["w_q"], e["w_k"] = _need(ex, "params", "w_q"), _need(ex, "params", "w_k")
+    elif score == "concat":  # W [q; k] = W_q q + W_k k: W's query and key columns (views)
+        w = _need(ex, "params", "weight")
+        e["w_q"], e["w_k"] = w[:, : q.shape[-1]], w[:, q.shape[-1] :]
+    elif score == "general":
+        e["w_k"] = _need(ex, "params", "weight")
+    return e
+
+
+def _projected_env(ex: Example) -> Env:
+    if "x" in ex.inputs:
+        q = k = v = _rows(ex, "x")
+    else:
+        q, k, v = _qkv(ex)
+    e: Env = {"q": q[None], "k": k[None], "v": v[None], "h": torch.tensor(num_heads(ex))}
+    for name, x in (("w_q", q), ("w_k", k), ("w_v", v)):
+        w = _opt(ex, "params", name)
+        e[name] = w if w is not None else torch.eye(x.shape[-1], dtype=torch.float64)
+    w_o = _opt(ex, "params", "w_o")
+    e["w_o"] = w_o if w_o is not None else torch.eye(e["w_v"].shape[0], dtype=torch.float64)
+    m = _mask(ex, q.shape[0], k.shape[0])
+    if m is not None:
+        e["mask"] = m
+    d_h = e["w_q"].shape[0] // num_heads(ex)
+    e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(d_h))
+    return e
+
+
+def _vision_env(ex: Example) -> Env:
+    e: Env = {"f": _feature_map(ex)}
+    for name in ("w1", "b1", "w2", "b2", "weight", "bias"):
+        t = _opt(ex, "params", name)
+        if t is not None:
+            e[name] = t
+    if "weight" in e and e["weight"].dim() == 3:
+        e["weight"] = e["weight"].unsqueeze(0)
+    if "bias" in e:
+        e["bias"] = e["bias"].reshape(1)
+    return e
+
+
+def _attention(default: str):
+    def make(ex: Example) -> tuple[Env, steps.Path]:
+        s = _score_name(ex, default)
+        return _attention_env(ex, s), steps.PATHS[f"attention/{s}"]
+
+    return make
+
+
+def _attentional(ex: Example) -> tuple[Env, steps.Path]:
+    s = _score_name(ex, "dot")
+    e = _attention_env(ex, s)
+    e["w_c"] = _need(ex, "params", "w_c")
+    b = _opt(ex, "params", "b_c")
+    if b is not None:
+        e["b_c"] = b
+    return e, {**steps.PATHS[f"attention/{s}"], **steps.ATTENTIONAL}
+
+
+PATHS = {
+    "dot": _attention("dot"),
+    "scaled_dot": _attention("scaled_dot"),
+    "general": _attention("general"),
+    "additive": _attention("additive"),
+    "concat": _attention("concat"),
+    "masked": _attention("scaled_dot"),
+    "sparse": _attention("scaled_dot"),
+    "attentional": _attentional,
+    "self_attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "multi_head": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "cross_attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "channel": lambda ex: (_vision_env(ex), steps.CHANNEL),
+    "spatial": lambda ex: (_vision_env(ex), steps.SPATIAL),
+}
+
+
+def path_for(ex: Example) -> tuple[Env, steps.Path]:
+    """The inputs/parameters (by the names the step functions read) and the mechanism's step functions."""
+    return PATHS[canonical(ex.mechanism)](ex)
+
+
+__all__ = ["PATHS", "path_for", "Env"]

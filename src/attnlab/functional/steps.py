@@ -1,0 +1,239 @@
+"""The named steps of each mechanism's reference path, one small pure function per step.
+
+A mechanism's reference path (Bahdanau et al. 2015, https://arxiv.org/abs/1409.0473;
+Luong et al. 2015, https://arxiv.org/abs/1508.04025; Vaswani et al. 2017,
+https://arxiv.org/abs/1706.03762; Woo et al. 2018 (CBAM), https://arxiv.org/abs/1807.06521)
+is a sequence of steps, each recorded under a name while ``attnlab.trace()``
+is active:
+
+    additive:    projected_query = W_q q,  projected_keys = W_k k,  preactivation = W_q q_i + W_k k_j,
+                 tanh = tanh(·),  scores = vᵀ u_ij
+    dot family:  scores = qᵀk (general: qᵀ(W k)),  scaled_scores = e · s,  masked_scores = e ← −∞
+    core:        weights = masked softmax(e),  context = α v
+    multi-head:  projected_* = X Wᵀ,  *_heads = split,  …core…,  heads = concat,  output = heads W_oᵀ
+    attentional: context_state = [c; s],  output_preactivation = W_c[c; s] + b_c,  output = tanh(·)
+    CBAM:        avg_pool, max_pool, mlp, weights = σ(·), output = F ⊗ M (channel);
+                 pooled, conv, weights, output (spatial)
+
+``PATHS[name]`` maps each step name of a path to a ``StepFn``: the step's
+function and the names of the earlier steps (or inputs and parameters) it
+reads. ``attnlab verify`` recomputes a step "from the example's own rounded
+values" by calling that step's function on the (rounded) earlier values:
+the same functions, never a second copy of the arithmetic. A step whose
+function already exists elsewhere in ``functional`` (``masked_softmax``,
+``scores.dot``, ``split_heads``, ``merge_heads``) is that function.
+
+| symbol   | argument name in an environment |
+|----------|---------------------------------|
+| q, k, v  | ``q``, ``k``, ``v`` (query, keys, values as the mechanism used them) |
+| s        | ``scale`` (a 0-d tensor)        |
+| W_q, W_k, v (additive) | ``w_q``, ``w_k``, ``v_vec`` |
+| W_c, b_c | ``w_c``, ``b_c``                |
+| F        | ``f`` (b, C, H, W)              |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .multihead import merge_heads, split_heads
+from .scores import dot
+from .softmax import masked_softmax
+
+# --- the step functions ------------------------------------------------------------
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """W x for each row: x (..., n, d_in), weight (d_out, d_in) → (..., n, d_out)."""
+    return F.linear(x, weight, bias)
+
+
+def pair_sum(wq: torch.Tensor, wk: torch.Tensor) -> torch.Tensor:
+    """W_q q_i + W_k k_j for every pair: (..., q, d_a), (..., k, d_a) → (..., q, k, d_a)."""
+    return wq.unsqueeze(-2) + wk.unsqueeze(-3)
+
+
+def vector_scores(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """e_ij = vᵀ u_ij: u (..., q, k, d_a), v (d_a,) → (..., q, k)."""
+    return u @ v
+
+
+def scale_scores(e: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """e · s."""
+    return e * scale
+
+
+def mask_scores(e: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """e_ij ← −∞ where the bool mask forbids j (True = may attend)."""
+    return e.masked_fill(~mask, float("-inf"))
+
+
+def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """c_i = Σ_j α_ij v_j: weights (..., q, k), values (..., k, d_v) → (..., q, d_v)."""
+    return weights.to(values.dtype) @ values
+
+
+def concat_features(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[a; b] along the features."""
+    return torch.cat([a, b], dim=-1)
+
+
+def mean_pool(f: torch.Tensor) -> torch.Tensor:
+    """AvgPool over H, W: (b, C, H, W) → (b, C)."""
+    return f.mean(dim=(2, 3))
+
+
+def max_pool(f: torch.Tensor) -> torch.Tensor:
+    """MaxPool over H, W: (b, C, H, W) → (b, C)."""
+    return f.amax(dim=(2, 3))
+
+
+def shared_mlp(avg: torch.Tensor, mx: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
+               w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
+    """MLP(avg) + MLP(max), MLP(x) = W_1 relu(W_0 x + b_0) + b_1: (b, C) → (b, C)."""
+    def mlp(z: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
+
+    return mlp(avg) + mlp(mx)
+
+
+def channel_gate(logits: torch.Tensor) -> torch.Tensor:
+    """M_c = σ(logits) as (b, C, 1, 1)."""
+    return torch.sigmoid(logits)[:, :, None, None]
+
+
+def channel_pool(f: torch.Tensor) -> torch.Tensor:
+    """[mean_c F; max_c F]: (b, C, H, W) → (b, 2, H, W)."""
+    return torch.cat([f.mean(dim=1, keepdim=True), f.amax(dim=1, keepdim=True)], dim=1)
+
+
+def same_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A 2-D convolution with 'same' padding (odd kernel)."""
+    return F.conv2d(x, weight, bias, padding=weight.shape[-1] // 2)
+
+
+def gate(f: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """F' = F ⊗ M (broadcast)."""
+    return f * m
+
+
+# --- the paths: step name → (function, names of what it reads) -------------------------
+
+
+@dataclass(frozen=True)
+class StepFn:
+    """One step of a path: ``fn(*[env[a] for a in args])``; an argument ending in ``?`` may be absent (None)."""
+
+    fn: Callable[..., torch.Tensor]
+    args: tuple[str, ...]
+
+    def __call__(self, env: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.fn(*(env.get(a[:-1]) if a.endswith("?") else env[a] for a in self.args))
+
+
+Path = dict[str, StepFn]
+
+
+def _heads(x: str) -> StepFn:
+    return StepFn(lambda t, h: split_heads(t, int(h)), (x, "h"))
+
+
+def _core(score_step: str, values: str) -> Path:
+    return {
+        "masked_scores": StepFn(mask_scores, (score_step, "mask")),
+        "weights": StepFn(masked_softmax, (score_step, "mask?")),
+        "context": StepFn(weighted_sum, ("weights", values)),
+    }
+
+
+SCORE_PATHS: dict[str, Path] = {
+    "dot": {"scores": StepFn(dot, ("q", "k"))},
+    "scaled_dot": {"scores": StepFn(dot, ("q", "k")), "scaled_scores": StepFn(scale_scores, ("scores", "scale"))},
+    "general": {"projected_keys": StepFn(project, ("k", "w_k")), "scores": StepFn(dot, ("q", "projected_keys"))},
+    "additive": {
+        "projected_query": StepFn(project, ("q", "w_q")),
+        "projected_keys": StepFn(project, ("k", "w_k")),
+        "preactivation": StepFn(pair_sum, ("projected_query", "projected_keys")),
+        "tanh": StepFn(torch.tanh, ("preactivation",)),
+        "scores": StepFn(vector_scores, ("tanh", "v_vec")),
+    },
+}
+SCORE_PATHS["concat"] = SCORE_PATHS["additive"]  # W [q; k] = W_q q + W_k k with W split by columns
+
+
+def attention_path(score: str) -> Path:
+    """The steps of ``attention(q, k, v, score=...)``."""
+    s = SCORE_PATHS[score]
+    return {**s, **_core("scaled_scores" if "scaled_scores" in s else "scores", "v")}
+
+
+ATTENTIONAL: Path = {
+    "context_state": StepFn(concat_features, ("context", "q")),
+    "output_preactivation": StepFn(project, ("context_state", "w_c", "b_c?")),
+    "output": StepFn(torch.tanh, ("output_preactivation",)),
+}
+
+MULTI_HEAD: Path = {
+    "projected_query": StepFn(project, ("q", "w_q")),
+    "projected_keys": StepFn(project, ("k", "w_k")),
+    "projected_values": StepFn(project, ("v", "w_v")),
+    "query_heads": _heads("projected_query"),
+    "key_heads": _heads("projected_keys"),
+    "value_heads": _heads("projected_values"),
+    "scores": StepFn(lambda qh, kh: dot(qh, kh), ("query_heads", "key_heads")),
+    "scaled_scores": StepFn(scale_scores, ("scores", "scale")),
+    **_core("scaled_scores", "value_heads"),
+    "heads": StepFn(merge_heads, ("context",)),
+    "output": StepFn(project, ("heads", "w_o")),
+}
+
+CHANNEL: Path = {
+    "avg_pool": StepFn(mean_pool, ("f",)),
+    "max_pool": StepFn(max_pool, ("f",)),
+    "mlp": StepFn(shared_mlp, ("avg_pool", "max_pool", "w1", "b1?", "w2", "b2?")),
+    "weights": StepFn(channel_gate, ("mlp",)),
+    "output": StepFn(gate, ("f", "weights")),
+}
+
+SPATIAL: Path = {
+    "pooled": StepFn(channel_pool, ("f",)),
+    "conv": StepFn(same_conv, ("pooled", "weight", "bias?")),
+    "weights": StepFn(torch.sigmoid, ("conv",)),
+    "output": StepFn(gate, ("f", "weights")),
+}
+
+PATHS: dict[str, Path] = {
+    **{f"attention/{s}": attention_path(s) for s in SCORE_PATHS},
+    "multi_head": MULTI_HEAD,
+    "channel": CHANNEL,
+    "spatial": SPATIAL,
+}
+
+
+def evaluate(path: Path, env: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    """The value of step ``name``: ``env[name]`` if known, else its function on its arguments.
+
+    Arguments that are missing are computed first by their own step functions
+    (and kept in ``env``): e.g. the query heads of a one-head run, which has
+    no ``query_heads`` step of its own.
+    """
+    if name in env:
+        return env[name]
+    step = path[name]
+    for a in step.args:
+        a = a.rstrip("?")
+        if a not in env and a in path:
+            env[a] = evaluate(path, env, a)
+    return step(env)
+
+
+__all__ = [
+    "StepFn", "Path", "PATHS", "SCORE_PATHS", "ATTENTIONAL", "MULTI_HEAD", "CHANNEL", "SPATIAL",
+    "attention_path", "evaluate", "project", "pair_sum", "vector_scores", "scale_scores", "mask_scores",
+    "weighted_sum", "concat_features", "mean_pool", "max_pool", "shared_mlp", "channel_gate",
+    "channel_pool", "same_conv", "gate",
+]
