@@ -1,11 +1,14 @@
 """The command line of the translation lab: train → translate → evaluate, resume, bad input, the experiment."""
 
 import json
+import re
 import shutil
 
 import pytest
 
 from attnlab.cli import main
+from attnlab.data import load_dataset
+from attnlab.data.vocab import tokenize
 
 TRAIN = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "300", "--max-digits", "3", "--emb", "8",
          "--hidden", "16", "--attn-dim", "16", "--batch-size", "16", "--eval-every", "10", "--save-every", "10", "--quiet"]
@@ -30,17 +33,56 @@ def test_checkpoint_layout(run_dir):
 def test_translate_prints_output_and_alignment(run_dir, capsys, tmp_path):
     png = tmp_path / "a.png"
     assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("vierhundertzwei → ")
-    assert "   vierhundertzwei" in out and "←" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("vierhundertzwei → ")
+    indent = len(lines[1]) - 15
+    assert lines[1] == " " * indent + "vierhundertzwei"  # the source characters head the columns
+    rows = [ln for ln in lines[2:] if "←" in ln]
+    # one row per output token (at most --max-len 4, plus </s> if it ended), each with one cell per source char
+    assert 1 <= len(rows) <= 5 and len(lines) == 2 + len(rows) + 1 and lines[-1] == f"wrote {png}"
+    for row in rows:
+        assert set(row[indent : indent + 15]) <= set(" ·░▒▓█") and row[indent + 15 : indent + 19] == "  ← "
+        char, weight = re.search(r"← '(.)' (\d\.\d\d)$", row).groups()
+        assert char in "vierhundertzwei" and 0 < float(weight) <= 1  # the largest weight of a distribution
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert main(["translate", "--checkpoint", str(run_dir), "zwei", "--beam", "3", "--no-alignment"]) == 0
+    assert re.fullmatch(r"zwei → [^\n]*\n", capsys.readouterr().out)  # one line, no alignment
 
 
-def test_evaluate(run_dir, capsys):
+def test_evaluate_matches_sacrebleu_on_translate_output(run_dir, capsys):
+    """``evaluate``'s figures = sacrebleu (called here) on what ``translate`` prints for the same test sentences."""
+    sacrebleu = pytest.importorskip("sacrebleu")
+    ds = load_dataset("numbers-de-en", n=300, seed=0, max_digits=3)
+    assert ds.src_level == "char"
+    srcs, refs = zip(*ds.splits.test[:10])
+    guard = 2 * max(len(tokenize(r, ds.tgt_level)) for r in refs) + 10  # evaluate's length guard (one batch)
+    assert main(["translate", "--checkpoint", str(run_dir), "--no-alignment", "--max-len", str(guard), *srcs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(" → ")[0] for ln in lines] == list(srcs)
+    hyps = [ln.split(" → ", 1)[1].removesuffix(f"  (stopped at --max-len {guard})") for ln in lines]
+
     assert main(["evaluate", "--checkpoint", str(run_dir), "--limit", "10", "--buckets", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "exact" in out and "BLEU" in out and "chrF" in out and "| source length |" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "numbers-de-en test: 10 sentences, bahdanau decoder, beam 1"
+
+    def expect(h, r):
+        exact = 100 * sum(a == b for a, b in zip(h, r)) / len(r)
+        return exact, sacrebleu.corpus_bleu(h, [r]).score, sacrebleu.corpus_chrf(h, [r]).score
+
+    exact, bleu, chrf = map(float, re.fullmatch(r"exact (\S+)%  BLEU (\S+)  chrF (\S+)", out[1]).groups())
+    assert (exact, bleu, chrf) == pytest.approx(expect(hyps, refs), abs=0.051)
+    # two buckets: the shorter and the longer half of the source lengths (in characters)
+    lengths = sorted(len(s) for s in srcs)
+    halves = [(lengths[0], lengths[4]), (lengths[5], lengths[9])]
+    assert lengths[4] < lengths[5]
+    rows = [ln for ln in out if re.match(r"\| \d", ln)]
+    assert len(rows) == 2
+    for row, (lo, hi) in zip(rows, halves):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[0] == f"{lo}–{hi}" and cells[1] == "5"
+        sel = [i for i, s in enumerate(srcs) if lo <= len(s) <= hi]
+        want = expect([hyps[i] for i in sel], [refs[i] for i in sel])
+        assert tuple(map(float, cells[2:])) == pytest.approx(want, abs=0.051)
 
 
 def test_resume_continues(run_dir, tmp_path, capsys):
@@ -84,8 +126,25 @@ def test_bad_input_gives_clear_errors(run_dir, tmp_path, capsys):
 def test_experiment_bottleneck_quick(tmp_path, capsys):
     out = tmp_path / "b"
     assert main(["experiment", "bottleneck", "--quick", "--quiet", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "none exact / chrF" in text and "bahdanau" in text and "luong" in text
+    text = capsys.readouterr().out.splitlines()
     res = json.loads((out / "results.json").read_text())
-    assert set(res["models"]) == {"none", "bahdanau", "luong"}
+    names = ["none", "bahdanau", "luong"]
+    assert list(res["models"]) == names
+    assert text[0] == "| source length | n | " + " | ".join(f"{m} exact / chrF" for m in names) + " |"
+    # the printed table is results.json rounded: one row per bucket, then "all"
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in text[2:] if ln.startswith("| ") and "–" in ln or
+            ln.startswith("| all")]
+    buckets = [tuple(b) for b in res["buckets"]]
+    assert len(rows) == len(buckets) + 1
+    for i, row in enumerate(rows):
+        for j, m in enumerate(names):
+            r = res["models"][m]["by_length"][i] if i < len(buckets) else res["models"][m]["overall"]
+            assert row[2 + j] == f"{r['exact']:.1f} / {r['chrf']:.1f}"
+            assert 0 <= r["chrf"] <= 100 and 0 <= r["exact"] <= 100
+        want_n = res["models"]["none"]["by_length"][i]["n"] if i < len(buckets) else res["models"]["none"]["overall"]["n"]
+        assert row[0] == (f"{buckets[i][0]}–{buckets[i][1]}" if i < len(buckets) else "all") and row[1] == str(want_n)
+    for m in names:
+        by = res["models"][m]["by_length"]
+        assert sum(r["n"] for r in by) == res["models"][m]["overall"]["n"] > 0
+        assert [(r["lo"], r["hi"]) for r in by] == buckets
     assert (out / "bottleneck.png").read_bytes()[:4] == b"\x89PNG"
