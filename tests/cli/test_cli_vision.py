@@ -3,6 +3,7 @@
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 
 from attnlab.cli import main
@@ -24,11 +25,20 @@ def test_experiment_vision_quick(tmp_path, capsys):
                  "--widths", "4,8", "--variants", "none,se,eca,cbam", "--overlays", "3", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
-    for v in ("none", "se", "eca", "cbam"):
-        assert f"| {v} |" in text
     data = json.loads((out / "results.json").read_text())
     rows = {r["variant"]: r for r in data["rows"]}
-    assert all(len(r["accuracies"]) == 2 and 0 <= r["mean"] <= 1 for r in rows.values())
+    assert list(rows) == ["none", "se", "eca", "cbam"]
+    for v, r in rows.items():
+        acc = np.array(r["accuracies"])
+        assert len(acc) == 2 and np.all((acc >= 0) & (acc <= 1))
+        assert np.allclose(acc * 64, np.round(acc * 64))  # a count of correct answers out of --n-test 64
+        assert r["mean"] == pytest.approx(acc.mean(), abs=1e-12)
+        assert r["std"] == pytest.approx(abs(acc[0] - acc[1]) / np.sqrt(2), abs=1e-12)  # sample std of two
+        # the printed row is these numbers
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {v} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == f"{r['params']:,}"
+        assert cells[2] == f"{100 * acc.mean():.2f}% ± {100 * r['std']:.2f}"
     assert rows["none"]["params"] < rows["eca"]["params"] < rows["cbam"]["params"]
     png = out / "cbam_spatial_maps.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
