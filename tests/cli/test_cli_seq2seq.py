@@ -5,10 +5,9 @@ import re
 import shutil
 
 import pytest
+from evaluate_check import check_evaluate_against_translate
 
 from attnlab.cli import main
-from attnlab.data import load_dataset
-from attnlab.data.vocab import tokenize
 
 TRAIN = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "300", "--max-digits", "3", "--emb", "8",
          "--hidden", "16", "--attn-dim", "16", "--batch-size", "16", "--eval-every", "10", "--save-every", "10", "--quiet"]
@@ -50,39 +49,7 @@ def test_translate_prints_output_and_alignment(run_dir, capsys, tmp_path):
 
 
 def test_evaluate_matches_sacrebleu_on_translate_output(run_dir, capsys):
-    """``evaluate``'s figures = sacrebleu (called here) on what ``translate`` prints for the same test sentences."""
-    sacrebleu = pytest.importorskip("sacrebleu")
-    ds = load_dataset("numbers-de-en", n=300, seed=0, max_digits=3)
-    assert ds.src_level == "char"
-    srcs, refs = zip(*ds.splits.test[:10])
-    guard = 2 * max(len(tokenize(r, ds.tgt_level)) for r in refs) + 10  # evaluate's length guard (one batch)
-    assert main(["translate", "--checkpoint", str(run_dir), "--no-alignment", "--max-len", str(guard), *srcs]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert [ln.split(" → ")[0] for ln in lines] == list(srcs)
-    hyps = [ln.split(" → ", 1)[1].removesuffix(f"  (stopped at --max-len {guard})") for ln in lines]
-
-    assert main(["evaluate", "--checkpoint", str(run_dir), "--limit", "10", "--buckets", "2"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "numbers-de-en test: 10 sentences, bahdanau decoder, beam 1"
-
-    def expect(h, r):
-        exact = 100 * sum(a == b for a, b in zip(h, r)) / len(r)
-        return exact, sacrebleu.corpus_bleu(h, [r]).score, sacrebleu.corpus_chrf(h, [r]).score
-
-    exact, bleu, chrf = map(float, re.fullmatch(r"exact (\S+)%  BLEU (\S+)  chrF (\S+)", out[1]).groups())
-    assert (exact, bleu, chrf) == pytest.approx(expect(hyps, refs), abs=0.051)
-    # two buckets: the shorter and the longer half of the source lengths (in characters)
-    lengths = sorted(len(s) for s in srcs)
-    halves = [(lengths[0], lengths[4]), (lengths[5], lengths[9])]
-    assert lengths[4] < lengths[5]
-    rows = [ln for ln in out if re.match(r"\| \d", ln)]
-    assert len(rows) == 2
-    for row, (lo, hi) in zip(rows, halves):
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[0] == f"{lo}–{hi}" and cells[1] == "5"
-        sel = [i for i, s in enumerate(srcs) if lo <= len(s) <= hi]
-        want = expect([hyps[i] for i in sel], [refs[i] for i in sel])
-        assert tuple(map(float, cells[2:])) == pytest.approx(want, abs=0.051)
+    check_evaluate_against_translate(run_dir, capsys, "bahdanau decoder")
 
 
 def test_resume_continues(run_dir, tmp_path, capsys):
