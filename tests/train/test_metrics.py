@@ -9,6 +9,7 @@ chrF = (1 + β²) P R / (β² P + R), β = 2. Counts below are written out by ha
 """
 
 import math
+import sys
 
 import pytest
 
@@ -107,3 +108,14 @@ def test_by_length_scores_each_bucket_on_its_own():
     assert rows[1]["bleu"] == pytest.approx(BLEU2, abs=1e-6) and rows[1]["exact"] == 0.0
     assert rows[2]["bleu"] == pytest.approx(BLEU1, abs=1e-6)
     assert rows[3] == {"lo": 10, "hi": 20, "exact": 0.0, "bleu": 0.0, "chrf": 0.0, "n": 0}
+
+
+def test_length_buckets_default_is_five_quintiles():
+    assert metrics.length_buckets(list(range(1, 11))) == [(1, 2), (3, 4), (5, 6), (7, 8), (9, 10)]
+
+
+def test_without_sacrebleu_the_error_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sacrebleu", None)  # import sacrebleu → ImportError
+    with pytest.raises(ValueError) as e:
+        metrics.scores(["a"], ["a"])
+    assert str(e.value) == "BLEU and chrF need sacrebleu: pip install 'attnlab[lab]'"
