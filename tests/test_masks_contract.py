@@ -48,8 +48,8 @@ def test_combine_keeps_the_float_dtype_and_names_shapes():
         out = masks.combine(*args)
         assert out.dtype == torch.float64
         assert out.tolist() == [[0.5, -1.0, float("-inf")]]
-    half = masks.combine(keep, bias.half())
-    assert half.dtype == torch.float16
+    assert masks.combine(keep, bias.half()).dtype == torch.float16
+    assert masks.combine(bias.half(), keep).dtype == torch.float16  # the bool mask's bias in the float's dtype
     with pytest.raises(ValueError) as e:
         masks.combine(torch.ones(2, 3, dtype=torch.bool), torch.ones(4, dtype=torch.bool))
     assert str(e.value) == "masks do not broadcast together: (2, 3), (4)"
