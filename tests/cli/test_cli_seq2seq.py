@@ -5,6 +5,7 @@ import re
 import shutil
 
 import pytest
+from evaluate_check import check_evaluate_against_translate
 
 from attnlab.cli import main
 
@@ -32,17 +33,24 @@ def test_checkpoint_layout(run_dir):
 def test_translate_prints_output_and_alignment(run_dir, capsys, tmp_path):
     png = tmp_path / "a.png"
     assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("vierhundertzwei → ")
-    assert "   vierhundertzwei" in out and "←" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("vierhundertzwei → ")
+    indent = len(lines[1]) - 15
+    assert lines[1] == " " * indent + "vierhundertzwei"  # the source characters head the columns
+    rows = [ln for ln in lines[2:] if "←" in ln]
+    # one row per output token (at most --max-len 4, plus </s> if it ended), each with one cell per source char
+    assert 1 <= len(rows) <= 5 and len(lines) == 2 + len(rows) + 1 and lines[-1] == f"wrote {png}"
+    for row in rows:
+        assert set(row[indent : indent + 15]) <= set(" ·░▒▓█") and row[indent + 15 : indent + 19] == "  ← "
+        char, weight = re.search(r"← '(.)' (\d\.\d\d)$", row).groups()
+        assert char in "vierhundertzwei" and 0 < float(weight) <= 1  # the largest weight of a distribution
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert main(["translate", "--checkpoint", str(run_dir), "zwei", "--beam", "3", "--no-alignment"]) == 0
+    assert re.fullmatch(r"zwei → [^\n]*\n", capsys.readouterr().out)  # one line, no alignment
 
 
-def test_evaluate(run_dir, capsys):
-    assert main(["evaluate", "--checkpoint", str(run_dir), "--limit", "10", "--buckets", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "exact" in out and "BLEU" in out and "chrF" in out and "| source length |" in out
+def test_evaluate_matches_sacrebleu_on_translate_output(run_dir, capsys):
+    check_evaluate_against_translate(run_dir, capsys, "bahdanau decoder")
 
 
 def test_resume_continues(run_dir, tmp_path, capsys):
@@ -86,8 +94,25 @@ def test_bad_input_gives_clear_errors(run_dir, tmp_path, capsys):
 def test_experiment_bottleneck_quick(tmp_path, capsys):
     out = tmp_path / "b"
     assert main(["experiment", "bottleneck", "--quick", "--quiet", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
-    assert "none exact / chrF" in text and "bahdanau" in text and "luong" in text
+    text = capsys.readouterr().out.splitlines()
     res = json.loads((out / "results.json").read_text())
-    assert set(res["models"]) == {"none", "bahdanau", "luong"}
+    names = ["none", "bahdanau", "luong"]
+    assert list(res["models"]) == names
+    assert text[0] == "| source length | n | " + " | ".join(f"{m} exact / chrF" for m in names) + " |"
+    # the printed table is results.json rounded: one row per bucket, then "all"
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in text[2:] if ln.startswith("| ") and "–" in ln or
+            ln.startswith("| all")]
+    buckets = [tuple(b) for b in res["buckets"]]
+    assert len(rows) == len(buckets) + 1
+    for i, row in enumerate(rows):
+        for j, m in enumerate(names):
+            r = res["models"][m]["by_length"][i] if i < len(buckets) else res["models"][m]["overall"]
+            assert row[2 + j] == f"{r['exact']:.1f} / {r['chrf']:.1f}"
+            assert 0 <= r["chrf"] <= 100 and 0 <= r["exact"] <= 100
+        want_n = res["models"]["none"]["by_length"][i]["n"] if i < len(buckets) else res["models"]["none"]["overall"]["n"]
+        assert row[0] == (f"{buckets[i][0]}–{buckets[i][1]}" if i < len(buckets) else "all") and row[1] == str(want_n)
+    for m in names:
+        by = res["models"][m]["by_length"]
+        assert sum(r["n"] for r in by) == res["models"][m]["overall"]["n"] > 0
+        assert [(r["lo"], r["hi"]) for r in by] == buckets
     assert (out / "bottleneck.png").read_bytes()[:4] == b"\x89PNG"

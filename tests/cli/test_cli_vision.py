@@ -3,6 +3,7 @@
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 
 from attnlab.cli import main
@@ -31,6 +32,12 @@ def test_experiment_vision_quick(tmp_path, capsys):
     assert set(acc) == {"none", "se", "eca", "cbam"}
     assert all(len(a) == 3 and all(0 <= x <= 1 for x in a) for d in acc.values() for a in d.values())
     assert data["params"]["none"] < data["params"]["eca"] < data["params"]["cbam"]
+    for v, d in acc.items():  # accuracies are counts out of the 64 test canvases, and the table prints them
+        a = np.array(d["96"])
+        assert np.allclose(a * 64, np.round(a * 64))
+        hw = 4.303 * a.std(ddof=1) / np.sqrt(3)  # the 95 % t-interval over 3 seeds
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {v} |"))
+        assert f"{100 * a.mean():.2f} ± {100 * hw:.2f}" in line
     # one share per block and seed, each a fraction; the uniform map's share is the box's area
     assert len(data["cbam_box_mass"]) == 2 and all(len(b) == 3 for b in data["cbam_box_mass"])
     assert all(0 <= s <= 1 for b in data["cbam_box_mass"] for s in b)

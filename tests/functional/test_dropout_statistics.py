@@ -1,71 +1,147 @@
-"""Attention dropout, checked statistically: the drop rate is p, kept weights are scaled by 1/(1 − p),
-so the output's mean is the dropout-free output, and masked positions stay zero.
+"""Attention dropout, checked statistically against the weights computed here in float64 NumPy.
 
-With the values an identity matrix, the output row *is* the dropped weight row, so every
-property can be read off directly. Each check draws N independent masks (a batch of N copies)
-and compares a mean with its expectation within 6 standard errors, the standard error
-computed here from the Bernoulli variance (a false alarm has probability < 1e-8)."""
+With the values set to the identity (v_j = e_j), the output of attention is the
+dropped-out weight matrix itself, D = (M ⊙ α) / (1 − p) with M_ij ~ Bernoulli(1 − p).
+So for the core ``attention``, for ``MultiHeadAttention(attn_drop=p)`` and for the
+block-sparse kernel we can check, over many independent draws:
 
-from __future__ import annotations
+* every entry of D is 0 or α_ij / (1 − p) (inverted dropout: kept weights are rescaled);
+* the mean is preserved: S = Σ D / Σ α has E[S] = 1 and, over N draws,
+  Var[S] = (p / (1 − p)) Σ α² / ((Σ α)² N); we require |S − 1| ≤ 6 σ;
+* the drop rate of the allowed weights is p within 6 binomial standard deviations;
+* masked positions (padding, outside the pattern, the causal upper triangle) stay exactly zero.
+
+Without the 1/(1 − p) rescale, S ≈ 1 − p, which these bounds reject by hundreds of σ.
+"""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-import attnlab
-from attnlab import patterns as P
+from attnlab.functional.attention import attention
 from attnlab.kernels import block_sparse_attention
+from attnlab.nn import MultiHeadAttention
+from attnlab.patterns import Window
 
-N, K, p = 4000, 8, 0.5
+from np_reference import scaled_dot, softmax
 
-
-def _check(dropped: torch.Tensor, weights: torch.Tensor, allowed: torch.Tensor):
-    """dropped (N, ..., K) draws of one weight row `weights` (..., K); allowed (..., K) bool."""
-    kept = dropped != 0
-    live = allowed & (weights > 0)
-    rate = 1 - kept[:, live].double().mean().item()
-    assert abs(rate - p) < 6 * math.sqrt(p * (1 - p) / (N * int(live.sum()))), f"drop rate {rate}, p = {p}"
-    scaled = dropped[kept] / weights.expand_as(dropped)[kept]
-    torch.testing.assert_close(scaled, torch.full_like(scaled, 1 / (1 - p)))  # kept weights × 1/(1 − p)
-    mean = dropped.double().mean(0)
-    se = weights.double() * math.sqrt(p / (1 - p)) / math.sqrt(N)  # sd of w·m/(1−p) is w·√(p/(1−p))
-    assert torch.all((mean - weights.double()).abs() <= 6 * se + 1e-12), "the mean output is not preserved"
-    assert torch.all(dropped[:, ~allowed] == 0), "a masked position got weight"
+P = 0.5
+DRAWS = 40
 
 
-def test_core_attention_dropout():
-    torch.manual_seed(0)
-    q, k = torch.randn(1, 1, 4), torch.randn(1, K, 4)
-    v = torch.eye(K)[None]  # (1, K, K): the output row is the weight row
-    mask = torch.tensor([True] * 6 + [False] * 2)[None, None]  # (1, 1, K): two padded keys
-    _, w = attnlab.attention(q, k, v, mask=mask, need_weights=True)
-    out, _ = attnlab.attention(q.expand(N, 1, 4), k.expand(N, K, 4), v.expand(N, K, K), mask=mask, dropout_p=p)
-    _check(out[:, 0], w[0, 0], mask[0, 0])
+def check_dropout(D: np.ndarray, W: np.ndarray, allowed: np.ndarray, p: float) -> None:
+    """D (N, ..., q, k) dropped weights over N draws; W (..., q, k) the weights; allowed (..., q, k) bool."""
+    allowed = np.broadcast_to(allowed, W.shape)
+    N = D.shape[0]
+    # masked positions stay zero in every draw
+    assert np.all(D[:, ~allowed] == 0.0)
+    pos = allowed & (W > 0)
+    Dp = D[:, pos]  # (N, m)
+    Wp = np.broadcast_to(W[pos], Dp.shape)
+    # each entry is dropped (0) or kept and rescaled by 1/(1-p)
+    kept = Dp != 0
+    np.testing.assert_allclose(Dp[kept], Wp[kept] / (1 - p), rtol=1e-6, atol=0)
+    # drop rate
+    n = Dp.size
+    rate = 1.0 - kept.mean()
+    assert abs(rate - p) <= 6 * math.sqrt(p * (1 - p) / n), (rate, p)
+    # the mean is preserved (CLT bound derived above)
+    S = D.sum() / (N * W.sum())
+    sigma = math.sqrt(p / (1 - p) * (W[pos] ** 2).sum() / N) / W.sum()
+    assert abs(S - 1.0) <= 6 * sigma, (S, sigma)
 
 
-def test_multi_head_attention_dropout():
-    torch.manual_seed(1)
-    m = attnlab.nn.MultiHeadAttention(K, 2, attn_drop=p).train()
-    x = torch.randn(1, 5, K)
+def test_core_attention_dropout_reference_path():
+    g = torch.Generator().manual_seed(0)
+    b, q, k, d = 4, 6, 7, 5
+    Q = torch.randn(b, q, d, generator=g, dtype=torch.float64)
+    K = torch.randn(b, k, d, generator=g, dtype=torch.float64)
+    V = torch.eye(k, dtype=torch.float64).expand(b, k, k)
+    allowed = np.ones((b, q, k), dtype=bool)
+    allowed[1, :, 4:] = False  # padding
+    allowed[2] = np.tril(np.ones((q, k), dtype=bool))  # causal-style
+    W = softmax(scaled_dot(Q.numpy(), K.numpy()), allowed)
+    mask = torch.from_numpy(allowed)
+    draws = []
+    for seed in range(DRAWS):
+        torch.manual_seed(seed)
+        out, w = attention(Q, K, V, mask=mask, dropout_p=P, need_weights=True)  # the explicit path
+        np.testing.assert_allclose(w.numpy(), W, atol=1e-12)  # weights are returned before dropout
+        draws.append(out.numpy())
+    check_dropout(np.stack(draws), W, allowed, P)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_core_attention_dropout_fast_path(p):
+    g = torch.Generator().manual_seed(1)
+    b, h, q, k, d = 3, 2, 5, 8, 4
+    Q = torch.randn(b, h, q, d, generator=g, dtype=torch.float64)
+    K = torch.randn(b, h, k, d, generator=g, dtype=torch.float64)
+    V = torch.eye(k, dtype=torch.float64).expand(b, h, k, k)
+    allowed = np.ones((b, 1, 1, k), dtype=bool)
+    allowed[0, ..., 6:] = False
+    W = softmax(scaled_dot(Q.numpy(), K.numpy()), np.broadcast_to(allowed, (b, h, q, k)))
+    draws = []
+    for seed in range(DRAWS):
+        torch.manual_seed(seed)
+        out, _ = attention(Q, K, V, mask=torch.from_numpy(allowed), dropout_p=p)  # the fused path
+        draws.append(out.numpy())
+    check_dropout(np.stack(draws), W, allowed, p)
+
+
+def test_multihead_attn_drop():
+    """MultiHeadAttention with W_v = W_o = I: head h's slice of the output is its dropped weights."""
+    b, q, k, heads = 3, 4, 6, 2
+    dim = heads * k
+    m = MultiHeadAttention(dim, heads, attn_drop=P).double()
     with torch.no_grad():
-        ref = m.eval()(x)[0]
-        outs = m.train()(x.expand(N, 5, K).contiguous())[0]
-    # the output is linear in the (dropped) weights: its mean over draws is the dropout-free output
-    sd = outs.double().std(0)
-    assert torch.all((outs.double().mean(0) - ref.double()).abs() <= 6 * sd / math.sqrt(N) + 1e-6)
-    assert not torch.allclose(outs[0], outs[1])  # dropout is on in training
+        wq, wk, wv = m.in_proj_weight.split([dim, dim, dim])
+        wv.copy_(torch.eye(dim))
+        m.out_proj.weight.copy_(torch.eye(dim))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(b, q, dim, generator=g, dtype=torch.float64)
+    mem = torch.randn(b, k, dim, generator=g, dtype=torch.float64)
+    values = torch.cat([torch.eye(k, dtype=torch.float64)] * heads, -1).expand(b, k, dim)  # v_j = e_j per head
+    allowed = np.ones((b, 1, 1, k), dtype=bool)
+    allowed[1, ..., 3:] = False
+    mask = torch.from_numpy(allowed)
+    # the weights from the paper's formula with the module's projections
+    pw = {n: t.detach().numpy() for n, t in m.projection_weights().items() if t is not None}
+    Qh = (x.numpy() @ pw["w_q"].T + pw["b_q"]).reshape(b, q, heads, k).transpose(0, 2, 1, 3)
+    Kh = (mem.numpy() @ pw["w_k"].T + pw["b_k"]).reshape(b, k, heads, k).transpose(0, 2, 1, 3)
+    W = softmax(scaled_dot(Qh, Kh), np.broadcast_to(allowed, (b, heads, q, k)))
+    m.eval()
+    out_eval, w_eval = m(x, mem, values, mask=mask, need_weights=True)
+    np.testing.assert_allclose(w_eval.detach().numpy(), W, atol=1e-12)
+    m.train()
+    draws = []
+    with torch.no_grad():
+        for seed in range(DRAWS):
+            torch.manual_seed(seed)
+            out, _ = m(x, mem, values, mask=mask)
+            draws.append(out.numpy().reshape(b, q, heads, k).transpose(0, 2, 1, 3))
+    check_dropout(np.stack(draws), W, allowed, P)
 
 
-@pytest.mark.parametrize("pattern", [P.sliding_window(2), P.sliding_window(1) | P.global_tokens([0])], ids=["window", "longformer"])
-def test_block_sparse_dropout(pattern):
-    torch.manual_seed(2)
-    n = K
-    q, k = torch.randn(1, 1, n, 4), torch.randn(1, 1, n, 4)
-    v = torch.eye(n)[None, None]  # (1, 1, n, n)
-    allowed = pattern.materialize(n)  # (n, n)
-    ref, _ = attnlab.attention(q, k, v, mask=allowed)  # the weights, dropout-free
-    out, _ = block_sparse_attention(q.expand(N, 1, n, 4), k.expand(N, 1, n, 4), v.expand(N, 1, n, n), pattern,
-                                    block=4, dropout_p=p)
-    for i in range(n):  # each query row
-        _check(out[:, 0, i], ref[0, 0, i], allowed[i])
+def test_block_sparse_dropout():
+    b, h, n, d, block = 2, 2, 24, 4, 8
+    g = torch.Generator().manual_seed(3)
+    Q, K = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64) for _ in range(2))
+    V = torch.eye(n, dtype=torch.float64).expand(b, h, n, n)
+    pattern = Window(5, 2)
+    pad = torch.ones(b, n, dtype=torch.bool)
+    pad[1, 18:] = False
+    i = np.arange(n)
+    band = (i[None, :] - i[:, None] >= -5) & (i[None, :] - i[:, None] <= 2)
+    allowed = band[None, None] & pad.numpy()[:, None, None, :]
+    W = softmax(scaled_dot(Q.numpy(), K.numpy()), np.broadcast_to(allowed, (b, h, n, n)))
+    draws = []
+    for seed in range(DRAWS):
+        torch.manual_seed(seed)
+        out, _ = block_sparse_attention(Q, K, V, pattern, block=block, key_padding_mask=pad, dropout_p=P)
+        draws.append(out.numpy())
+    check_dropout(np.stack(draws), W, allowed, P)
+    out0, _ = block_sparse_attention(Q, K, V, pattern, block=block, key_padding_mask=pad)
+    np.testing.assert_allclose(out0.numpy(), W, atol=1e-12)  # no dropout: the weights themselves

@@ -85,10 +85,59 @@ def test_cbam_channel_and_spatial_match_numpy():
         spatial_attention(T(x[0]), T(wc))
 
 
+# name → (class, the registered defaults, constructor kwargs, an input)
+SEQ = torch.randn(2, 9, 8, generator=torch.Generator().manual_seed(0))
+IMG = torch.randn(2, 8, 5, 4, generator=torch.Generator().manual_seed(1))
+REGISTERED = {
+    "dot": ("DotProductAttention", {"scaled": False}, {}, (SEQ, SEQ)),
+    "scaled-dot": ("DotProductAttention", {"scaled": True}, {}, (SEQ, SEQ)),
+    "bahdanau": ("AdditiveAttention", {}, {"query_dim": 8, "key_dim": 8, "attn_dim": 4}, (SEQ, SEQ)),
+    "luong-dot": ("LuongAttention", {"score": "dot"}, {"query_dim": 8, "key_dim": 8}, (SEQ, SEQ)),
+    "luong-general": ("LuongAttention", {"score": "general"}, {"query_dim": 8, "key_dim": 8}, (SEQ, SEQ)),
+    "luong-concat": ("LuongAttention", {"score": "concat"}, {"query_dim": 8, "key_dim": 8}, (SEQ, SEQ)),
+    "multi-head": ("MultiHeadAttention", {}, {"dim": 8, "num_heads": 2}, (SEQ,)),
+    "gqa": ("GroupedQueryAttention", {}, {"dim": 8, "num_heads": 4, "num_kv_heads": 2}, (SEQ,)),
+    "cross": ("CrossAttention", {}, {"dim": 8, "num_heads": 2}, (SEQ, SEQ[:, :4])),
+    "sparse": ("SparseAttention", {}, {"dim": 8, "num_heads": 2, "pattern": attnlab.patterns.causal()}, (SEQ,)),
+    "local": ("LocalAttention", {}, {"dim": 8, "num_heads": 2, "window": 2}, (SEQ,)),
+    "longformer": ("LongformerAttention", {}, {"dim": 8, "num_heads": 2, "window": 2}, (SEQ,)),
+    "bigbird": ("BigBirdAttention", {}, {"dim": 8, "num_heads": 2, "window": 2, "random_block": 4}, (SEQ,)),
+    "channel": ("ChannelAttention", {}, {"channels": 8, "reduction": 2}, (IMG,)),
+    "spatial": ("SpatialAttention", {}, {"kernel_size": 3}, (IMG,)),
+    "cbam": ("CBAM", {}, {"channels": 8, "reduction": 2}, (IMG,)),
+    "se": ("SqueezeExcite", {}, {"channels": 8, "reduction": 2}, (IMG,)),
+    "eca": ("ECA", {}, {"channels": 8}, (IMG,)),
+    "softcap": ("SoftcapAttention", {}, {"cap": 5.0}, (SEQ, SEQ)),
+    "linear": ("LinearAttention", {}, {"dim": 8, "num_heads": 2}, (SEQ,)),
+    "differential": ("DifferentialAttention", {}, {"dim": 8, "num_heads": 2}, (SEQ,)),
+    "mla": ("MultiHeadLatentAttention", {}, {"dim": 8, "num_heads": 2, "kv_latent_dim": 4, "rope_dim": 2}, (SEQ,)),
+    "neighborhood-2d": ("NeighborhoodAttention2D", {}, {"dim": 8, "num_heads": 2, "kernel_size": 3}, (IMG,)),
+}
+
+
+def _out(y):
+    return y[0] if isinstance(y, tuple) else y
+
+
+@pytest.mark.parametrize("name", sorted(REGISTERED))
+def test_registry_builds_the_named_class_with_its_defaults(name):
+    cls_name, defaults, kwargs, inputs = REGISTERED[name]
+    cls = getattr(attnlab.nn, cls_name)
+    torch.manual_seed(0)
+    built = attnlab.create(name, **kwargs)
+    torch.manual_seed(0)
+    direct = cls(**defaults, **kwargs)
+    assert type(built) is cls
+    for k, v in defaults.items():
+        assert getattr(built, k) == v
+    assert built.state_dict().keys() == direct.state_dict().keys()
+    y, want = _out(built(*inputs)), _out(direct(*inputs))
+    assert y.shape == (inputs[0].shape[:2] + (8,) if inputs[0].dim() == 3 else inputs[0].shape)
+    torch.testing.assert_close(y, want, rtol=0, atol=0)
+
+
 def test_registry():
-    names = attnlab.available()
-    assert {"dot", "scaled-dot"} <= set(names) and names == sorted(set(names))
-    assert isinstance(attnlab.create("scaled-dot"), torch.nn.Module)  # every name is built by tests/conformance
+    assert attnlab.available() == sorted(REGISTERED)  # every registered name has a case above
     m = attnlab.create("dot")
     q = torch.randn(1, 2, 3)
     out, w = m(q, q, need_weights=True)

@@ -1,20 +1,20 @@
-"""The attention decoders of ``Seq2Seq`` against their papers' equations, written here in float64 NumPy.
+"""Seq2Seq decoders against float64 NumPy written here from the papers' equations.
 
-The encoder is PyTorch's (Bi)GRU; what is checked is the decoder recurrence, the one place
-where a wrong index (attending from s_t instead of s_{t-1}, or the reverse) changes every
-logit. With the model's weights copied, the reference computes, step by step:
+The encoder (packed BiGRU/LSTM), the bridge s_0 = tanh(W_b [h→_S; h←_1]), each
+decoder's step and the output layer h̃_t = tanh(W_c [c_t; s_t] + b_c),
+logits = W_s h̃_t + b_s are re-implemented in NumPy with the model's weights
+copied out, and compared with the model's teacher-forced logits and attention
+weights on a padded batch (the model in float64, tolerance 1e-10).
 
-Bahdanau et al. 2015 (https://arxiv.org/abs/1409.0473), eqs. (4)–(6) and App. A:
-    e_tj = vᵀ tanh(W_q s_{t-1} + W_k h_j),   α_t = softmax(e_t),   c_t = Σ_j α_tj h_j
-    s_t = GRU([E y_{t-1}; c_t], s_{t-1})
-Luong et al. 2015 (https://arxiv.org/abs/1508.04025), §3 with input feeding (§3.3):
-    s_t = GRU([E y_{t-1}; h̃_{t-1}], s_{t-1}),   e_tj = score(s_t, h_j),   c_t = Σ_j α_tj h_j
-    score: general s_tᵀ W_a h_j | dot s_tᵀ h_j | concat vᵀ tanh(W_a [s_t; h_j])
-Both: h̃_t = tanh(W_c [c_t; s_t] + b_c),  logits_t = W_s h̃_t + b_s,  s_0 = tanh(W_b [h→_S; h←_1] + b_b).
-Padded source positions get no weight.
+* Bahdanau et al. 2015 (https://arxiv.org/abs/1409.0473): e_tj = vᵀ tanh(W s_{t−1} + U h_j),
+  α_t = softmax(e_t), c_t = Σ α_tj h_j, s_t = RNN([E y_{t−1}; c_t], s_{t−1}).
+* Luong et al. 2015 (https://arxiv.org/abs/1508.04025): s_t = RNN([E y_{t−1}; h̃_{t−1}], s_{t−1})
+  (input feeding, h̃_0 = 0), then the scores from s_t: dot s_tᵀ h_j, general s_tᵀ W_a h_j,
+  concat v_aᵀ tanh(W_a [s_t; h_j]).
+
+A decoder that attends from the wrong state (s_t for Bahdanau, s_{t−1} for Luong)
+changes both the weights and the logits, so these tests fail for it.
 """
-
-from __future__ import annotations
 
 import numpy as np
 import pytest
@@ -22,93 +22,158 @@ import torch
 
 from attnlab.models import Seq2Seq, Seq2SeqConfig
 
+V_SRC, V_TGT = 11, 9
+TOL = 1e-10
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().double().numpy()
 
-
-def _sigmoid(x):
+def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def _gru(cell: torch.nn.GRUCell, x: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """PyTorch's GRUCell: gates (r, z, n) stacked in weight_ih / weight_hh."""
-    wi, wh, bi, bh = _np(cell.weight_ih), _np(cell.weight_hh), _np(cell.bias_ih), _np(cell.bias_hh)
-    gi, gh = x @ wi.T + bi, h @ wh.T + bh
+def np_(t):
+    return t.detach().double().numpy().copy()
+
+
+def gru_cell(x, h, w_ih, w_hh, b_ih, b_hh):
+    """PyTorch's GRU (Cho et al. 2014), gates in the order r, z, n."""
     H = h.shape[-1]
-    r = _sigmoid(gi[:, :H] + gh[:, :H])
-    z = _sigmoid(gi[:, H : 2 * H] + gh[:, H : 2 * H])
-    n = np.tanh(gi[:, 2 * H :] + r * gh[:, 2 * H :])
+    gi, gh = w_ih @ x + b_ih, w_hh @ h + b_hh
+    r = sigmoid(gi[:H] + gh[:H])
+    z = sigmoid(gi[H : 2 * H] + gh[H : 2 * H])
+    n = np.tanh(gi[2 * H :] + r * gh[2 * H :])
     return (1 - z) * n + z * h
 
 
-def _softmax_masked(e: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    e = np.where(mask, e, -np.inf)
-    e = e - e.max(-1, keepdims=True)
-    w = np.exp(e)
-    return w / w.sum(-1, keepdims=True)
+def lstm_cell(x, hc, w_ih, w_hh, b_ih, b_hh):
+    """PyTorch's LSTM, gates in the order i, f, g, o."""
+    h, c = hc
+    H = h.shape[-1]
+    g = w_ih @ x + b_ih + w_hh @ h + b_hh
+    i, f, gg, o = sigmoid(g[:H]), sigmoid(g[H : 2 * H]), np.tanh(g[2 * H : 3 * H]), sigmoid(g[3 * H :])
+    c = f * c + i * gg
+    return o * np.tanh(c), c
 
 
-def _reference(model: Seq2Seq, src, src_mask, tgt_in):
-    memory, _ = model.start(src, src_mask)
-    H = _np(memory["keys"])  # (b, S, d_e) encoder states h_j
-    mask = src_mask.numpy()
-    f = _np(memory["fixed"])
-    s = np.tanh(f @ _np(model.bridge.weight).T + _np(model.bridge.bias))  # s_0
-    E = _np(model.embed.weight)
-    Wc, bc = _np(model.output.combine.weight), _np(model.output.combine.bias)
-    Ws, bs = _np(model.output.predict.weight), _np(model.output.predict.bias)
-    att = model.attention
-    kind = model.config.decoder
-    h_tilde = np.zeros((src.shape[0], model.config.hidden))
-    logits, weights = [], []
-
-    def score(q):  # q (b, d_q) → e (b, S)
-        if kind == "bahdanau":
-            u = np.tanh((q @ _np(att.w_q.weight).T)[:, None, :] + H @ _np(att.w_k.weight).T)
-            return u @ _np(att.v)
-        if att.score == "general":
-            return np.einsum("bd,bsd->bs", q, H @ _np(att.weight.weight).T)
-        if att.score == "dot":
-            return np.einsum("bd,bsd->bs", q, H)
-        W = _np(att.weight.weight)
-        u = np.tanh((q @ W[:, : q.shape[1]].T)[:, None, :] + H @ W[:, q.shape[1] :].T)
-        return u @ _np(att.v)
-
-    for t in range(tgt_in.shape[1]):
-        y = E[tgt_in[:, t].numpy()]
-        if kind == "bahdanau":
-            a = _softmax_masked(score(s), mask)  # from s_{t-1}
-            c = np.einsum("bs,bsd->bd", a, H)
-            s = _gru(model.cell, np.concatenate([y, c], -1), s)
-        else:
-            s = _gru(model.cell, np.concatenate([y, h_tilde], -1), s)
-            a = _softmax_masked(score(s), mask)  # from s_t
-            c = np.einsum("bs,bsd->bd", a, H)
-        h_tilde = np.tanh(np.concatenate([c, s], -1) @ Wc.T + bc)
-        logits.append(h_tilde @ Ws.T + bs)
-        weights.append(a)
-    return np.stack(logits, 1), np.stack(weights, 1)
+def cell_fn(rnn):
+    if rnn == "gru":
+        return gru_cell
+    return lambda x, hc, *w: lstm_cell(x, hc, *w)
 
 
-@pytest.mark.parametrize(
-    "decoder, score, bidirectional",
-    [("bahdanau", "general", True), ("luong", "general", True), ("luong", "concat", True), ("luong", "dot", False)],
-)
-def test_decoder_against_the_paper(decoder, score, bidirectional):
-    torch.manual_seed(0)
-    cfg = Seq2SeqConfig(src_vocab=11, tgt_vocab=13, decoder=decoder, luong_score=score, emb_dim=4, hidden=5,
-                        attn_dim=6, bidirectional=bidirectional)
-    model = Seq2Seq(cfg).double().eval()
-    with torch.no_grad():  # non-zero biases everywhere, so a dropped bias is seen too
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    src = torch.tensor([[4, 5, 6, 7, 8], [9, 4, 5, 0, 0], [6, 6, 7, 8, 0]])
-    src_mask = src != 0
-    tgt_in = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 10], [1, 11, 12, 5]])
-    with torch.no_grad():
-        logits, weights = model(src, src_mask, tgt_in, need_weights=True)
-    want_logits, want_weights = _reference(model, src, src_mask, tgt_in)
-    np.testing.assert_allclose(_np(weights), want_weights, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(_np(logits), want_logits, rtol=0, atol=1e-10)
-    assert np.all(want_weights[1, :, 3:] == 0) and np.all(want_weights[2, :, 4:] == 0)  # padding gets nothing
+def run_encoder(m, src_row, length):
+    """One sentence through the (bi)directional RNN over its real tokens only → H (s, d_e), final h, final c."""
+    cfg = m.config
+    rnn = m.encoder.rnn
+    H = cfg.hidden
+    E = np_(m.encoder.embed.weight)
+    xs = [E[i] for i in src_row[:length]]
+    step = cell_fn(cfg.rnn)
+    dirs = [("", range(length))] + ([("_reverse", range(length - 1, -1, -1))] if cfg.bidirectional else [])
+    outs, finals_h, finals_c = [], [], []
+    for suffix, order in dirs:
+        w = [np_(getattr(rnn, f"{n}_l0{suffix}")) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+        state = np.zeros(H) if cfg.rnn == "gru" else (np.zeros(H), np.zeros(H))
+        out = np.zeros((len(src_row), H))  # padding positions stay zero
+        for j in order:
+            state = step(xs[j], state, *w)
+            out[j] = state if cfg.rnn == "gru" else state[0]
+        outs.append(out)
+        finals_h.append(state if cfg.rnn == "gru" else state[0])
+        finals_c.append(None if cfg.rnn == "gru" else state[1])
+    fin_c = None if cfg.rnn == "gru" else np.concatenate(finals_c)
+    return np.concatenate(outs, -1), np.concatenate(finals_h), fin_c
+
+
+def masked_softmax(e, ok):
+    e = np.where(ok, e, -np.inf)
+    p = np.exp(e - e[ok].max())
+    return p / p.sum()
+
+
+def scores(m, s, Hs):
+    """e_j for one decoder state s (d,) against encoder states Hs (S, d_e), from the paper."""
+    cfg, att = m.config, m.attention
+    if cfg.decoder == "bahdanau":  # v^T tanh(W s + U h_j)
+        W, U, v = np_(att.w_q.weight), np_(att.w_k.weight), np_(att.v)
+        return np.array([v @ np.tanh(W @ s + U @ h) for h in Hs])
+    if cfg.luong_score == "dot":
+        return Hs @ s
+    if cfg.luong_score == "general":  # s^T W_a h_j
+        return np.array([s @ np_(att.weight.weight) @ h for h in Hs])
+    Wa, va = np_(att.weight.weight), np_(att.v)  # v_a^T tanh(W_a [s; h_j])
+    return np.array([va @ np.tanh(Wa @ np.concatenate([s, h])) for h in Hs])
+
+
+def reference(m, src, mask, tgt_in):
+    """Teacher-forced logits (b, t, V) and weights (b, t, s), one sentence at a time."""
+    cfg = m.config
+    Wb, bb = np_(m.bridge.weight), np_(m.bridge.bias)
+    E = np_(m.embed.weight)
+    cell_w = [np_(getattr(m.cell, n)) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    Wc, bc = np_(m.output.combine.weight), np_(m.output.combine.bias)
+    Ws, bs = np_(m.output.predict.weight), np_(m.output.predict.bias)
+    step = cell_fn(cfg.rnn)
+    B, T = tgt_in.shape
+    logits = np.zeros((B, T, cfg.tgt_vocab))
+    weights = np.zeros((B, T, src.shape[1]))
+    for b in range(B):
+        ok = mask[b]
+        Hs, fin, fin_c = run_encoder(m, src[b], int(ok.sum()))
+        s = np.tanh(Wb @ fin + bb)  # s_0
+        c_mem = None if fin_c is None else np.tanh(np_(m.bridge_c.weight) @ fin_c + np_(m.bridge_c.bias))
+        h_tilde = np.zeros(cfg.hidden)  # h̃_0 = 0 (Luong input feeding)
+        for t in range(T):
+            e_y = E[tgt_in[b, t]]
+            if cfg.decoder == "bahdanau":
+                a = masked_softmax(scores(m, s, Hs), ok)  # from s_{t-1}
+                ctx = a @ Hs
+                x = np.concatenate([e_y, ctx])
+            else:
+                x = np.concatenate([e_y, h_tilde])
+            if cfg.rnn == "gru":
+                s = step(x, s, *cell_w)
+            else:
+                s, c_mem = step(x, (s, c_mem), *cell_w)
+            if cfg.decoder == "luong":
+                a = masked_softmax(scores(m, s, Hs), ok)  # from s_t
+                ctx = a @ Hs
+            h_tilde = np.tanh(Wc @ np.concatenate([ctx, s]) + bc)
+            logits[b, t] = Ws @ h_tilde + bs
+            weights[b, t] = a
+    return logits, weights
+
+
+CASES = [
+    dict(decoder="bahdanau", rnn="gru"),
+    dict(decoder="bahdanau", rnn="lstm"),
+    dict(decoder="bahdanau", rnn="gru", bidirectional=False),
+    dict(decoder="luong", luong_score="dot", rnn="gru", bidirectional=False),
+    dict(decoder="luong", luong_score="general", rnn="gru"),
+    dict(decoder="luong", luong_score="general", rnn="lstm"),
+    dict(decoder="luong", luong_score="concat", rnn="gru"),
+]
+
+
+def batch():
+    src = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, 0, 0], [4, 4, 0, 0, 0]])
+    mask = src != 0
+    tgt = torch.tensor([[1, 5, 6, 7, 2], [1, 3, 4, 8, 5], [1, 8, 8, 3, 6]])
+    return src, mask, tgt
+
+
+@pytest.mark.parametrize("kw", CASES, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_decoder_matches_paper_equations(kw):
+    torch.manual_seed(1)
+    cfg = Seq2SeqConfig(src_vocab=V_SRC, tgt_vocab=V_TGT, emb_dim=5, hidden=6, attn_dim=4, **kw)
+    m = Seq2Seq(cfg).double().eval()
+    with torch.no_grad():  # larger weights than the default init, so the attention is far from uniform
+        for p in m.parameters():
+            p.mul_(2.5)
+    src, mask, tgt = batch()
+    logits, w = m(src, mask, tgt, need_weights=True)
+    ref_logits, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy())
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=TOL, rtol=0)
+    np.testing.assert_allclose(logits.detach().numpy(), ref_logits, atol=TOL, rtol=0)
+    assert np.all(w.detach().numpy()[~mask.numpy()[:, None, :].repeat(tgt.shape[1], 1)] == 0)
+    # the weights are not trivially uniform, and they move from step to step
+    assert np.abs(ref_w[0, 1:] - ref_w[0, :-1]).max() > 1e-3
