@@ -159,3 +159,48 @@ def test_cli_view_with_picture(tmp_path):
     data = from_example(load("attnlab-masked-causal"), run(load("attnlab-masked-causal")))
     write_html(data, tmp_path / "m.html")
     assert data["masked"][0][0][0].tolist() == [False, True, True, True]
+
+
+def test_pictures_stay_under_4000_px_with_a_note(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    g = torch.Generator().manual_seed(0)
+    lm = torch.softmax(torch.randn(1, 4, 300, 300, generator=g), -1)  # the character LM's page: many tokens
+    f = tmp_path / "lm.json"
+    f.write_text(json.dumps({"tokens": [chr(97 + i % 26) for i in range(300)], "layers": lm.tolist()}))
+    assert main(["view", "--json", str(f), "-o", str(tmp_path / "lm.html"), "--picture", str(tmp_path / "lm.png")]) == 0
+    with Image.open(tmp_path / "lm.png") as im:
+        assert max(im.size) <= 4000 and min(im.size) > 300
+    one_w = torch.softmax(torch.randn(3000, 3000, generator=g), -1).numpy()
+    one = heatmap(one_w, title="one long head " * 20)
+    notes = " ".join(t.get_text() for t in one.texts)
+    assert "3000 × 3000 drawn as 1500 × 1500 (each cell the mean of a 2 × 2 block)" in notes
+    assert "one every 63 tokens" in notes
+    assert "\n" in one.axes[0].get_title()  # the long title is wrapped to fit
+    save(one, tmp_path / "one.png")
+    with Image.open(tmp_path / "one.png") as im:
+        assert max(im.size) <= 4000
+    pooled = np.asarray(one.axes[0].images[0].get_array())
+    assert pooled.shape == (1500, 1500)
+    assert pooled[0, 0] == pytest.approx(float(one_w[:2, :2].astype(np.float64).mean()), rel=1e-6)
+    assert pooled[-1, 7] == pytest.approx(float(one_w[-2:, 14:16].astype(np.float64).mean()), rel=1e-6)
+
+
+def test_masked_cells_hatched_with_a_legend_colour_bar_and_named_axes(tmp_path):
+    w = _rows(3, 3)
+    mask = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1)
+    fig = heatmap(w, masked=mask)
+    ax = fig.axes[0]
+    shown = ax.images[0].get_array()
+    assert np.ma.getmaskarray(shown).tolist() == mask.tolist()  # masked cells are not drawn as values ...
+    assert any(p.get_hatch() == "///" for p in ax.patches)  # ... the hatched background shows through
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["masked"]
+    assert fig.axes[1].get_ylabel() == "weight"  # the colour bar
+    al = alignment(_rows(2, 3), ["le", "chat", "noir"], ["the", "cat"])
+    assert "largest weight" in al.axes[0].get_legend().get_texts()[0].get_text()
+    assert [t.get_text() for t in pattern(mask).axes[0].get_legend().get_texts()] == ["attended", "not attended"]
+    pic = tmp_path / "s.png"
+    assert main(["view", "--example", "attnlab-spatial", "-o", str(tmp_path / "s.html"), "--picture", str(pic)]) == 0
+    data = from_example(load("attnlab-spatial"), run(load("attnlab-spatial")))
+    assert (data["y_axis"], data["x_axis"]) == ("row (height)", "column (width)")
+    sp = heatmap(data["layers"][0, 0], xlabel=data["x_axis"], ylabel=data["y_axis"])
+    assert sp.axes[0].get_xlabel() == "column (width)" and sp.axes[0].get_ylabel() == "row (height)"

@@ -52,13 +52,25 @@ def run_view(args: argparse.Namespace) -> int:
     out = write_html(data, args.output)
     print(f"wrote {out}")
     if args.picture:
-        from ..viz import heatmap, save
-        from ..viz.heatmap import head_grid
-
-        layers = data["layers"]
-        if len(layers) == 1 and len(layers[0]) == 1:
-            fig = heatmap(layers[0][0], data["key_tokens"], data["tokens"], title=data["title"])
-        else:
-            fig = head_grid(layers, data["key_tokens"], data["tokens"], title=data["title"])
-        print(f"wrote {save(fig, args.picture)}")
+        write_pictures(data, args.picture)
     return 0
+
+
+def write_pictures(data: dict, picture: str) -> None:
+    """One picture per section (``name-encoder.png`` … when there are several), each ≤ 4,000 px a side."""
+    from ..viz import heatmap, save
+    from ..viz.heatmap import head_grid
+
+    sections = data["sections"]
+    path = Path(picture)
+    for s in sections:
+        out = path if len(sections) == 1 else path.with_name(f"{path.stem}-{s['name']}{path.suffix}")
+        title = data["title"] if len(sections) == 1 else f"{data['title']}: {s['name']}"
+        layers, masked = s["layers"], s.get("masked")
+        if layers.shape[0] == 1 and layers.shape[1] == 1:
+            fig = heatmap(layers[0, 0], s["key_tokens"], s["tokens"], title=title, xlabel=s["x_axis"],
+                          ylabel=s["y_axis"], masked=None if masked is None else masked[0, 0])
+        else:
+            fig = head_grid(layers, s["key_tokens"], s["tokens"], title=title, masked=masked,
+                            xlabel=s["x_axis"], ylabel=s["y_axis"])
+        print(f"wrote {save(fig, out)}")

@@ -105,6 +105,7 @@ def _section(d: dict, name: str) -> dict:
         "name": str(d.get("name") or name), "layers": layers,
         "tokens": [str(t) for t in tokens] if tokens is not None else [str(i + 1) for i in range(q)],
         "key_tokens": [str(t) for t in key_tokens] if key_tokens is not None else [str(j + 1) for j in range(k)],
+        "x_axis": str(d.get("x_axis") or "key"), "y_axis": str(d.get("y_axis") or "query"),
     }
     if d.get("masked") is not None:
         m = _array(d["masked"], "masked").astype(bool)
@@ -150,6 +151,9 @@ def normalise(data: dict) -> View:
     return out
 
 
+_AXES = {"spatial": ("row (height)", "column (width)"), "channel": ("", "channel")}
+
+
 def from_example(ex, t) -> View:
     """Viewer data from a worked example and its trace (weights; -inf masked scores; per-head q and k)."""
     from ..explain.mechanisms import display_value
@@ -161,6 +165,8 @@ def from_example(ex, t) -> View:
         data["layers"] = w.unsqueeze(0)
     if data["tokens"] is not None and len(data["tokens"]) != q_len:
         data["tokens"] = None
+    # what the two axes are: the spatial map is rows × columns of the image, channel weights one per channel
+    data["y_axis"], data["x_axis"] = _AXES.get(ex.mechanism, ("query", "key"))
     names = t.names()
     if "masked_scores" in names:
         ms = display_value(ex, "masked_scores", t["masked_scores"].value)
@@ -259,6 +265,7 @@ def payload(data: dict, precision: str = "auto") -> dict:
     for s in data["sections"]:
         p = precision if precision != "auto" else ("float32" if s["layers"].size <= FLOAT32_LIMIT else "uint8")
         out = {"name": s["name"], "tokens": s["tokens"], "key_tokens": s["key_tokens"],
+               "x_axis": s["x_axis"], "y_axis": s["y_axis"],
                "weights": encode_weights(s["layers"], p)}
         if "masked" in s:
             out["masked"] = {"dtype": "bits", "shape": list(s["masked"].shape), "b64": _pack(np.packbits(s["masked"]))}
