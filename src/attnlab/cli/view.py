@@ -3,6 +3,7 @@
     attnlab view --example seed-001-multi-head -o heads.html
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
+    attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model
 
 The page has all its script inline and needs no network.
 """
@@ -29,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--example", help="a built-in worked example (see `attnlab explain --list`)")
     src.add_argument("--file", help="a worked-example TOML file")
     src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
+    src.add_argument("--hf", metavar="MODEL_DIR", help="a local Hugging Face model folder (BERT-, GPT-2- or T5-style; "
+                     "needs the hf extra); with --text")
+    p.add_argument("--text", help="with --hf: the text to run the model on")
+    p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
     p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
     add_threads(p)
@@ -40,7 +45,20 @@ def run_view(args: argparse.Namespace) -> int:
 
     if not args.output.endswith((".html", ".htm")):
         raise UsageError(f"--output must be an .html file; got {args.output!r}")
-    if args.json:
+    if (args.text is not None or args.target is not None) and not args.hf:
+        raise UsageError("--text and --target go with --hf MODEL_DIR")
+    if args.hf:
+        if args.text is None:
+            raise UsageError("--hf needs --text: the text to run the model on")
+        if not Path(args.hf).is_dir():
+            raise UsageError(f"no such model folder: {args.hf}")
+        from ..viz.hf import load_and_run
+
+        try:
+            data = load_and_run(args.hf, args.text, args.target)
+        except ImportError as e:
+            raise UsageError(str(e)) from None
+    elif args.json:
         if not Path(args.json).is_file():
             raise UsageError(f"no such file: {args.json}")
         data = load_json(args.json)
