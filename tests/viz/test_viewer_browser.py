@@ -214,3 +214,23 @@ def test_budget_12_layers_12_heads_512_tokens(browser_page, tmp_path):
     shown = _weights(page, "#hv-right .tok")
     assert shown == pytest.approx(w[0, :, 100].mean(0).tolist(), abs=1 / 254)  # 8-bit on the page
     assert errors == []
+
+
+def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
+    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (pip install playwright)")
+    Image = pytest.importorskip("PIL.Image")
+    if _chromium() is None:
+        pytest.skip("no chromium browser, and it could not be installed (apt-get install chromium as root)")
+    from attnlab.cli import main
+
+    png = tmp_path / "hv.png"
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(png), "--focus", "1"]) == 0
+    with Image.open(png) as im:
+        assert im.size == (900, 560)
+        assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+                 "--screenshot", str(tmp_path / "x.jpg")]) == 2
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+                 "--screenshot", str(png), "--focus", "9"]) == 2
+    assert "--focus" in capsys.readouterr().err

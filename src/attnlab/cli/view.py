@@ -3,6 +3,7 @@
     attnlab view --example seed-001-multi-head -o heads.html
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
+    attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --focus 1
     attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model
 
 The page has all its script inline and needs no network.
@@ -36,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
     p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
+    p.add_argument("--screenshot", metavar="PNG", help="also photograph the page in headless chromium "
+                   "(needs playwright and a chromium on the PATH)")
+    p.add_argument("--screenshot-view", default="head", choices=("head", "model", "neuron", "matrix"),
+                   help="the view to photograph (default head)")
+    p.add_argument("--focus", type=int, metavar="I", help="with --screenshot: hover query token I (0-based) first")
     add_threads(p)
     p.set_defaults(func=run_view)
 
@@ -71,6 +77,17 @@ def run_view(args: argparse.Namespace) -> int:
     print(f"wrote {out}")
     if args.picture:
         write_pictures(data, args.picture)
+    if args.screenshot:
+        from ..viz.screenshot import screenshot
+
+        if not args.screenshot.endswith(".png"):
+            raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
+        if args.focus is not None and not 0 <= args.focus < len(data["tokens"]):
+            raise UsageError(f"--focus must be a query position in 0..{len(data['tokens']) - 1}; got {args.focus}")
+        try:
+            print(f"wrote {screenshot(out, args.screenshot, view=args.screenshot_view, focus=args.focus)}")
+        except ImportError as e:
+            raise UsageError(str(e)) from None
     return 0
 
 
