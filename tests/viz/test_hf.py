@@ -117,3 +117,16 @@ def test_errors_and_markers(models, tmp_path, capsys):
         assert main(["view", *argv, "-o", str(tmp_path / "e.html")]) == 2
         err = capsys.readouterr().err.strip()
         assert words in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2"])
+def test_neuron_view_queries_and_keys_reproduce_the_weights(models, name):
+    """softmax(q·k/√d) over the recorded q and k (NumPy, here) gives the model's own weights."""
+    v = load_and_run(models[name][0], "the cat sat")
+    q, k = v["queries"].astype(np.float64), v["keys"].astype(np.float64)  # (layers, h, n, d)
+    assert q.shape[:3] == v["layers"].shape[:3] and q.shape == k.shape
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])
+    if name == "gpt2":
+        s = np.where(np.triu(np.ones(s.shape[-2:], bool), 1), -np.inf, s)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(w / w.sum(-1, keepdims=True), v["layers"], atol=1e-5)

@@ -12,12 +12,15 @@
 
 ``load_and_run(model_dir, text)`` does the glue for a local model folder (``attnlab view --hf
 DIR --text "..."``): tokenizer and model from the folder (``local_files_only``: nothing
-downloads), eager attention (the fused kernels return no weights), one forward pass.
+downloads), eager attention (the fused kernels return no weights), one forward pass; for
+BERT- and GPT-2-style models it also keeps each layer's queries and keys (forward hooks on
+their projections) so that the page has a neuron view.
 ``transformers`` is an optional extra: ``pip install 'attnlab[hf]'``.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,43 @@ def from_transformers(outputs: Any, tokens, decoder_tokens=None, *, title: str =
     return normalise({"title": title or "attention", "sections": sections})
 
 
+#: Modules whose outputs are the per-layer queries and keys, by model family (for the neuron view):
+#: BERT-style separate ``query``/``key`` projections, GPT-2's fused ``c_attn`` (q, k, v side by side).
+#: T5 is left out: its scores are unscaled and add a position bias, so q·k/√d would not be its score.
+_QK_PATTERNS = (
+    (re.compile(r"(?:^|\.)layer\.(\d+)\.attention\.self\.(query|key)$"), "separate"),
+    (re.compile(r"(?:^|\.)h\.(\d+)\.attn\.c_attn$"), "fused"),
+)
+
+
+def _record_qk(model, n_heads: int):
+    """Forward hooks that keep each layer's queries and keys, (h, n, d) for batch element 0."""
+    store: dict[int, dict[str, np.ndarray]] = {}
+    handles = []
+
+    def heads(x):  # (n, h·d) → (h, n, d)
+        n = x.shape[0]
+        return x.reshape(n, n_heads, -1).transpose(1, 0, 2)
+
+    for name, mod in model.named_modules():
+        for pat, kind in _QK_PATTERNS:
+            m = pat.search(name)
+            if not m:
+                continue
+            layer, which = int(m.group(1)), (m.group(2) if kind == "separate" else None)
+
+            def hook(_mod, _inp, out, layer=layer, kind=kind, which=which):
+                y = out.detach().float().cpu().numpy()[0]
+                if kind == "separate":
+                    store.setdefault(layer, {})["queries" if which == "query" else "keys"] = heads(y)
+                else:
+                    e = y.shape[-1] // 3
+                    store.setdefault(layer, {}).update(queries=heads(y[:, :e]), keys=heads(y[:, e:2 * e]))
+
+            handles.append(mod.register_forward_hook(hook))
+    return store, handles
+
+
 def load_and_run(model_dir: str | Path, text: str, target: str | None = None) -> View:
     """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
 
@@ -103,11 +143,24 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None) ->
         d = torch.cat([torch.full((1, 1), int(start or 0), dtype=d.dtype), d], dim=1)
         kwargs["decoder_input_ids"] = d
         dec_tokens = tok.convert_ids_to_tokens(d[0].tolist())
-    with torch.no_grad():
-        out = model(**kwargs)
+    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    store, handles = _record_qk(model, int(n_heads)) if n_heads and not config.is_encoder_decoder else ({}, [])
+    try:
+        with torch.no_grad():
+            out = model(**kwargs)
+    finally:
+        for h in handles:
+            h.remove()
     name = getattr(config, "_name_or_path", "") or model_dir.name
-    return from_transformers(out, tok.convert_ids_to_tokens(ids[0].tolist()), dec_tokens,
+    view = from_transformers(out, tok.convert_ids_to_tokens(ids[0].tolist()), dec_tokens,
                              title=f"{Path(str(name)).name or model_dir.name} ({config.model_type})")
+    n_layers = view["layers"].shape[0]
+    if store and sorted(store) == list(range(n_layers)) and all(len(v) == 2 for v in store.values()):
+        s = dict(view["sections"][0])
+        s["queries"] = np.stack([store[i]["queries"] for i in range(n_layers)])
+        s["keys"] = np.stack([store[i]["keys"] for i in range(n_layers)])
+        view = normalise({"title": view["title"], "sections": [s]})
+    return view
 
 
 __all__ = ["from_transformers", "load_and_run", "display_token"]
