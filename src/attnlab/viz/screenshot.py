@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -41,6 +42,16 @@ def screenshot(page: str | Path, png: str | Path, *, view: str = "head", focus: 
     page, png = Path(page).resolve(), Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
     tmp = png.with_name(png.name + ".tmp.png")
+    # In a thread of its own: the sync API refuses to run where an asyncio loop runs (Jupyter, another
+    # Playwright session), and a fresh thread has none.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(_shoot, sync_playwright, exe, page, tmp, view, focus, width, height).result()
+    tmp.replace(png)
+    return png
+
+
+def _shoot(sync_playwright, exe: str, page: Path, tmp: Path, view: str, focus: int | None,
+           width: int, height: int) -> None:
     profile = tempfile.mkdtemp(prefix="attnlab-chromium-")
     try:
         with sync_playwright() as p:
@@ -59,8 +70,6 @@ def screenshot(page: str | Path, png: str | Path, *, view: str = "head", focus: 
                 ctx.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
-    tmp.replace(png)
-    return png
 
 
 __all__ = ["screenshot", "chromium", "VIEWS"]
