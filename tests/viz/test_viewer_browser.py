@@ -12,8 +12,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
+import numpy as np
 import pytest
+import torch
 
 from attnlab.explain import load, run
 from attnlab.viz.viewer import from_example, write_html
@@ -64,41 +67,170 @@ def _open(page, path):
     return errors
 
 
-def test_viewer_renders_and_hover_shows_weights(browser_page, tmp_path):
+def _weights(page, sel):
+    return [float(x) for x in page.eval_on_selector_all(sel, "els => els.map(e => e.dataset.w)")]
+
+
+def test_matrix_view_hover_shows_weights(browser_page, tmp_path):
     ex = load("seed-001-multi-head")
     t = run(ex)
     w = t["weights"].value[0]  # (h, q, k)
     page = browser_page
     errors = _open(page, write_html(from_example(ex, t), tmp_path / "mh.html"))
+    page.click("#views button[data-view='matrix']")
     assert page.locator(".qtok").count() == 5 and page.locator(".ktok").count() == 5
-    assert page.locator("#grid td").count() == 25
     assert page.inner_text(".qtok[data-i='3']") == "垫子"
+    assert page.eval_on_selector("#mx-canvas", "c => [c.width, c.height]") == [5 * 26, 5 * 26]
 
     page.hover(".qtok[data-i='1']")  # 坐, head 1
-    shown = [float(x) for x in page.eval_on_selector_all(".ktok", "els => els.map(e => e.dataset.w)")]
-    assert shown == pytest.approx(w[0, 1].tolist(), abs=1e-12)
+    assert _weights(page, ".ktok") == pytest.approx(w[0, 1].tolist(), abs=1e-6)  # float32 on the page
     assert "坐" in page.inner_text("#readout") and "上" in page.inner_text("#readout")
 
     page.select_option("#head", label="2")  # head 2
     page.hover(".qtok[data-i='0']")
-    shown = [float(x) for x in page.eval_on_selector_all(".ktok", "els => els.map(e => e.dataset.w)")]
-    assert shown == pytest.approx(w[1, 0].tolist(), abs=1e-12)
+    assert _weights(page, ".ktok") == pytest.approx(w[1, 0].tolist(), abs=1e-6)
     assert "head 2" in page.inner_text("#readout")
 
     page.click(".qtok[data-i='2']")  # click keeps the selection while hovering elsewhere
     page.hover(".qtok[data-i='4']")
     assert "query 3" in page.inner_text("#readout")
+    page.hover("#mx-canvas", position={"x": 26 * 4 + 5, "y": 26 * 2 + 5})  # cell (query 3, key 5)
+    assert f"{w[1, 2, 4].item():.3f}" in page.inner_text("#readout") and "key 5" in page.inner_text("#readout")
     assert errors == []
 
 
-def test_viewer_toggles_masked_positions(browser_page, tmp_path):
+def test_head_view_lines_follow_the_hovered_token_and_the_head_filter(browser_page, tmp_path):
+    ex = load("seed-001-multi-head")
+    t = run(ex)
+    w = t["weights"].value[0]
+    page = browser_page
+    errors = _open(page, write_html(from_example(ex, t), tmp_path / "hv.html"))
+    assert page.get_attribute("body", "data-view") == "head"
+    assert page.locator("#hv-left .tok").count() == 5 and page.locator("#heads input").count() == 2
+    page.uncheck("#heads input[data-h='0']")  # only head 2 drawn
+    page.hover("#hv-left .tok[data-i='3']")
+    assert _weights(page, "#hv-right .tok") == pytest.approx(w[1, 3].tolist(), abs=1e-6)
+    page.check("#heads input[data-h='0']")  # both heads: the mean over them
+    page.hover("#hv-left .tok[data-i='2']")
+    assert _weights(page, "#hv-right .tok") == pytest.approx(w[:, 2].mean(0).tolist(), abs=1e-6)
+    page.hover("#hv-right .tok[data-i='0']")  # a key: the weights every query gives it
+    assert _weights(page, "#hv-left .tok") == pytest.approx(w[:, :, 0].mean(0).tolist(), abs=1e-6)
+    # something is drawn: the canvas has coloured pixels
+    painted = page.evaluate("""() => { const c = document.getElementById('hv-canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }""")
+    assert painted > 100
+    assert errors == []
+
+
+def test_neuron_view_shows_q_k_their_product_and_the_score(browser_page, tmp_path):
+    ex = load("seed-001-multi-head")
+    t = run(ex)
+    q, k = t["query_heads"].value[0].numpy(), t["key_heads"].value[0].numpy()  # (h, n, d)
+    page = browser_page
+    errors = _open(page, write_html(from_example(ex, t), tmp_path / "nv.html"))
+    page.select_option("#head", label="2")
+    page.click("#views button[data-view='neuron']")
+    page.select_option("#nv-q", index=2)
+    page.select_option("#nv-k", index=4)
+    row = lambda r: [float(x) for x in page.eval_on_selector_all(f"#nv-table tr[data-row='{r}'] td", "els => els.map(e => e.dataset.v)")]  # noqa: E731
+    assert row("q") == pytest.approx(q[1, 2].tolist()) and row("k") == pytest.approx(k[1, 4].tolist())
+    assert row("qk") == pytest.approx((q[1, 2] * k[1, 4]).tolist())
+    by_hand = sum(a * b for a, b in zip(q[1, 2].tolist(), k[1, 4].tolist()))
+    assert float(page.get_attribute("#nv-sum", "data-sum")) == pytest.approx(by_hand)
+    assert f"{t['scaled_scores'].value[0, 1, 2, 4].item():.4f}" in page.inner_text("#nv-sum")
+    assert errors == []
+
+
+def test_model_view_thumbnails_open_the_matrix_view(browser_page, tmp_path):
+    w = torch.softmax(torch.randn(3, 4, 6, 6, generator=torch.Generator().manual_seed(0)), -1)
+    page = browser_page
+    errors = _open(page, write_html({"layers": w, "tokens": ["a b", "\n", "c", " ", "d", "e"]}, tmp_path / "mv.html"))
+    page.click("#views button[data-view='model']")
+    assert page.locator("canvas.thumb").count() == 12
+    page.click("canvas.thumb[data-l='2'][data-h='1']")
+    assert page.get_attribute("body", "data-view") == "matrix"
+    assert page.input_value("#layer") == "2" and page.input_value("#head") == "1"
+    page.hover(".qtok[data-i='4']")
+    assert _weights(page, ".ktok") == pytest.approx(w[2, 1, 4].tolist(), abs=1e-6)
+    labels = page.eval_on_selector_all(".qtok", "els => els.map(e => e.textContent)")
+    assert labels[:4] == ["a␣b", "⏎", "c", "␣"]  # whitespace shown
+    assert errors == []
+
+
+def test_matrix_view_toggles_masked_positions(browser_page, tmp_path):
     ex = load("attnlab-masked-causal")
     page = browser_page
     errors = _open(page, write_html(from_example(ex, run(ex)), tmp_path / "m.html"))
+    page.click("#views button[data-view='matrix']")
     page.hover(".qtok[data-i='1']")
     masked = page.eval_on_selector_all(".ktok", "els => els.map(e => e.classList.contains('masked'))")
     assert masked == [False, False, True, True]
-    assert page.locator("#grid td.masked").count() == 6
     page.uncheck("#show-masked")
-    assert page.locator("#grid td.masked").count() == 0
+    page.hover(".qtok[data-i='0']")
+    page.hover(".qtok[data-i='1']")
+    masked = page.eval_on_selector_all(".ktok", "els => els.map(e => e.classList.contains('masked'))")
+    assert masked == [False, False, False, False]
     assert errors == []
+
+
+def test_sections_are_tabs(browser_page, tmp_path):
+    g = torch.Generator().manual_seed(1)
+    enc = torch.softmax(torch.randn(1, 2, 3, 3, generator=g), -1)
+    cross = torch.softmax(torch.randn(1, 2, 2, 3, generator=g), -1)
+    data = {"title": "enc-dec", "sections": [
+        {"name": "encoder", "layers": enc, "tokens": ["a", "b", "c"]},
+        {"name": "cross", "layers": cross, "tokens": ["x", "y"], "key_tokens": ["a", "b", "c"]}]}
+    page = browser_page
+    errors = _open(page, write_html(data, tmp_path / "s.html"))
+    assert page.eval_on_selector_all("#sections button", "els => els.map(e => e.textContent)") == ["encoder", "cross"]
+    page.click("#sections button[data-sec='1']")
+    page.click("#views button[data-view='matrix']")
+    assert page.locator(".qtok").count() == 2 and page.locator(".ktok").count() == 3
+    page.hover(".qtok[data-i='1']")
+    assert _weights(page, ".ktok") == pytest.approx(cross[0, 0, 1].tolist(), abs=1e-6)
+    assert errors == []
+
+
+def test_budget_12_layers_12_heads_512_tokens(browser_page, tmp_path):
+    """The issue's budget: the page ≤ 40 MB, first paint and a hover update within 3 s."""
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((12, 12, 512, 512), dtype=np.float32) * 2
+    w = np.exp(logits)
+    w /= w.sum(-1, keepdims=True)
+    path = write_html({"layers": w, "tokens": [f"t{i}" for i in range(512)]}, tmp_path / "big.html")
+    size_mb = path.stat().st_size / 1e6
+    assert size_mb <= 40
+    page = browser_page
+    start = time.perf_counter()
+    errors = _open(page, path)
+    first_paint = time.perf_counter() - start
+    start = time.perf_counter()
+    page.hover("#hv-left .tok[data-i='100']")
+    page.wait_for_function("document.querySelector('#hv-right .tok').dataset.w !== undefined")
+    hover = time.perf_counter() - start
+    print(f"12x12x512 page: {size_mb:.1f} MB, first paint {first_paint:.2f} s, hover {hover:.2f} s")
+    assert first_paint < 3 and hover < 3
+    shown = _weights(page, "#hv-right .tok")
+    assert shown == pytest.approx(w[0, :, 100].mean(0).tolist(), abs=1 / 254)  # 8-bit on the page
+    assert errors == []
+
+
+def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
+    pytest.importorskip("playwright.sync_api", reason="needs the playwright package (pip install playwright)")
+    Image = pytest.importorskip("PIL.Image")
+    if _chromium() is None:
+        pytest.skip("no chromium browser, and it could not be installed (apt-get install chromium as root)")
+    from attnlab.cli import main
+
+    png = tmp_path / "hv.png"
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(png), "--focus", "1"]) == 0
+    with Image.open(png) as im:
+        assert im.size == (900, 560)
+        assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+                 "--screenshot", str(tmp_path / "x.jpg")]) == 2
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+                 "--screenshot", str(png), "--focus", "9"]) == 2
+    assert "--focus" in capsys.readouterr().err

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -26,7 +28,7 @@ from attnlab.viz import (  # noqa: E402
     spatial_overlay,
     write_html,
 )
-from attnlab.viz.viewer import render_html  # noqa: E402
+from attnlab.viz.viewer import normalise, payload, render_html  # noqa: E402
 
 
 def _rows(n, k, seed=0):
@@ -85,6 +87,35 @@ def test_cjk_fallback_warns(monkeypatch):
         assert fonts.use_cjk_font(["猫"]) is None
 
 
+def _unpack(e, dtype):
+    raw = zlib.decompress(base64.b64decode(e["b64"]))
+    return np.frombuffer(raw, dtype=dtype).reshape(e["shape"])
+
+
+def test_viewer_packs_large_pages_as_8_bit_with_missing_and_masked_entries():
+    w = np.full((1, 1, 2, 3), 0.25, np.float32)
+    w[0, 0, 0] = [0.0, 0.5, 1.0]
+    w[0, 0, 1, 2] = np.nan  # no weight (a JSON null)
+    masked = np.zeros((2, 3), bool)
+    masked[1, 2] = True
+    p = payload({"layers": w, "masked": masked}, precision="uint8")["sections"][0]
+    u = _unpack(p["weights"], np.uint8)[0, 0]
+    assert u.tolist() == [[0, 127, 254], [64, 64, 255]]  # round(w · 254), 255 = none
+    bits = np.unpackbits(np.frombuffer(zlib.decompress(base64.b64decode(p["masked"]["b64"])), np.uint8))[:6]
+    assert bits.tolist() == [0, 0, 0, 0, 0, 1]
+    auto = payload({"layers": np.zeros((1, 1, 1025, 1024), np.float32)})["sections"][0]["weights"]["dtype"]
+    assert auto == "uint8" and payload({"layers": w})["sections"][0]["weights"]["dtype"] == "float32"
+    with pytest.raises(ValueError, match="precision"):
+        payload({"layers": w}, precision="int4")
+
+
+def test_view_shows_inline_in_jupyter():
+    v = normalise({"layers": [[0.5, 0.5]], "tokens": ["<a>"], "key_tokens": ["x", "y"]})
+    frame = v._repr_html_()
+    assert frame.startswith("<iframe srcdoc=") and "&lt;!DOCTYPE html&gt;" in frame
+    assert "<a>" not in frame  # the page is escaped inside the attribute
+
+
 def test_viewer_page_is_self_contained(tmp_path):
     ex = load("seed-001-multi-head")
     data = from_example(ex, run(ex))
@@ -93,8 +124,11 @@ def test_viewer_page_is_self_contained(tmp_path):
     assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", page), "the page must not load anything"
     assert "http://" not in page and "https://" not in page
     payload = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S).group(1)
-    back = json.loads(payload)
-    np.testing.assert_allclose(np.array(back["layers"][0]), run(ex)["weights"].value[0].numpy())
+    back = json.loads(payload)["sections"][0]
+    assert back["weights"]["dtype"] == "float32" and back["weights"]["shape"] == [1, 2, 5, 5]
+    np.testing.assert_allclose(_unpack(back["weights"], "<f4")[0], run(ex)["weights"].value[0].numpy(), rtol=1e-6)
+    qh = _unpack(back["queries"], "<f4")  # the neuron view's per-head queries
+    np.testing.assert_allclose(qh[0], run(ex)["query_heads"].value[0].numpy(), rtol=1e-6)
     # a token that tries to close the script tag cannot
     evil = render_html({"layers": [[0.5, 0.5]], "tokens": ["</script><b>"], "key_tokens": ["a", "b"]})
     assert "</script><b>" not in evil
@@ -112,7 +146,7 @@ def test_viewer_reads_model_json_and_explain_json(tmp_path, capsys):
     doc = tmp_path / "doc.json"
     doc.write_text(capsys.readouterr().out, encoding="utf-8")
     d = load_json(doc)
-    assert d["masked"][0][0] == np.triu(np.ones((4, 4), bool), 1).tolist()
+    np.testing.assert_array_equal(d["masked"][0][0], np.triu(np.ones((4, 4), bool), 1))
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"tokens": ["a"], "layers": [[[0.5, 0.5], [0.5]]]}))
     assert main(["view", "--json", str(bad), "-o", str(tmp_path / "b.html")]) == 2
@@ -124,4 +158,49 @@ def test_cli_view_with_picture(tmp_path):
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and pic.stat().st_size > 1000
     data = from_example(load("attnlab-masked-causal"), run(load("attnlab-masked-causal")))
     write_html(data, tmp_path / "m.html")
-    assert data["masked"][0][0][0] == [False, True, True, True]
+    assert data["masked"][0][0][0].tolist() == [False, True, True, True]
+
+
+def test_pictures_stay_under_4000_px_with_a_note(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    g = torch.Generator().manual_seed(0)
+    lm = torch.softmax(torch.randn(1, 4, 300, 300, generator=g), -1)  # the character LM's page: many tokens
+    f = tmp_path / "lm.json"
+    f.write_text(json.dumps({"tokens": [chr(97 + i % 26) for i in range(300)], "layers": lm.tolist()}))
+    assert main(["view", "--json", str(f), "-o", str(tmp_path / "lm.html"), "--picture", str(tmp_path / "lm.png")]) == 0
+    with Image.open(tmp_path / "lm.png") as im:
+        assert max(im.size) <= 4000 and min(im.size) > 300
+    one_w = torch.softmax(torch.randn(3000, 3000, generator=g), -1).numpy()
+    one = heatmap(one_w, title="one long head " * 20)
+    notes = " ".join(t.get_text() for t in one.texts)
+    assert "3000 × 3000 drawn as 1500 × 1500 (each cell the mean of a 2 × 2 block)" in notes
+    assert "one every 63 tokens" in notes
+    assert "\n" in one.axes[0].get_title()  # the long title is wrapped to fit
+    save(one, tmp_path / "one.png")
+    with Image.open(tmp_path / "one.png") as im:
+        assert max(im.size) <= 4000
+    pooled = np.asarray(one.axes[0].images[0].get_array())
+    assert pooled.shape == (1500, 1500)
+    assert pooled[0, 0] == pytest.approx(float(one_w[:2, :2].astype(np.float64).mean()), rel=1e-6)
+    assert pooled[-1, 7] == pytest.approx(float(one_w[-2:, 14:16].astype(np.float64).mean()), rel=1e-6)
+
+
+def test_masked_cells_hatched_with_a_legend_colour_bar_and_named_axes(tmp_path):
+    w = _rows(3, 3)
+    mask = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1)
+    fig = heatmap(w, masked=mask)
+    ax = fig.axes[0]
+    shown = ax.images[0].get_array()
+    assert np.ma.getmaskarray(shown).tolist() == mask.tolist()  # masked cells are not drawn as values ...
+    assert any(p.get_hatch() == "///" for p in ax.patches)  # ... the hatched background shows through
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["masked"]
+    assert fig.axes[1].get_ylabel() == "weight"  # the colour bar
+    al = alignment(_rows(2, 3), ["le", "chat", "noir"], ["the", "cat"])
+    assert "largest weight" in al.axes[0].get_legend().get_texts()[0].get_text()
+    assert [t.get_text() for t in pattern(mask).axes[0].get_legend().get_texts()] == ["attended", "not attended"]
+    pic = tmp_path / "s.png"
+    assert main(["view", "--example", "attnlab-spatial", "-o", str(tmp_path / "s.html"), "--picture", str(pic)]) == 0
+    data = from_example(load("attnlab-spatial"), run(load("attnlab-spatial")))
+    assert (data["y_axis"], data["x_axis"]) == ("row (height)", "column (width)")
+    sp = heatmap(data["layers"][0, 0], xlabel=data["x_axis"], ylabel=data["y_axis"])
+    assert sp.axes[0].get_xlabel() == "column (width)" and sp.axes[0].get_ylabel() == "row (height)"

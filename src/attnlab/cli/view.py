@@ -3,6 +3,8 @@
     attnlab view --example seed-001-multi-head -o heads.html
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
+    attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --focus 1
+    attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model
 
 The page has all its script inline and needs no network.
 """
@@ -29,8 +31,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--example", help="a built-in worked example (see `attnlab explain --list`)")
     src.add_argument("--file", help="a worked-example TOML file")
     src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
+    src.add_argument("--hf", metavar="MODEL_DIR", help="a local Hugging Face model folder (BERT-, GPT-2- or T5-style; "
+                     "needs the hf extra); with --text")
+    p.add_argument("--text", help="with --hf: the text to run the model on")
+    p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
     p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
+    p.add_argument("--screenshot", metavar="PNG", help="also photograph the page in headless chromium "
+                   "(needs playwright and a chromium on the PATH)")
+    p.add_argument("--screenshot-view", default="head", choices=("head", "model", "neuron", "matrix"),
+                   help="the view to photograph (default head)")
+    p.add_argument("--focus", type=int, metavar="I", help="with --screenshot: hover query token I (0-based) first")
     add_threads(p)
     p.set_defaults(func=run_view)
 
@@ -40,7 +51,20 @@ def run_view(args: argparse.Namespace) -> int:
 
     if not args.output.endswith((".html", ".htm")):
         raise UsageError(f"--output must be an .html file; got {args.output!r}")
-    if args.json:
+    if (args.text is not None or args.target is not None) and not args.hf:
+        raise UsageError("--text and --target go with --hf MODEL_DIR")
+    if args.hf:
+        if args.text is None:
+            raise UsageError("--hf needs --text: the text to run the model on")
+        if not Path(args.hf).is_dir():
+            raise UsageError(f"no such model folder: {args.hf}")
+        from ..viz.hf import load_and_run
+
+        try:
+            data = load_and_run(args.hf, args.text, args.target)
+        except ImportError as e:
+            raise UsageError(str(e)) from None
+    elif args.json:
         if not Path(args.json).is_file():
             raise UsageError(f"no such file: {args.json}")
         data = load_json(args.json)
@@ -52,13 +76,36 @@ def run_view(args: argparse.Namespace) -> int:
     out = write_html(data, args.output)
     print(f"wrote {out}")
     if args.picture:
-        from ..viz import heatmap, save
-        from ..viz.heatmap import head_grid
+        write_pictures(data, args.picture)
+    if args.screenshot:
+        from ..viz.screenshot import screenshot
 
-        layers = data["layers"]
-        if len(layers) == 1 and len(layers[0]) == 1:
-            fig = heatmap(layers[0][0], data["key_tokens"], data["tokens"], title=data["title"])
-        else:
-            fig = head_grid(layers, data["key_tokens"], data["tokens"], title=data["title"])
-        print(f"wrote {save(fig, args.picture)}")
+        if not args.screenshot.endswith(".png"):
+            raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
+        if args.focus is not None and not 0 <= args.focus < len(data["tokens"]):
+            raise UsageError(f"--focus must be a query position in 0..{len(data['tokens']) - 1}; got {args.focus}")
+        try:
+            print(f"wrote {screenshot(out, args.screenshot, view=args.screenshot_view, focus=args.focus)}")
+        except ImportError as e:
+            raise UsageError(str(e)) from None
     return 0
+
+
+def write_pictures(data: dict, picture: str) -> None:
+    """One picture per section (``name-encoder.png`` … when there are several), each ≤ 4,000 px a side."""
+    from ..viz import heatmap, save
+    from ..viz.heatmap import head_grid
+
+    sections = data["sections"]
+    path = Path(picture)
+    for s in sections:
+        out = path if len(sections) == 1 else path.with_name(f"{path.stem}-{s['name']}{path.suffix}")
+        title = data["title"] if len(sections) == 1 else f"{data['title']}: {s['name']}"
+        layers, masked = s["layers"], s.get("masked")
+        if layers.shape[0] == 1 and layers.shape[1] == 1:
+            fig = heatmap(layers[0, 0], s["key_tokens"], s["tokens"], title=title, xlabel=s["x_axis"],
+                          ylabel=s["y_axis"], masked=None if masked is None else masked[0, 0])
+        else:
+            fig = head_grid(layers, s["key_tokens"], s["tokens"], title=title, masked=masked,
+                            xlabel=s["x_axis"], ylabel=s["y_axis"])
+        print(f"wrote {save(fig, out)}")

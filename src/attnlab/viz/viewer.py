@@ -1,30 +1,48 @@
-"""An offline, self-contained HTML viewer of attention weights.
+"""An offline, self-contained HTML viewer of attention weights (head, model, neuron and matrix views).
 
 ``write_html(data, path)`` writes one page with all its script inline (no CDN,
-no network, no external files): hover or click a query token to see its
-weights over the keys, switch layer and head, toggle masked positions.
+no network, no external files). The page has four views of each section
+(encoder, decoder, cross-attention of an encoder–decoder, or just "attention"):
 
-The data (``ViewerData``, a dict) is
+* head view: lines from each token to the tokens it attends, one colour per head
+  (after bertviz's head view, Vig 2019, https://arxiv.org/abs/1906.05714); hover a token;
+* model view: a layers × heads grid of thumbnails; click one to open it in the matrix view;
+* neuron view: for one query–key pair, q, k, q⊙k and their sum (the score), from the
+  trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys);
+* matrix view: the weights as a heatmap on a canvas, the query's row as labelled keys.
+
+The weights travel compactly: float32 (small pages) or 8-bit (large ones), zlib-compressed
+and base64-encoded, decompressed in the page (``DecompressionStream``), drawn on canvases.
+A 12-layer, 12-head model over 512 tokens fits in a few MB.
+
+The data (a ``View``, a dict that also shows itself inline in Jupyter) is
 
     {"title": str, "tokens": [...], "key_tokens": [...] (default: tokens),
-     "layers": layers × heads × q × k weights, "masked": same shape, true = masked (optional)}
+     "layers": layers × heads × q × k weights, "masked": same shape, true = masked (optional),
+     "queries"/"keys": layers × heads × n × d (optional, for the neuron view),
+     "sections": [{"name": "encoder", "tokens", "key_tokens", "layers", ...}, ...] (optional)}
 
-It comes from a worked example's trace (``from_example``: its ``weights`` step,
-and ``masked_scores`` for the masked positions) or from a JSON file
-(``load_json``): the ``{"tokens", "layers"}`` format that models write, or the
-output of ``attnlab explain --format json``.
+Without ``sections``, the top-level keys are the one section. It comes from a worked
+example's trace (``from_example``), from a JSON file (``load_json``: ``{"tokens", "layers"}``
+or the output of ``attnlab explain --format json``), or from a Hugging Face model's
+outputs (``attnlab.viz.hf.from_transformers``).
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
+import zlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
+
+#: Pages whose weights have at most this many entries store them as float32; larger ones as 8-bit.
+FLOAT32_LIMIT = 1 << 20
 
 
 def _depth(x: Any) -> int:
@@ -34,77 +52,129 @@ def _depth(x: Any) -> int:
     return d
 
 
-def _as_4d(w: Any, what: str) -> list:
-    if isinstance(w, torch.Tensor):
-        w = w.detach().to(torch.float64).cpu().tolist()
-    if hasattr(w, "tolist") and not isinstance(w, list):
-        w = w.tolist()
-    d = _depth(w)
-    if d not in (2, 3, 4):
-        raise ValueError(f"{what} must be (q, k), (heads, q, k) or (layers, heads, q, k) nested lists; got depth {d}")
-    for _ in range(4 - d):
-        w = [w]
-    return w
-
-
 def _clean(x: Any) -> Any:
     if isinstance(x, list):
         return [_clean(y) for y in x]
-    if isinstance(x, str):  # "inf"/"-inf" from JSON documents
-        return None
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return None
+    if isinstance(x, str) or x is None:  # "inf"/"-inf" from JSON documents: no weight
+        return math.nan
     return float(x)
 
 
-def normalise(data: dict) -> dict:
-    """Check and complete viewer data: 4-d layers, rectangular, labels of the right length."""
-    if "layers" not in data:
+def _array(w: Any, what: str, dims: tuple[int, ...] = (2, 3, 4)) -> np.ndarray:
+    """A tensor, array or nested list as a float32 array with 4 dims (layers, heads, q, k); None/str → NaN."""
+    if hasattr(w, "detach"):
+        w = w.detach().float().cpu().numpy()
+    if isinstance(w, list):
+        d = _depth(w)
+        if d not in dims:
+            raise ValueError(f"{what} must be (q, k), (heads, q, k) or (layers, heads, q, k) nested lists; "
+                             f"got depth {d}")
+        try:
+            w = np.array(_clean(w), dtype=np.float32)
+        except ValueError:
+            w = None
+        if w is None or w.ndim != d:
+            raise ValueError(f"{what} is not rectangular: every layer and head must be a q × k matrix "
+                             "like the first") from None
+    a = np.asarray(w)
+    if a.dtype != bool:
+        a = a.astype(np.float32)
+    if a.ndim not in dims:
+        raise ValueError(f"{what} must have {' or '.join(map(str, dims))} dimensions; got shape {a.shape}")
+    while a.ndim < 4:
+        a = a[None]
+    return a
+
+
+def _section(d: dict, name: str) -> dict:
+    if d.get("layers") is None:
         raise ValueError("viewer data needs 'layers' (layers × heads × q × k weights)")
-    layers = _clean(_as_4d(data["layers"], "layers"))
-    q, k = len(layers[0][0]), len(layers[0][0][0])
-    for li, layer in enumerate(layers):
-        for hi, head in enumerate(layer):
-            if len(head) != q or any(len(row) != k for row in head):
-                raise ValueError(f"layers[{li}][{hi}] is not a {q} × {k} matrix like layers[0][0]")
-    out = {"title": str(data.get("title") or "attention"), "layers": layers}
-    tokens = data.get("tokens")
-    key_tokens = data.get("key_tokens") or (tokens if tokens and len(tokens) == k else None)
+    layers = _array(d["layers"], "layers")
+    n_layers, n_heads, q, k = layers.shape
+    tokens, key_tokens = d.get("tokens"), d.get("key_tokens")
+    if key_tokens is None and tokens is not None and len(tokens) == k:
+        key_tokens = tokens
     if tokens is not None and len(tokens) != q:
-        if len(tokens) == k and key_tokens is None:
-            key_tokens, tokens = tokens, None
-        elif len(tokens) != q:
+        if len(tokens) == k:
+            tokens = None
+        else:
             raise ValueError(f"'tokens' has {len(tokens)} labels for {q} queries")
     if key_tokens is not None and len(key_tokens) != k:
         raise ValueError(f"'key_tokens' has {len(key_tokens)} labels for {k} keys")
-    out["tokens"] = [str(t) for t in tokens] if tokens else [str(i + 1) for i in range(q)]
-    out["key_tokens"] = [str(t) for t in key_tokens] if key_tokens else [str(j + 1) for j in range(k)]
-    if data.get("masked") is not None:
-        m = _as_4d(data["masked"], "masked")  # broadcast a single layer or head over all of them
-        out["masked"] = [
-            [[[bool(x) for x in row] for row in m[li if len(m) > 1 else 0][hi if len(m[0]) > 1 else 0]]
-             for hi in range(len(layer))]
-            for li, layer in enumerate(layers)
-        ]
+    out: dict[str, Any] = {
+        "name": str(d.get("name") or name), "layers": layers,
+        "tokens": [str(t) for t in tokens] if tokens is not None else [str(i + 1) for i in range(q)],
+        "key_tokens": [str(t) for t in key_tokens] if key_tokens is not None else [str(j + 1) for j in range(k)],
+        "x_axis": str(d.get("x_axis") or "key"), "y_axis": str(d.get("y_axis") or "query"),
+    }
+    if d.get("masked") is not None:
+        m = _array(d["masked"], "masked").astype(bool)
+        try:
+            out["masked"] = np.broadcast_to(m, layers.shape).copy()
+        except ValueError:
+            raise ValueError(f"'masked' has shape {m.shape}; it must broadcast to the weights' {layers.shape}") from None
+    for key, n in (("queries", q), ("keys", k)):
+        if d.get(key) is not None:
+            v = _array(d[key], key, dims=(4,))
+            if v.shape[:3] != (n_layers, n_heads, n):
+                raise ValueError(f"'{key}' has shape {v.shape}; expected ({n_layers}, {n_heads}, {n}, d)")
+            out[key] = v
+    if ("queries" in out) != ("keys" in out) or ("queries" in out and out["queries"].shape[-1] != out["keys"].shape[-1]):
+        raise ValueError("the neuron view needs both 'queries' and 'keys', with one head size")
     return out
 
 
-def from_example(ex, t) -> dict:
-    """Viewer data from a worked example and its trace (the trace's weights; -inf masked scores)."""
+class View(dict):
+    """Viewer data (a dict, see the module docstring) that renders itself: ``html()``, ``save(path)``,
+    and inline in Jupyter (``_repr_html_``: the page in a sandboxed iframe)."""
+
+    def html(self, precision: str = "auto") -> str:
+        return render_html(self, precision=precision)
+
+    def save(self, path: str | Path, precision: str = "auto") -> Path:
+        return write_html(self, path, precision=precision)
+
+    def _repr_html_(self) -> str:
+        page = html.escape(self.html(), quote=True)
+        return f'<iframe srcdoc="{page}" style="width:100%;height:720px;border:1px solid #ddd"></iframe>'
+
+
+def normalise(data: dict) -> View:
+    """Check and complete viewer data: 4-d float32 weights, labels of the right length, sections."""
+    if isinstance(data, View) and "sections" in data and all(isinstance(s.get("layers"), np.ndarray)
+                                                           and s["layers"].ndim == 4 for s in data["sections"]):
+        return data
+    raw = data.get("sections") or [data]
+    sections = [_section(s, "attention" if len(raw) == 1 else f"section {i + 1}") for i, s in enumerate(raw)]
+    out = View(title=str(data.get("title") or "attention"), sections=sections)
+    out.update({k: v for k, v in sections[0].items() if k != "name"})
+    return out
+
+
+_AXES = {"spatial": ("row (height)", "column (width)"), "channel": ("", "channel")}
+
+
+def from_example(ex, t) -> View:
+    """Viewer data from a worked example and its trace (weights; -inf masked scores; per-head q and k)."""
     from ..explain.mechanisms import display_value
 
     w = display_value(ex, "weights", t["weights"].value)
+    data: dict[str, Any] = {"title": ex.title or ex.name, "layers": w, "tokens": ex.tokens, "key_tokens": ex.key_tokens}
+    q_len = w.shape[-2] if w.dim() > 1 else 1
     if w.dim() == 1:
-        w = w.unsqueeze(0)
-    data: dict[str, Any] = {"title": ex.title or ex.name, "layers": w, "tokens": ex.tokens,
-                            "key_tokens": ex.key_tokens or (ex.tokens if ex.tokens and len(ex.tokens) == w.shape[-1] else None)}
-    if data["tokens"] is not None and len(data["tokens"]) != w.shape[-2]:
+        data["layers"] = w.unsqueeze(0)
+    if data["tokens"] is not None and len(data["tokens"]) != q_len:
         data["tokens"] = None
-    if "masked_scores" in t:
+    # what the two axes are: the spatial map is rows × columns of the image, channel weights one per channel
+    data["y_axis"], data["x_axis"] = _AXES.get(ex.mechanism, ("query", "key"))
+    names = t.names()
+    if "masked_scores" in names:
         ms = display_value(ex, "masked_scores", t["masked_scores"].value)
-        if ms.dim() == 1:
-            ms = ms.unsqueeze(0)
-        data["masked"] = torch.isneginf(ms).tolist()
+        data["masked"] = np.isneginf((ms.unsqueeze(0) if ms.dim() == 1 else ms).numpy())
+    if "query_heads" in names and "key_heads" in names:  # (b, h, n, d) → one layer
+        qh, kh = t["query_heads"].value, t["key_heads"].value
+        if qh.dim() == 4 and qh.shape[0] == 1:
+            data["queries"], data["keys"] = qh.float(), kh.float()
     return normalise(data)
 
 
@@ -113,7 +183,7 @@ def _neg_inf(x: Any) -> Any:
     return [_neg_inf(y) for y in x] if isinstance(x, list) else x == "-inf"
 
 
-def _from_document(doc: dict) -> dict:
+def _from_document(doc: dict) -> View:
     steps = {s["name"]: s for s in doc.get("steps", [])}
     if "weights" not in steps:
         raise ValueError("this JSON document has no 'weights' step")
@@ -121,12 +191,11 @@ def _from_document(doc: dict) -> dict:
     if _depth(w) == 1:
         w = [w]
     data = {"title": doc.get("title"), "layers": w, "tokens": doc.get("tokens"), "key_tokens": doc.get("key_tokens")}
-    if data["tokens"] and len(data["tokens"]) != len(_as_4d(w, "weights")[0][0]):
+    if data["tokens"] and len(data["tokens"]) != _array(w, "weights").shape[2]:
         data["tokens"] = None
     if "masked_scores" in steps:
         ms = steps["masked_scores"]["value"]
-        ms = [ms] if _depth(ms) == 1 else ms
-        data["masked"] = _neg_inf(ms)
+        data["masked"] = _neg_inf([ms] if _depth(ms) == 1 else ms)
     return normalise(data)
 
 
@@ -156,7 +225,7 @@ def _check_labels(doc: dict) -> None:
                 raise ValueError(f"'{key}' must be strings (the token labels); {key}[{i}] is {t!r} (a {type(t).__name__})")
 
 
-def load_json(path: str | Path) -> dict:
+def load_json(path: str | Path) -> View:
     """Viewer data from a JSON file: {"tokens", "layers"} or an ``attnlab explain --format json`` document."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -167,29 +236,62 @@ def load_json(path: str | Path) -> dict:
     if "steps" in doc:
         return _from_document(doc)
     try:
-        _check_labels(doc)
-        _check_weights(doc.get("layers"))
+        for s in doc.get("sections") or [doc]:
+            _check_labels(s)
+            _check_weights(s.get("layers"))
+        return normalise(doc)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
-    return normalise(doc)
 
 
-def render_html(data: dict) -> str:
-    """The page as a string; the data is inline JSON (``</`` escaped so it cannot end the script)."""
+def _pack(a: np.ndarray) -> str:
+    return base64.b64encode(zlib.compress(np.ascontiguousarray(a).tobytes(), 6)).decode("ascii")
+
+
+def encode_weights(w: np.ndarray, precision: str) -> dict:
+    """The weights as {"dtype", "shape", "b64"}: float32 (NaN = none) or uint8 (w·254 rounded, 255 = none)."""
+    if precision == "float32":
+        return {"dtype": "float32", "shape": list(w.shape), "b64": _pack(w.astype("<f4"))}
+    if precision != "uint8":
+        raise ValueError(f"precision must be 'auto', 'float32' or 'uint8'; got {precision!r}")
+    u = np.where(np.isfinite(w), np.rint(np.clip(np.nan_to_num(w), 0.0, 1.0) * 254.0), 255).astype(np.uint8)
+    return {"dtype": "uint8", "shape": list(w.shape), "b64": _pack(u)}
+
+
+def payload(data: dict, precision: str = "auto") -> dict:
+    """The page's data: labels as JSON, arrays packed (see ``encode_weights``; masks as packed bits)."""
     data = normalise(data)
+    sections = []
+    for s in data["sections"]:
+        p = precision if precision != "auto" else ("float32" if s["layers"].size <= FLOAT32_LIMIT else "uint8")
+        out = {"name": s["name"], "tokens": s["tokens"], "key_tokens": s["key_tokens"],
+               "x_axis": s["x_axis"], "y_axis": s["y_axis"],
+               "weights": encode_weights(s["layers"], p)}
+        if "masked" in s:
+            out["masked"] = {"dtype": "bits", "shape": list(s["masked"].shape), "b64": _pack(np.packbits(s["masked"]))}
+        for key in ("queries", "keys"):
+            if key in s:
+                out[key] = {"dtype": "float32", "shape": list(s[key].shape), "b64": _pack(s[key].astype("<f4"))}
+        sections.append(out)
+    return {"title": data["title"], "sections": sections}
+
+
+def render_html(data: dict, precision: str = "auto") -> str:
+    """The page as a string; the data is inline JSON (``</`` escaped so it cannot end the script)."""
+    p = payload(data, precision)
     template = (resources.files("attnlab.viz") / "viewer.html").read_text(encoding="utf-8")
-    payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    return template.replace("__TITLE__", html.escape(data["title"])).replace("__DATA__", payload)
+    text = json.dumps(p, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    return template.replace("__TITLE__", html.escape(p["title"])).replace("__DATA__", text)
 
 
-def write_html(data: dict, path: str | Path) -> Path:
+def write_html(data: dict, path: str | Path, precision: str = "auto") -> Path:
     """Write the viewer page to ``path`` (atomically: a temporary file, then renamed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(data), encoding="utf-8")
+    tmp.write_text(render_html(data, precision), encoding="utf-8")
     tmp.replace(path)
     return path
 
 
-__all__ = ["write_html", "render_html", "from_example", "load_json", "normalise"]
+__all__ = ["View", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]

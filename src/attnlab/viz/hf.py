@@ -1,0 +1,166 @@
+"""Hugging Face models in the viewer: their attention outputs as viewer sections.
+
+``from_transformers(outputs, tokens)`` reads what a ``transformers`` model returns with
+``output_attentions=True`` — a tuple of per-layer ``(b, h, q, k)`` weights — and makes a
+``View`` (see ``attnlab.viz.viewer``):
+
+| model | outputs read | sections |
+|---|---|---|
+| encoder (BERT-style) | ``attentions`` | "attention" |
+| decoder (GPT-2-style) | ``attentions`` | "attention" (causal: the future is masked) |
+| encoder–decoder (T5-style) | ``encoder_attentions``, ``decoder_attentions``, ``cross_attentions`` | "encoder", "decoder", "cross" |
+
+``load_and_run(model_dir, text)`` does the glue for a local model folder (``attnlab view --hf
+DIR --text "..."``): tokenizer and model from the folder (``local_files_only``: nothing
+downloads), eager attention (the fused kernels return no weights), one forward pass; for
+BERT- and GPT-2-style models it also keeps each layer's queries and keys (forward hooks on
+their projections) so that the page has a neuron view.
+``transformers`` is an optional extra: ``pip install 'attnlab[hf]'``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .viewer import View, normalise
+
+#: Word-piece markers shown as the whitespace they stand for (GPT-2's byte-level Ġ/Ċ, SentencePiece's ▁).
+_MARKERS = {"Ġ": " ", "Ċ": "\n", "▁": " ", "ĉ": "\t"}
+
+
+def display_token(t: str) -> str:
+    """A tokenizer's token with its whitespace markers turned back into whitespace (the viewer shows ␣ ⏎)."""
+    return "".join(_MARKERS.get(c, c) for c in str(t))
+
+
+def _stack(maps: Any, what: str, batch_index: int) -> np.ndarray:
+    """A tuple of per-layer (b, h, q, k) tensors → (layers, h, q, k) float32 for one batch element."""
+    if maps is None or len(maps) == 0 or any(m is None for m in maps):
+        raise ValueError(f"the outputs have no {what}: run the model with output_attentions=True "
+                         "(and attn_implementation='eager', since fused attention returns no weights)")
+    layers = [m.detach().float().cpu().numpy() for m in maps]
+    if layers[0].ndim != 4:
+        raise ValueError(f"{what}[0] has shape {layers[0].shape}; expected (batch, heads, q, k)")
+    if not 0 <= batch_index < layers[0].shape[0]:
+        raise ValueError(f"batch_index {batch_index} is outside the batch of {layers[0].shape[0]}")
+    return np.stack([m[batch_index] for m in layers])
+
+
+def from_transformers(outputs: Any, tokens, decoder_tokens=None, *, title: str = "",
+                      batch_index: int = 0) -> View:
+    """Viewer data from a Hugging Face model's outputs (``output_attentions=True``).
+
+    ``tokens``: the input's tokens (strings; the encoder's for an encoder–decoder);
+    ``decoder_tokens``: the decoder's input tokens (encoder–decoder models only)."""
+    tokens = [display_token(t) for t in tokens]
+    get = (lambda k: outputs.get(k)) if isinstance(outputs, dict) else (lambda k: getattr(outputs, k, None))
+    if get("encoder_attentions") or get("decoder_attentions"):  # BERT's outputs carry an empty cross_attentions
+        if decoder_tokens is None:
+            raise ValueError("an encoder–decoder's outputs need decoder_tokens (the decoder's input tokens)")
+        dec = [display_token(t) for t in decoder_tokens]
+        sections = [{"name": "encoder", "layers": _stack(get("encoder_attentions"), "encoder_attentions", batch_index),
+                     "tokens": tokens}]
+        d = _stack(get("decoder_attentions"), "decoder_attentions", batch_index)
+        sections.append({"name": "decoder", "layers": d, "tokens": dec,
+                         "masked": np.triu(np.ones(d.shape[-2:], bool), 1)})
+        sections.append({"name": "cross", "layers": _stack(get("cross_attentions"), "cross_attentions", batch_index),
+                         "tokens": dec, "key_tokens": tokens})
+    else:
+        a = _stack(get("attentions"), "attentions", batch_index)
+        s = {"name": "attention", "layers": a, "tokens": tokens}
+        upper = np.triu(np.ones(a.shape[-2:], bool), 1)
+        if a.shape[-1] == a.shape[-2] and a.shape[-1] > 1 and np.all(a[..., upper] == 0):
+            s["masked"] = upper  # a causal model: the future positions are masked, not merely zero
+        sections = [s]
+    return normalise({"title": title or "attention", "sections": sections})
+
+
+#: Modules whose outputs are the per-layer queries and keys, by model family (for the neuron view):
+#: BERT-style separate ``query``/``key`` projections, GPT-2's fused ``c_attn`` (q, k, v side by side).
+#: T5 is left out: its scores are unscaled and add a position bias, so q·k/√d would not be its score.
+_QK_PATTERNS = (
+    (re.compile(r"(?:^|\.)layer\.(\d+)\.attention\.self\.(query|key)$"), "separate"),
+    (re.compile(r"(?:^|\.)h\.(\d+)\.attn\.c_attn$"), "fused"),
+)
+
+
+def _record_qk(model, n_heads: int):
+    """Forward hooks that keep each layer's queries and keys, (h, n, d) for batch element 0."""
+    store: dict[int, dict[str, np.ndarray]] = {}
+    handles = []
+
+    def heads(x):  # (n, h·d) → (h, n, d)
+        n = x.shape[0]
+        return x.reshape(n, n_heads, -1).transpose(1, 0, 2)
+
+    for name, mod in model.named_modules():
+        for pat, kind in _QK_PATTERNS:
+            m = pat.search(name)
+            if not m:
+                continue
+            layer, which = int(m.group(1)), (m.group(2) if kind == "separate" else None)
+
+            def hook(_mod, _inp, out, layer=layer, kind=kind, which=which):
+                y = out.detach().float().cpu().numpy()[0]
+                if kind == "separate":
+                    store.setdefault(layer, {})["queries" if which == "query" else "keys"] = heads(y)
+                else:
+                    e = y.shape[-1] // 3
+                    store.setdefault(layer, {}).update(queries=heads(y[:, :e]), keys=heads(y[:, e:2 * e]))
+
+            handles.append(mod.register_forward_hook(hook))
+    return store, handles
+
+
+def load_and_run(model_dir: str | Path, text: str, target: str | None = None) -> View:
+    """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
+
+    For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+    except ImportError:
+        raise ImportError("viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
+    enc = tok(text, return_tensors="pt")
+    ids = enc["input_ids"]
+    kwargs: dict[str, Any] = {"input_ids": ids, "output_attentions": True}
+    if "attention_mask" in enc:
+        kwargs["attention_mask"] = enc["attention_mask"]
+    dec_tokens = None
+    if config.is_encoder_decoder:
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.pad_token_id
+        d = tok(target if target is not None else text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+        d = torch.cat([torch.full((1, 1), int(start or 0), dtype=d.dtype), d], dim=1)
+        kwargs["decoder_input_ids"] = d
+        dec_tokens = tok.convert_ids_to_tokens(d[0].tolist())
+    n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
+    store, handles = _record_qk(model, int(n_heads)) if n_heads and not config.is_encoder_decoder else ({}, [])
+    try:
+        with torch.no_grad():
+            out = model(**kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    name = getattr(config, "_name_or_path", "") or model_dir.name
+    view = from_transformers(out, tok.convert_ids_to_tokens(ids[0].tolist()), dec_tokens,
+                             title=f"{Path(str(name)).name or model_dir.name} ({config.model_type})")
+    n_layers = view["layers"].shape[0]
+    if store and sorted(store) == list(range(n_layers)) and all(len(v) == 2 for v in store.values()):
+        s = dict(view["sections"][0])
+        s["queries"] = np.stack([store[i]["queries"] for i in range(n_layers)])
+        s["keys"] = np.stack([store[i]["keys"] for i in range(n_layers)])
+        view = normalise({"title": view["title"], "sections": [s]})
+    return view
+
+
+__all__ = ["from_transformers", "load_and_run", "display_token"]

@@ -1,0 +1,75 @@
+"""A PNG of a viewer page, taken in headless Chromium (for READMEs and docs).
+
+``screenshot(page, png, view="head", focus=None)`` opens the page in the system's
+chromium (driven by Playwright, never ``playwright install``: the browser is launched
+by path), switches to a view, optionally hovers a query token, and writes the PNG
+atomically. Needs the ``playwright`` package and a chromium on the PATH.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+VIEWS = ("head", "model", "neuron", "matrix")
+
+
+def chromium() -> str | None:
+    """The system chromium's path, or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def screenshot(page: str | Path, png: str | Path, *, view: str = "head", focus: int | None = None,
+               width: int = 900, height: int = 560) -> Path:
+    """Open ``page``, show ``view`` (hovering query token ``focus`` when given), write ``png``."""
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {', '.join(VIEWS)}; got {view!r}")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise ImportError("screenshots need the playwright package (pip install playwright) and a chromium") from None
+    exe = chromium()
+    if exe is None:
+        raise ImportError("screenshots need a chromium browser on the PATH (Debian: apt-get install chromium)")
+    page, png = Path(page).resolve(), Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    tmp = png.with_name(png.name + ".tmp.png")
+    # In a thread of its own: the sync API refuses to run where an asyncio loop runs (Jupyter, another
+    # Playwright session), and a fresh thread has none.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(_shoot, sync_playwright, exe, page, tmp, view, focus, width, height).result()
+    tmp.replace(png)
+    return png
+
+
+def _shoot(sync_playwright, exe: str, page: Path, tmp: Path, view: str, focus: int | None,
+           width: int, height: int) -> None:
+    profile = tempfile.mkdtemp(prefix="attnlab-chromium-")
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(profile, executable_path=exe, headless=True, args=ARGS,
+                                                       viewport={"width": width, "height": height})
+            try:
+                tab = ctx.new_page()
+                tab.goto(page.as_uri())
+                tab.wait_for_selector("body[data-ready='1']", timeout=30000)
+                tab.click(f"#views button[data-view='{view}']")
+                if focus is not None:
+                    sel = "#hv-left .tok" if view == "head" else ".qtok"
+                    tab.hover(f"{sel}[data-i='{focus}']")
+                tab.screenshot(path=str(tmp))
+            finally:
+                ctx.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+__all__ = ["screenshot", "chromium", "VIEWS"]
