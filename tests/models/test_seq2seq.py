@@ -142,3 +142,11 @@ def test_build_model_checks_config():
         build_model({**m.config_dict(), "heads": 4})
     with pytest.raises(ValueError, match="decoder must be"):
         Seq2SeqConfig(src_vocab=5, tgt_vocab=5, decoder="transformer")
+
+
+def test_the_models_padding_id_is_the_vocabularies():
+    from attnlab.data.vocab import PAD
+    from attnlab.models import Seq2Seq, Seq2SeqConfig
+
+    m = Seq2Seq(Seq2SeqConfig(src_vocab=7, tgt_vocab=5))
+    assert m.config.pad_id == PAD == m.encoder.embed.padding_idx == m.embed.padding_idx

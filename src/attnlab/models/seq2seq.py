@@ -33,7 +33,6 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..data.vocab import PAD
 from ..nn.additive import AdditiveAttention
 from ..nn.attentional import AttentionalOutput
 from ..nn.luong import LuongAttention
@@ -54,6 +53,7 @@ class Seq2SeqConfig:
     attn_dim: int = 128  # d_a of the additive / concat scores
     luong_score: str = "general"  # dot | general | concat (decoder="luong")
     dropout: float = 0.0
+    pad_id: int = 0  # the vocabularies' padding id (attnlab.data.vocab.PAD): its embedding stays zero
 
     def __post_init__(self):
         if self.decoder not in DECODERS:
@@ -71,7 +71,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: Seq2SeqConfig):
         super().__init__()
         self.lstm = cfg.rnn == "lstm"
-        self.embed = nn.Embedding(cfg.src_vocab, cfg.emb_dim, padding_idx=PAD)
+        self.embed = nn.Embedding(cfg.src_vocab, cfg.emb_dim, padding_idx=cfg.pad_id)
         self.rnn = RNNS[cfg.rnn][0](cfg.emb_dim, cfg.hidden, batch_first=True, bidirectional=cfg.bidirectional)
         self.dropout = nn.Dropout(cfg.dropout)
         self.out_dim = cfg.hidden * (2 if cfg.bidirectional else 1)
@@ -103,7 +103,7 @@ class Seq2Seq(nn.Module):
         d_e, H = self.encoder.out_dim, cfg.hidden
         self.bridge = nn.Linear(d_e, H)
         self.bridge_c = nn.Linear(d_e, H) if cfg.rnn == "lstm" else None
-        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=PAD)
+        self.embed = nn.Embedding(cfg.tgt_vocab, cfg.emb_dim, padding_idx=cfg.pad_id)
         feed = H if cfg.decoder == "luong" else d_e  # input feeding of h̃ (luong) or the context c
         self.cell = RNNS[cfg.rnn][1](cfg.emb_dim + feed, H)
         if cfg.decoder == "bahdanau":
