@@ -9,6 +9,7 @@ import torch
 
 from attnlab.data import emoji as E
 from attnlab.data import scenes as S
+from attnlab.models import load_model
 from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.train import caption as C
 
@@ -175,7 +176,8 @@ def test_overfits_a_handful_of_scenes_and_round_trips_a_checkpoint(tmp_path):
         np.testing.assert_allclose(g.maps.sum(axis=(1, 2)), 1.0, rtol=1e-5)
     cfg = C.CaptionTrainConfig(d_model=32, image_size=32, widths=SMALL["widths"], cells=2)
     C.save_captioner(tmp_path / "ck", m, vocab, cfg, examples=sc, n_examples=2)
-    m2, v2, conf = C.load_captioner(tmp_path / "ck")
+    ck = load_model(tmp_path / "ck", kind="captioner")
+    m2, v2, conf = ck.model, ck.vocabs["vocab"], ck.config
     assert conf["lang"] == "en" and conf["cells"] == 2 and v2.itos == vocab.itos
     assert C.caption_image(m2, v2, sc.images[0]).text == got[0].text
     back = E.read_image(tmp_path / "ck" / "test-scenes" / "001.png", 32)

@@ -92,4 +92,21 @@ class Vocab:
         return cls(tokens[len(SPECIALS) :], level)
 
 
-__all__ = ["Vocab", "tokenize", "detokenize", "PAD", "BOS", "EOS", "UNK", "SPECIALS", "LEVELS"]
+def read_vocab(text: str):
+    """A vocabulary file of a checkpoint, whichever class wrote it: ``Vocab``, ``CharVocab``
+    (``{"kind": "chars", ...}``) or the captioner's word list (a JSON list)."""
+    from .chars import CharVocab
+    from .emoji import Vocab as WordList
+
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not a vocabulary file: {e}") from None
+    if isinstance(d, dict) and d.get("kind") == "chars":
+        return CharVocab.from_json(text)
+    if isinstance(d, list):
+        return WordList.from_json(text)
+    return Vocab.from_json(text)
+
+
+__all__ = ["read_vocab", "Vocab", "tokenize", "detokenize", "PAD", "BOS", "EOS", "UNK", "SPECIALS", "LEVELS"]

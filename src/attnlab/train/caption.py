@@ -17,7 +17,7 @@ evaluates the held-out layouts with ``evaluate_scenes``:
 
 A region belongs to the cell that holds its centre. ``save_captioner`` writes a
 checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``);
-``load_captioner`` reads it back; ``caption_image`` returns the words with one
+``attnlab.models.load_model`` reads it back; ``caption_image`` returns the words with one
 map per word (mean over heads) and the per-head maps.
 """
 
@@ -35,9 +35,10 @@ import torch.nn.functional as F
 
 from ..data.emoji import BOS, EOS, PAD, Vocab, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
+from ..models import model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
-from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .checkpoint import save_checkpoint
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -247,7 +248,7 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
     """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out)."""
     cfg = train_cfg.resolved()
     config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
-              "model": model.config.to_dict(), "train": {**asdict(cfg), "widths": list(cfg.widths)},
+              "model": model_config(model), "train": {**asdict(cfg), "widths": list(cfg.widths)},
               "scores": scores}
     files = {"vocab.json": vocab.to_json()}
     if history is not None:  # one record per epoch: the step is the epoch's last optimizer step
@@ -267,21 +268,6 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
     return path
 
 
-def load_captioner(directory: str | Path) -> tuple[Captioner, Vocab, dict]:
-    tensors, config, path = load_checkpoint(directory)
-    if config.get("kind") != "captioner":
-        raise CheckpointError(f"{path} holds a {config.get('kind', 'unknown')!r} checkpoint, not a captioner")
-    m = dict(config["model"])
-    m["widths"] = tuple(m["widths"])
-    model = Captioner(CaptionerConfig(**m))
-    try:
-        model.load_state_dict(tensors)
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: the weights do not fit the captioner of config.json ({e})") from None
-    model.eval()
-    return model, Vocab.from_json(read_text(path, "vocab.json")), config
-
-
 def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tensor, lang: str = "en") -> Caption:
     """Greedy caption of one (3, S, S) image, with one region map per word (each summing to 1)."""
     x = torch.as_tensor(image, dtype=torch.float32)[None]  # (1, 3, S, S)
@@ -292,5 +278,5 @@ def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tens
     return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
 
 
-__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "load_captioner", "caption_image",
+__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "caption_image",
            "encode_captions", "load_corpus", "fit", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]
