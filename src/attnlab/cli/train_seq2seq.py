@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
+from ..models.transformer import POSITIONAL as POSITIONS
 from . import UsageError
 from ._threads import add_threads
 
 ATTENTIONS = ("none", "bahdanau", "luong")
 MODEL_KINDS = ("rnn", "transformer")
-POSITIONS = ("sinusoidal", "learned", "rope")
 
 
 MIN_TRAIN = 10  # training pairs below which a run is a mistake, not an experiment
