@@ -24,9 +24,7 @@ def _vocab_files(kind: str) -> dict[str, str]:
         if kind == "gpt":
             files[f"{name}.json"] = CharVocab("abcd").to_json()
         elif kind == "captioner":
-            from attnlab.data.emoji import Vocab as WordList
-
-            files[f"{name}.json"] = WordList(["<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c", "d", "e"]).to_json()
+            files[f"{name}.json"] = Vocab(["a", "b", "c", "d", "e"], "tokens").to_json()
         else:
             files[f"{name}.json"] = Vocab(["x", "y"], "word").to_json()
     return files

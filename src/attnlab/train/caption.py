@@ -33,8 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.emoji import BOS, EOS, PAD, Vocab, join_tokens, load_emoji_items, read_image, tokenize
+from ..data.emoji import BOS, EOS, PAD, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
+from ..data.vocab import Vocab
 from ..models import model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
@@ -178,7 +179,7 @@ def evaluate_scenes(model: Captioner, vocab: Vocab, scenes: Scenes, cells: int, 
         tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
         w = weights.mean(1).numpy()  # (b, L, n)
         for j in range(len(x)):
-            words = vocab.decode(tokens[j].tolist())
+            words = vocab.tokens(tokens[j].tolist())
             ref, ref_cells = scenes.captions[i + j], scenes.token_cells[i + j]
             exact += words == ref
             for t, word in enumerate(words):
@@ -213,7 +214,7 @@ def train_captioner(
         images, captions = torch.from_numpy(train.images), train.captions
     else:
         images, captions, _ = load_corpus(cfg)
-    vocab = Vocab.build(captions)
+    vocab = Vocab.build(captions, "tokens")
     mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, widths=cfg.widths,
                            d_model=cfg.d_model, num_heads=cfg.num_heads, decoder=cfg.decoder, layers=cfg.layers,
                            max_len=max(len(c) for c in captions) + 1)
@@ -272,7 +273,7 @@ def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tens
     """Greedy caption of one (3, S, S) image, with one region map per word (each summing to 1)."""
     x = torch.as_tensor(image, dtype=torch.float32)[None]  # (1, 3, S, S)
     tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
-    words = vocab.decode(tokens[0].tolist())
+    words = vocab.tokens(tokens[0].tolist())
     g, h = model.config.grid, model.config.num_heads
     head_maps = weights[0, :, : len(words)].reshape(h, len(words), g, g).numpy()
     return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
