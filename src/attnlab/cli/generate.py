@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from ..models import load_model
     from ..models.gpt import attention_json, attention_maps
-    from ..train.lm import load_lm
 
     if args.tokens < 0:
         raise UsageError(f"--tokens must be >= 0; got {args.tokens}")
@@ -48,7 +48,8 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be >= 1; got {args.top_k}")
     if not args.prompt:
         raise UsageError("--prompt must not be empty")
-    model, vocab, _ = load_lm(args.checkpoint)
+    loaded = load_model(args.checkpoint, kind="gpt")
+    model, vocab = loaded.model, loaded.vocabs["vocab"]
     prompt = vocab.encode_tensor(args.prompt).unsqueeze(0)  # (1, n)
     gen = torch.Generator().manual_seed(args.seed)
     out = model.generate(

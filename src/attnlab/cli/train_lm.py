@@ -13,6 +13,7 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
+from ..nn.positional import POSITIONAL
 from . import UsageError
 from ._threads import add_threads
 
@@ -43,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         if f.name == "positional":
-            p.add_argument(flag, default=default, choices=["learned", "sinusoidal", "rope", "alibi"], help=f"(default {default})")
+            p.add_argument(flag, default=default, choices=list(POSITIONAL), help=f"(default {default})")
         elif f.name in ("num_kv_heads",):
             p.add_argument(flag, type=int, default=None, help="grouped-query key/value heads (default: num-heads)")
         elif f.name == "max_seconds":

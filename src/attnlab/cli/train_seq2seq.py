@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
+from ..models.transformer import POSITIONAL as POSITIONS
 from . import UsageError
 from ._threads import add_threads
 
 ATTENTIONS = ("none", "bahdanau", "luong")
 MODEL_KINDS = ("rnn", "transformer")
-POSITIONS = ("sinusoidal", "learned", "rope")
 
 
 MIN_TRAIN = 10  # training pairs below which a run is a mistake, not an experiment
@@ -112,24 +112,23 @@ def _check_flags(args) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data import Vocab, build_corpus
-    from ..models import build_model
-    from ..train.checkpoint import load_checkpoint, read_text
+    from ..data import build_corpus
+    from ..models import load_model
     from ..train.loop import TrainConfig, train, train_config_from
 
     _check_flags(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
     if args.resume:
-        _, config, _ = load_checkpoint(out)
-        if "data" not in config or "model" not in config:
+        loaded = load_model(out, kind=("seq2seq", "transformer"))
+        config = loaded.config
+        if "data" not in config:
             raise UsageError(f"{out} is not a seq2seq training checkpoint")
         data_cfg = config["data"]
         ds = _data(args, data_cfg)
-        sv = Vocab.from_json(read_text(out, "src_vocab.json"))
-        tv = Vocab.from_json(read_text(out, "tgt_vocab.json"))
+        sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
         corpus = build_corpus(ds, sv, tv)
-        model = build_model(config["model"])
+        model = loaded.model.train()
         cfg = train_config_from(config["train"])
         if args.steps is not None:
             cfg.steps = args.steps

@@ -74,14 +74,15 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
 def run(args: argparse.Namespace) -> int:
     from ..data import source_batch
     from ..data.vocab import tokenize
+    from ..models import load_model
     from ..train.decode import beam_search, greedy
-    from ..train.loop import load_translator
 
     if args.beam < 1:
         raise UsageError(f"--beam must be >= 1; got {args.beam}")
     if args.max_len < 1:
         raise UsageError(f"--max-len must be >= 1; got {args.max_len}")
-    model, sv, tv, config = load_translator(args.checkpoint)
+    loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
+    model, sv, tv, config = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config
     limit = 2 * int(config.get("max_src_len", 1000))
     ids = []
     for text in args.texts:

@@ -24,7 +24,6 @@ resized (bilinear) to the model's size. Anything else raises ``ValueError``.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,42 +142,5 @@ def read_image(path: str | Path, size: int) -> np.ndarray:
     return (np.asarray(rgb, dtype=np.float32) / 255.0).transpose(2, 0, 1).copy()
 
 
-class Vocab:
-    """Token ↔ id; ids 0-3 are <pad>, <bos>, <eos>, <unk>."""
-
-    def __init__(self, tokens: list[str]):
-        self.itos = list(SPECIALS) + [t for t in tokens if t not in SPECIALS]
-        self.stoi = {t: i for i, t in enumerate(self.itos)}
-
-    @classmethod
-    def build(cls, captions: list[list[str]]) -> Vocab:
-        return cls(sorted({t for c in captions for t in c}))
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def encode(self, tokens: list[str]) -> list[int]:
-        return [self.stoi.get(t, self.stoi[UNK]) for t in tokens]
-
-    def decode(self, ids: list[int]) -> list[str]:
-        out = []
-        for i in ids:
-            if i == self.stoi[EOS]:
-                break
-            if i not in (self.stoi[PAD], self.stoi[BOS]):
-                out.append(self.itos[i])
-        return out
-
-    def to_json(self) -> str:
-        return json.dumps(self.itos, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> Vocab:
-        itos = json.loads(text)
-        if not isinstance(itos, list) or itos[: len(SPECIALS)] != list(SPECIALS):
-            raise ValueError("vocab.json must be a JSON list starting with <pad>, <bos>, <eos>, <unk>")
-        return cls(itos[len(SPECIALS) :])
-
-
-__all__ = ["EmojiItem", "Vocab", "load_emoji_items", "read_image", "tokenize", "join_tokens",
+__all__ = ["EmojiItem", "load_emoji_items", "read_image", "tokenize", "join_tokens",
            "caption_of", "twemoji_dir", "LANGS"]

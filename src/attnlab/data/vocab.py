@@ -1,8 +1,11 @@
-"""Tokenisers and vocabularies: character or word level, saved as JSON with a checkpoint.
+"""Tokenisers and the one vocabulary class: character, word or pre-tokenised level, saved as JSON.
 
 Ids 0–3 are the specials ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>``. Word-level
 tokens are runs of letters/digits and single punctuation marks (``"it's 4."`` →
-``it ' s 4 .``); character level keeps every character, spaces included.
+``it ' s 4 .``); character level keeps every character, spaces included; ``"tokens"``
+level takes text already split into a list of tokens (the captioner's captions) and gives
+the list back. The file is ``{"level": ..., "tokens": [...]}``; the captioner's older
+files (a JSON list starting with the specials) still load, as ``"tokens"`` level.
 ``encode(..., strict=True)`` raises ``ValueError`` naming the tokens that are not
 in the vocabulary (the command line uses it, so a typo gets a clear message).
 """
@@ -16,11 +19,17 @@ from collections.abc import Iterable
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-LEVELS = ("char", "word")
+LEVELS = ("char", "word", "tokens")
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 
-def tokenize(text: str, level: str) -> list[str]:
+def tokenize(text: str | list[str], level: str) -> list[str]:
+    if level == "tokens":
+        if isinstance(text, str) or not all(isinstance(t, str) for t in text):
+            raise TypeError(f"a tokens-level vocabulary encodes a list of tokens; got {type(text).__name__}")
+        return list(text)
+    if not isinstance(text, str):
+        raise TypeError(f"a {level}-level vocabulary encodes a str; got {type(text).__name__}")
     if level == "char":
         return list(text)
     if level == "word":
@@ -29,6 +38,8 @@ def tokenize(text: str, level: str) -> list[str]:
 
 
 def detokenize(tokens: list[str], level: str) -> str:
+    if level == "tokens":
+        return " ".join(tokens)
     if level == "char":
         return "".join(tokens)
     out = ""
@@ -84,7 +95,7 @@ class Vocab:
     def from_json(cls, text: str) -> Vocab:
         try:
             d = json.loads(text)
-            level, tokens = d["level"], d["tokens"]
+            level, tokens = ("tokens", d) if isinstance(d, list) else (d["level"], d["tokens"])
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"not a vocabulary file: {e}") from None
         if tokens[: len(SPECIALS)] != SPECIALS:
@@ -92,4 +103,18 @@ class Vocab:
         return cls(tokens[len(SPECIALS) :], level)
 
 
-__all__ = ["Vocab", "tokenize", "detokenize", "PAD", "BOS", "EOS", "UNK", "SPECIALS", "LEVELS"]
+def read_vocab(text: str):
+    """A vocabulary file of a checkpoint: ``Vocab`` (also the captioner's older word lists)
+    or the language model's ``CharVocab`` (``{"kind": "chars", ...}``)."""
+    from .chars import CharVocab
+
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not a vocabulary file: {e}") from None
+    if isinstance(d, dict) and d.get("kind") == "chars":
+        return CharVocab.from_json(text)
+    return Vocab.from_json(text)
+
+
+__all__ = ["read_vocab", "Vocab", "tokenize", "detokenize", "PAD", "BOS", "EOS", "UNK", "SPECIALS", "LEVELS"]

@@ -24,10 +24,8 @@ from torch import nn
 
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
-from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from ..nn.positional import POSITIONAL, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from ..trace import trace
-
-POSITIONAL = ("learned", "sinusoidal", "rope", "alibi")
 
 
 @dataclass
@@ -40,11 +38,11 @@ class GPTConfig:
     num_kv_heads: int | None = None  # < num_heads: grouped-query attention
     ffn_dim: int | None = None  # default 4·dim
     dropout: float = 0.0
-    positional: str = "learned"  # one of POSITIONAL
+    positional: str = "learned"  # one of nn.positional.POSITIONAL
 
     def __post_init__(self):
         if self.positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {POSITIONAL}; got {self.positional!r}")
+            raise ValueError(f"positional must be one of {tuple(POSITIONAL)}; got {self.positional!r}")
         for name in ("vocab_size", "block_size", "dim", "num_layers", "num_heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")

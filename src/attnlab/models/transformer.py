@@ -25,15 +25,18 @@ from torch import nn
 
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
+from ..nn.positional import POSITIONAL as ALL_POSITIONAL
 from ..nn.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from ..trace import trace
 
 # how order enters: a module added to the embeddings (or None: rotary, inside the attention)
-POSITIONAL = {
+_EMBED = {
     "sinusoidal": lambda c: SinusoidalPositionalEncoding(c.dim),
     "learned": lambda c: LearnedPositionalEmbedding(c.max_len, c.dim),
     "rope": lambda c: None,
 }
+# the names of nn.positional.POSITIONAL the translator takes (all but ALiBi), in that order
+POSITIONAL = tuple(name for name in ALL_POSITIONAL if name in _EMBED)
 
 
 @dataclass
@@ -78,7 +81,7 @@ class Transformer(nn.Module):
         self.tgt_emb = nn.Embedding(c.tgt_vocab, c.dim)
         for emb in (self.src_emb, self.tgt_emb):  # N(0, 1/dim): after the ·√dim scale, unit size like the positions
             nn.init.normal_(emb.weight, std=c.dim**-0.5)
-        self.pos = POSITIONAL[c.positional](c)  # None for rope
+        self.pos = _EMBED[c.positional](c)  # None for rope
         self.drop = nn.Dropout(c.dropout)
         kw = dict(ffn_dim=c.ffn_dim, dropout=c.dropout, norm_first=c.norm_first, num_kv_heads=c.num_kv_heads,
                   rope=c.positional == "rope")

@@ -5,6 +5,11 @@ Each module file registers its classes with ``@register("name")``; importing
 ``__init__`` before any module in it, so the registry is complete as soon as
 this module can be reached (no import back up into ``attnlab.nn``: no cycle). ``available()`` lists the names (the smoke tests
 iterate over it).
+
+Names are spelled one way: lower case, words joined by hyphens (``multi-head``,
+``scaled-dot``, ``luong-general``). The older underscore spellings (``multi_head``,
+``scaled_dot``, as the worked examples of ``attnlab explain`` name their mechanisms)
+are accepted everywhere through ``canonical(name)`` and the one table ``ALIASES``.
 """
 
 from __future__ import annotations
@@ -16,9 +21,30 @@ import torch
 
 _REGISTRY: dict[str, Callable[..., torch.nn.Module]] = {}
 
+# old spelling → registered name (the only place an alias is defined)
+ALIASES: dict[str, str] = {
+    "multi_head": "multi-head",
+    "scaled_dot": "scaled-dot",
+    "luong_dot": "luong-dot",
+    "luong_general": "luong-general",
+    "luong_concat": "luong-concat",
+    "neighborhood_2d": "neighborhood-2d",
+    "cross_attention": "cross",
+}
+
+
+def canonical(name: str) -> str:
+    """The registered spelling of ``name``: ``"multi_head"`` → ``"multi-head"``; other names unchanged."""
+    if not isinstance(name, str):
+        raise TypeError(f"an attention name must be a str; got {type(name).__name__}")
+    return ALIASES.get(name, name)
+
 
 def register(name: str, **defaults: Any) -> Callable:
     """Class decorator: ``@register("luong-dot", score="dot")`` registers a name with default kwargs."""
+
+    if name != name.lower() or "_" in name or name in ALIASES:
+        raise ValueError(f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
 
     def deco(cls):
         if name in _REGISTRY:
@@ -31,6 +57,7 @@ def register(name: str, **defaults: Any) -> Callable:
 
 def create(name: str, **kwargs: Any) -> torch.nn.Module:
     """Build the module registered under ``name`` with ``kwargs``."""
+    name = canonical(name)
     if name not in _REGISTRY:
         raise ValueError(f"unknown attention {name!r}; available: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name](**kwargs)
@@ -41,4 +68,4 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-__all__ = ["register", "create", "available"]
+__all__ = ["register", "create", "available", "canonical", "ALIASES"]

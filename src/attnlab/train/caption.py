@@ -17,7 +17,7 @@ evaluates the held-out layouts with ``evaluate_scenes``:
 
 A region belongs to the cell that holds its centre. ``save_captioner`` writes a
 checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``);
-``load_captioner`` reads it back; ``caption_image`` returns the words with one
+``attnlab.models.load_model`` reads it back; ``caption_image`` returns the words with one
 map per word (mean over heads) and the per-head maps.
 """
 
@@ -33,11 +33,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data.emoji import BOS, EOS, PAD, Vocab, join_tokens, load_emoji_items, read_image, tokenize
+from ..data.emoji import BOS, EOS, PAD, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
+from ..data.vocab import Vocab
+from ..models import model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
-from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .checkpoint import save_checkpoint
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -177,7 +179,7 @@ def evaluate_scenes(model: Captioner, vocab: Vocab, scenes: Scenes, cells: int, 
         tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
         w = weights.mean(1).numpy()  # (b, L, n)
         for j in range(len(x)):
-            words = vocab.decode(tokens[j].tolist())
+            words = vocab.tokens(tokens[j].tolist())
             ref, ref_cells = scenes.captions[i + j], scenes.token_cells[i + j]
             exact += words == ref
             for t, word in enumerate(words):
@@ -212,7 +214,7 @@ def train_captioner(
         images, captions = torch.from_numpy(train.images), train.captions
     else:
         images, captions, _ = load_corpus(cfg)
-    vocab = Vocab.build(captions)
+    vocab = Vocab.build(captions, "tokens")
     mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, widths=cfg.widths,
                            d_model=cfg.d_model, num_heads=cfg.num_heads, decoder=cfg.decoder, layers=cfg.layers,
                            max_len=max(len(c) for c in captions) + 1)
@@ -247,7 +249,7 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
     """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out)."""
     cfg = train_cfg.resolved()
     config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
-              "model": model.config.to_dict(), "train": {**asdict(cfg), "widths": list(cfg.widths)},
+              "model": model_config(model), "train": {**asdict(cfg), "widths": list(cfg.widths)},
               "scores": scores}
     files = {"vocab.json": vocab.to_json()}
     if history is not None:  # one record per epoch: the step is the epoch's last optimizer step
@@ -267,30 +269,15 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
     return path
 
 
-def load_captioner(directory: str | Path) -> tuple[Captioner, Vocab, dict]:
-    tensors, config, path = load_checkpoint(directory)
-    if config.get("kind") != "captioner":
-        raise CheckpointError(f"{path} holds a {config.get('kind', 'unknown')!r} checkpoint, not a captioner")
-    m = dict(config["model"])
-    m["widths"] = tuple(m["widths"])
-    model = Captioner(CaptionerConfig(**m))
-    try:
-        model.load_state_dict(tensors)
-    except RuntimeError as e:
-        raise CheckpointError(f"{path}: the weights do not fit the captioner of config.json ({e})") from None
-    model.eval()
-    return model, Vocab.from_json(read_text(path, "vocab.json")), config
-
-
 def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tensor, lang: str = "en") -> Caption:
     """Greedy caption of one (3, S, S) image, with one region map per word (each summing to 1)."""
     x = torch.as_tensor(image, dtype=torch.float32)[None]  # (1, 3, S, S)
     tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
-    words = vocab.decode(tokens[0].tolist())
+    words = vocab.tokens(tokens[0].tolist())
     g, h = model.config.grid, model.config.num_heads
     head_maps = weights[0, :, : len(words)].reshape(h, len(words), g, g).numpy()
     return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
 
 
-__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "load_captioner", "caption_image",
+__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "caption_image",
            "encode_captions", "load_corpus", "fit", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]

@@ -6,7 +6,7 @@
 
 ``train_lm`` returns a ``TrainResult`` (losses, tokens per second) and writes a
 checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``) with
-``attnlab.train.checkpoint``; ``load_lm`` reads it back.
+``attnlab.train.checkpoint``; ``attnlab.models.load_model`` reads it back.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 
 from ..data.chars import CharVocab
+from ..models import model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
-from .checkpoint import load_checkpoint, read_text, save_checkpoint
+from .checkpoint import save_checkpoint
 
 
 @dataclass
@@ -171,7 +172,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
 
 
 def save_lm(out_dir: str | Path, model: GPT, vocab: CharVocab, cfg: LMTrainConfig, result: TrainResult | None = None) -> Path:
-    config = {"kind": "char-lm", "model": model.config_dict(), "train": asdict(cfg)}
+    config = {"kind": "char-lm", "model": model_config(model), "train": asdict(cfg)}
     if result is not None:
         config["result"] = asdict(result)
     files = {"vocab.json": vocab.to_json()}
@@ -180,19 +181,4 @@ def save_lm(out_dir: str | Path, model: GPT, vocab: CharVocab, cfg: LMTrainConfi
     return save_checkpoint(out_dir, model.state_dict(), config, files=files)
 
 
-def load_lm(directory: str | Path) -> tuple[GPT, CharVocab, dict]:
-    """A checkpoint folder written by ``train_lm`` → (model in eval mode, vocabulary, config)."""
-    tensors, config, path = load_checkpoint(directory)
-    if config.get("kind") != "char-lm":
-        raise ValueError(f"{path} is not a language-model checkpoint (kind={config.get('kind')!r}, expected 'char-lm')")
-    model = GPT(GPTConfig(**config["model"]))
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{path}/model.safetensors does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    vocab = CharVocab.from_json(read_text(path, "vocab.json"))
-    if len(vocab) != model.config.vocab_size:
-        raise ValueError(f"{path}/vocab.json has {len(vocab)} characters, the model {model.config.vocab_size}")
-    return model.eval(), vocab, config
-
-
-__all__ = ["LMTrainConfig", "TrainResult", "train_lm", "load_lm", "save_lm", "batch", "split", "evaluate"]
+__all__ = ["LMTrainConfig", "TrainResult", "train_lm", "save_lm", "batch", "split", "evaluate"]

@@ -232,26 +232,4 @@ def train_config_from(d: dict) -> TrainConfig:
 
 
 
-def load_translator(directory: str | Path):
-    """(model in eval mode, source Vocab, target Vocab, config) from a checkpoint folder."""
-    from ..data.vocab import Vocab
-    from ..models import build_model
-
-    tensors, config, path = load_checkpoint(directory)
-    if "model" not in config:
-        raise CheckpointError(f"{path}/config.json has no 'model' entry: not a translation checkpoint")
-    try:
-        model = build_model(config["model"])
-    except ValueError as e:
-        raise CheckpointError(f"{path}/config.json: {e}") from None
-    load_weights(model, tensors, str(path))
-    try:
-        src_vocab = Vocab.from_json(read_text(path, "src_vocab.json"))
-        tgt_vocab = Vocab.from_json(read_text(path, "tgt_vocab.json"))
-    except CheckpointError:
-        raise
-    except ValueError as e:
-        raise CheckpointError(f"{path}: {e}") from None
-    return model.eval(), src_vocab, tgt_vocab, config
-
-__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "load_weights", "train_config_from", "load_translator"]
+__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "load_weights", "train_config_from"]
