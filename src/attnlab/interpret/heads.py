@@ -76,7 +76,6 @@ def head_importance(model: nn.Module, tokens: torch.Tensor, targets: torch.Tenso
     return grad.abs().detach()
 
 
-@torch.no_grad()
 def ablation_curve(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
                    importance: torch.Tensor | None = None) -> tuple[list[tuple[int, int]], list[float]]:
     """Remove heads least important first; returns (order of (layer, head) removed, losses).
@@ -92,10 +91,11 @@ def ablation_curve(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor
     was = model.training
     model.eval()
     try:
-        losses = [float(gated_loss(model, tokens, targets, gates))]
-        for layer, head in order:
-            gates[layer, head] = 0.0
-            losses.append(float(gated_loss(model, tokens, targets, gates)))
+        with torch.no_grad():
+            losses = [float(gated_loss(model, tokens, targets, gates))]
+            for layer, head in order:
+                gates[layer, head] = 0.0
+                losses.append(float(gated_loss(model, tokens, targets, gates)))
     finally:
         model.train(was)
     return order, losses
