@@ -80,7 +80,7 @@ def test_ablation_curve(setup):
     assert ablation_curve(model, tokens, targets) == (order, losses)  # computes the importance itself
     assert len(order) == 8 and sorted(order) == [(la, h) for la in range(2) for h in range(4)]
     assert [float(imp[la, h]) for la, h in order] == sorted(float(v) for v in imp.flatten())
-    assert len(losses) == 9 and losses[0] == pytest.approx(float(model.loss(tokens, targets)), abs=1e-6)
+    assert len(losses) == 9 and losses[0] == pytest.approx(model.loss(tokens, targets).item(), abs=1e-6)
     gates = torch.ones(2, 4, dtype=torch.float64)
     for i in (1, 5, 8):  # the loss after removing the first i heads, recomputed by the reference
         gates[:] = 1
