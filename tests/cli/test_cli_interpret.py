@@ -59,7 +59,7 @@ def test_bad_json_is_one_line_exit_2(capsys, tmp_path, content, says):
 
 def test_flow_refuses_long_inputs_and_bad_picture(capsys, tmp_path, weights):
     path = tmp_path / "long.json"
-    n = 30
+    n = 65
     path.write_text(json.dumps({"tokens": ["t"] * n, "layers": [[[[1 / n] * n] * n]]}))
     assert main(["interpret", "flow", "--json", str(path)]) == 2
     assert "rollout" in capsys.readouterr().err

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import UsageError
 from ._threads import add_threads
 
-MAX_FLOW_TOKENS = 24
+MAX_FLOW_TOKENS = 64
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
