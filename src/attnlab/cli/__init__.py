@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate", "caption", "plot_run"]
+VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate", "caption", "plot_run", "interpret"]
 
 
 class UsageError(Exception):

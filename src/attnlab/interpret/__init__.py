@@ -1,0 +1,12 @@
+"""Interpretability on top of attention weights: rollout, flow, gradient rollout, head importance and ablation.
+
+Reads weights and traces only (it may run a model from ``attnlab.models`` to collect them);
+nothing in the library imports it.
+"""
+
+from .heads import ablation_curve, attention_modules, gated_loss, head_importance
+from .maxflow import max_flow
+from .rollout import FUSIONS, flow, grad_rollout, layer_matrices, rollout
+
+__all__ = ["rollout", "flow", "grad_rollout", "layer_matrices", "FUSIONS", "max_flow",
+           "head_importance", "ablation_curve", "gated_loss", "attention_modules"]
