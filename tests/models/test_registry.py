@@ -5,8 +5,9 @@ import torch
 
 from attnlab.data.chars import CharVocab
 from attnlab.data.vocab import Vocab
-from attnlab.models import MODELS, VOCABS, build_model, load_model, model_config
+from attnlab.models import MODELS, VOCABS, build_model, model_config
 from attnlab.train.checkpoint import CheckpointError, save_checkpoint
+from attnlab.train.load import load_model
 
 SMALL = {
     "seq2seq": {"src_vocab": 11, "tgt_vocab": 13, "emb_dim": 8, "hidden": 8},

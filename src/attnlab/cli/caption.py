@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..data.emoji import LANGS, join_tokens, read_image
-from ..models import load_model
 from ..train.caption import caption_image, region_cells
+from ..train.load import load_model
 from . import UsageError
 from ._threads import add_threads
 

@@ -28,9 +28,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..data import Dataset, build_corpus, load_dataset, source_batch
     from ..data.batching import batches_in_order
-    from ..models import load_model
     from ..train import metrics
     from ..train.decode import beam_search, greedy
+    from ..train.load import load_model
 
     if args.beam < 1 or args.buckets < 1 or (args.limit is not None and args.limit < 1):
         raise UsageError("--beam, --buckets and --limit must be >= 1")

@@ -37,8 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from ..models import load_model
     from ..models.gpt import attention_json, attention_maps
+    from ..train.load import load_model
 
     if args.tokens < 0:
         raise UsageError(f"--tokens must be >= 0; got {args.tokens}")

@@ -113,7 +113,7 @@ def _check_flags(args) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..data import build_corpus
-    from ..models import load_model
+    from ..train.load import load_model
     from ..train.loop import TrainConfig, train, train_config_from
 
     _check_flags(args)

@@ -74,8 +74,8 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
 def run(args: argparse.Namespace) -> int:
     from ..data import source_batch
     from ..data.vocab import tokenize
-    from ..models import load_model
     from ..train.decode import beam_search, greedy
+    from ..train.load import load_model
 
     if args.beam < 1:
         raise UsageError(f"--beam must be >= 1; got {args.beam}")

@@ -17,7 +17,7 @@ evaluates the held-out layouts with ``evaluate_scenes``:
 
 A region belongs to the cell that holds its centre. ``save_captioner`` writes a
 checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``);
-``attnlab.models.load_model`` reads it back; ``caption_image`` returns the words with one
+``attnlab.train.load.load_model`` reads it back; ``caption_image`` returns the words with one
 map per word (mean over heads) and the per-head maps.
 """
 

@@ -6,7 +6,7 @@
 
 ``train_lm`` returns a ``TrainResult`` (losses, tokens per second) and writes a
 checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``) with
-``attnlab.train.checkpoint``; ``attnlab.models.load_model`` reads it back.
+``attnlab.train.checkpoint``; ``attnlab.train.load.load_model`` reads it back.
 """
 
 from __future__ import annotations
