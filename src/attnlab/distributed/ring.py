@@ -193,14 +193,17 @@ def ring_attention(
     cur = [k, v] + ([pad] if pad is not None else [])
     for step in range(size):
         src = (rank - step) % size  # the rank whose keys this rank holds now
-        allow = _allowed(q_pos, positions(n, size, src, layout), n, pattern, causal)
-        if allow is None or bool(allow.any()):  # positions live on the host: no device sync
-            kpad = cur[2] > 0.5 if pad is not None else None
-            if causal and pattern is None and _fusable(q, cur[0], cur[1]):
-                o, lse = _causal_fused(q, cur[0], cur[1], q_pos, positions(n, size, src, layout), kpad, s)
-            else:
+        k_pos = positions(n, size, src, layout)
+        kpad = cur[2] > 0.5 if pad is not None else None
+        if causal and pattern is None and _fusable(q, cur[0], cur[1]):  # no (n/W)² mask is ever built
+            if int(k_pos.min()) <= int(q_pos.max()):  # some key at or before some query
+                o, lse = _causal_fused(q, cur[0], cur[1], q_pos, k_pos, kpad, s)
+                outs.append(o), lses.append(lse)
+        else:
+            allow = _allowed(q_pos, k_pos, n, pattern, causal)
+            if allow is None or bool(allow.any()):  # positions live on the host: no device sync
                 o, lse = _partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s)
-            outs.append(o), lses.append(lse)
+                outs.append(o), lses.append(lse)
         if step + 1 < size:
             cur, token = ring_shift(cur, k, group)
             tokens.append(token)
