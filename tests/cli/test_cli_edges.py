@@ -28,7 +28,7 @@ def _verbs(parser: argparse.ArgumentParser, prefix=()) -> list[tuple[tuple[str, 
 
 VERBS = _verbs(build_parser())
 NUMERIC = [(v, a.option_strings[-1]) for v, p in VERBS for a in p._actions
-           if a.option_strings and a.type in (int, float) or (a.option_strings and getattr(a.type, "__name__", "") in ("_positive", "_fraction", "positive_int"))]
+           if a.option_strings and a.type in (int, float) or (a.option_strings and getattr(a.type, "__name__", "") in ("positive_int", "fraction"))]
 
 
 def _fails_cleanly(capsys, argv: list[str]) -> str:

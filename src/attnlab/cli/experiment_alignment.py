@@ -13,34 +13,15 @@ import argparse
 from dataclasses import replace
 
 from ._threads import add_threads, apply_threads
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
-    return v
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a weight in (0, 1]; got {v}")
-    return v
+from ._types import fraction, positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("alignment", help="alignment error rate of learned attention against gold word alignments",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
-    p.add_argument("--steps", type=_positive, help="training steps per model (default 2000)")
-    p.add_argument("--threshold", type=_fraction, help="weight for the thresholded alignment (default 0.3)")
+    p.add_argument("--steps", type=positive_int, help="training steps per model (default 2000)")
+    p.add_argument("--threshold", type=fraction, help="weight for the thresholded alignment (default 0.3)")
     p.add_argument("--source-form", choices=("lemma", "text"), help="Greek lemmas (default) or surface forms")
     p.add_argument("--seed", type=int, default=0)
     add_threads(p, default=1, help="torch threads (default 1)")

