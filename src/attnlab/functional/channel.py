@@ -60,6 +60,12 @@ def _mlp_weights(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
     _checks.param("w2", w2, (c, w1.shape[0]), "the MLP's second layer, (C, C/r)")
 
 
+def bottleneck_mlp(z: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
+                   b2: torch.Tensor | None) -> torch.Tensor:
+    """The gates' shared MLP: W_2 δ(W_1 z + b_1) + b_2, z (b, C) → (b, C) (CBAM's and SE's)."""
+    return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
+
+
 def channel_attention(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -75,10 +81,7 @@ def channel_attention(
     record("avg_pool", "F_avg = AvgPool(F)", avg, latex=r"F^c_{avg} = \mathrm{AvgPool}(F)")
     record("max_pool", "F_max = MaxPool(F)", mx, latex=r"F^c_{max} = \mathrm{MaxPool}(F)")
 
-    def mlp(z: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
-
-    logits = mlp(avg) + mlp(mx)  # (b, C)
+    logits = bottleneck_mlp(avg, w1, b1, w2, b2) + bottleneck_mlp(mx, w1, b1, w2, b2)  # (b, C)
     record("mlp", "MLP(F_avg) + MLP(F_max)", logits, latex=r"\mathrm{MLP}(F_{avg}) + \mathrm{MLP}(F_{max})")
     m_c = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
     record("weights", "M_c = σ(MLP(F_avg) + MLP(F_max))", m_c, latex=r"M_c = \sigma(\cdot)")

@@ -17,10 +17,9 @@ while a trace is active.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ..trace import record
-from .channel import _feature_map, _mlp_weights
+from .channel import _feature_map, _mlp_weights, bottleneck_mlp
 
 
 def se(
@@ -35,7 +34,7 @@ def se(
     _mlp_weights(x, w1, w2)
     z = x.mean(dim=(2, 3))  # (b, C)
     record("squeeze", "z = AvgPool(F)", z, latex=r"z = F_{sq}(F) = \mathrm{AvgPool}(F)")
-    logits = F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)  # (b, C)
+    logits = bottleneck_mlp(z, w1, b1, w2, b2)  # (b, C)
     record("mlp", "W_2 δ(W_1 z)", logits, latex=r"W_2\,\delta(W_1 z)")
     s_ = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
     record("weights", "s = σ(W_2 δ(W_1 z))", s_, latex=r"s = \sigma(W_2\,\delta(W_1 z))")

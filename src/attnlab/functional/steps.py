@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .channel import bottleneck_mlp
 from .multihead import merge_heads, split_heads
 from .scores import dot
 from .softmax import masked_softmax
@@ -95,10 +96,7 @@ def max_pool(f: torch.Tensor) -> torch.Tensor:
 def shared_mlp(avg: torch.Tensor, mx: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
                w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
     """MLP(avg) + MLP(max), MLP(x) = W_1 relu(W_0 x + b_0) + b_1: (b, C) → (b, C)."""
-    def mlp(z: torch.Tensor) -> torch.Tensor:
-        return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
-
-    return mlp(avg) + mlp(mx)
+    return bottleneck_mlp(avg, w1, b1, w2, b2) + bottleneck_mlp(mx, w1, b1, w2, b2)
 
 
 def channel_gate(logits: torch.Tensor) -> torch.Tensor:
