@@ -25,7 +25,8 @@ class UsageError(Exception):
 
 # Optional packages → the extra that installs them.
 EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
-          "transformers": "hf", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "mkdocs": "docs"}
+          "transformers": "hf", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "mkdocs": "docs",
+          "tensorboard": "tensorboard"}
 
 # Errors whose message says what to fix: one line, exit 2.
 USER_ERRORS = (UsageError, ValueError, OSError, RecursionError, MemoryError)

@@ -12,8 +12,16 @@ import argparse
 
 from ..data.emoji import LANGS
 from ..models.captioner import DECODERS
-from ..train.caption import DATASETS, CaptionTrainConfig, save_captioner, train_captioner
+from ..train.caption import (
+    DATASETS,
+    CaptionTrainConfig,
+    epoch_records,
+    save_captioner,
+    train_captioner,
+)
+from ..train.runtime import RunLog
 from . import UsageError
+from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads, apply_threads
 
 POSITIVE = ("epochs", "batch_size", "d_model", "heads", "image_size", "n_train", "n_test", "cells", "max_objects",
@@ -52,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     p.add_argument("--seed", type=int, default=d.seed)
     add_threads(p)
+    add_runtime(p)
     p.set_defaults(func=run_train_caption)
 
 
@@ -73,8 +82,16 @@ def run_train_caption(args: argparse.Namespace) -> int:
                              epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
-    model, vocab, history, result = train_captioner(cfg)
-    path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history)
-    print(f"final loss {history[-1]:.3f}; wrote {path}"
-          + (f" (held-out scenes to try: {path / 'test-scenes'}/)" if result["test"] is not None else ""))
+    rt = runtime_from(args)
+    model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True)
+    if rt.is_main:
+        path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history)
+        if args.tensorboard:
+            log = RunLog(tensorboard=path / "tensorboard")
+            for record in epoch_records(history, cfg):
+                log.add(record)
+            log.close()
+        print(f"final loss {history[-1]:.3f}; wrote {path}"
+              + (f" (held-out scenes to try: {path / 'test-scenes'}/)" if result["test"] is not None else ""))
+    rt.world.close()
     return 0

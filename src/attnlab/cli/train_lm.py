@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..nn.positional import POSITIONAL
 from . import UsageError
+from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 from ._types import positive_int
 
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         else:
             p.add_argument(flag, type=type(default), default=default, help=f"(default {default})")
     add_threads(p)
+    add_runtime(p)
     p.set_defaults(func=run_train_lm)
 
 
@@ -52,6 +54,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     from ..train.lm import LMTrainConfig, train_lm
 
     check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    rt = runtime_from(args)
 
     if args.text:
         path = Path(args.text)
@@ -61,10 +64,12 @@ def run_train_lm(args: argparse.Namespace) -> int:
     else:
         text = shakespeare.load_text(plays=args.plays)
     cfg = LMTrainConfig(**{f.name: getattr(args, f.name) for f in fields(LMTrainConfig)})
-    print(f"text: {len(text):,} characters, {len(set(text))} distinct")
-    model, _, result = train_lm(text, cfg, args.out, log=print)
+    say = print if rt.is_main else (lambda *a, **k: None)
+    say(f"text: {len(text):,} characters, {len(set(text))} distinct")
+    model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
-          f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")
-    print(f"checkpoint: {args.out}")
+    say(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
+        f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")
+    say(f"checkpoint: {args.out}")
+    rt.world.close()
     return 0

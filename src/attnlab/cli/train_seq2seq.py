@@ -22,6 +22,7 @@ import torch
 
 from ..models.transformer import POSITIONAL as POSITIONS
 from . import UsageError
+from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 
 ATTENTIONS = ("none", "bahdanau", "luong")
@@ -37,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d = p.add_argument_group("data")
     d.add_argument("--data", default="numbers-de-en", help="numbers-SRC-TGT (en de fr es it zh digits) or ding-de-en, ding-en-de")
     d.add_argument("--data-path", help="the Ding dictionary file (default /usr/share/trans/de-en)")
-    d.add_argument("--n", type=int, default=20000, help="numbers-*: how many numbers in all splits (default 20000)")
+    d.add_argument("--numbers", "--n", dest="n", type=int, default=20000,
+                   help="numbers-*: how many numbers in all splits (default 20000; --n is the old spelling)")
     d.add_argument("--max-digits", type=int, default=13, help="numbers-*: the longest numbers (default 13 digits)")
     d.add_argument("--src-level", choices=("char", "word"), help="tokenisation of the source (default: per language)")
     d.add_argument("--tgt-level", choices=("char", "word"), help="tokenisation of the target (default: per language)")
@@ -64,10 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eval-every", type=int, default=500)
     t.add_argument("--save-every", type=int, default=500)
+    t.add_argument("--log-every", type=int, default=20, help="steps between progress lines and metrics.jsonl records")
     t.add_argument("--out", default="runs/seq2seq", help="the checkpoint folder (default runs/seq2seq)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     add_threads(p)
+    add_runtime(p)
     p.set_defaults(func=run)
 
 
@@ -117,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.loop import TrainConfig, train, train_config_from
 
     _check_flags(args)
+    rt = runtime_from(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
     if args.resume:
@@ -152,14 +157,16 @@ def run(args: argparse.Namespace) -> int:
         # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
         model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))
         cfg = TrainConfig(steps=args.steps or 3000, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                          eval_every=args.eval_every, save_every=args.save_every)
+                          eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every)
         extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
-    if not args.quiet:
+    if not args.quiet and rt.is_main:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
               f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.label}, {n_par:,} parameters")
     result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
-                   files=files, progress=not args.quiet)
-    print(f"saved {out} at step {result.step}: valid {result.valid}")
+                   files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
+    if rt.is_main:
+        print(f"saved {out} at step {result.step}: valid {result.valid}")
+    rt.world.close()
     return 0

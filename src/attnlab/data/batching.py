@@ -36,6 +36,10 @@ class Batch:
     def n_tokens(self) -> int:
         return int((self.tgt_out != PAD).sum())
 
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device`` (the four tensors moved once, together)."""
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.src_mask, self.tgt_in, self.tgt_out)))
+
 
 Example = tuple[list[int], list[int]]
 

@@ -40,6 +40,7 @@ from ..models import model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
 from .checkpoint import save_checkpoint
+from .runtime import Progress, Runtime, device_of
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -130,12 +131,20 @@ def fit(
     seed: int,
     log: Callable[[str], None] | None = None,
     on_epoch: Callable[[int], str] | None = None,
+    runtime: Runtime | None = None,
+    progress: bool = False,
 ) -> list[float]:
-    """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch."""
+    """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch.
+
+    ``runtime``: device, precision and torchrun's processes (each rank trains on its part of
+    every global batch; the default is one CPU process in float32)."""
+    rt = runtime or Runtime()
+    net = rt.prepare(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    steps = epochs * ((len(images) + batch_size - 1) // batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    per_epoch = (len(images) + batch_size - 1) // batch_size
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * per_epoch, pct_start=0.1)
     g = torch.Generator().manual_seed(seed)
+    bar = Progress(epochs * per_epoch, desc="train caption", enabled=progress and rt.is_main)
     history = []
     for epoch in range(epochs):
         model.train()
@@ -143,21 +152,28 @@ def fit(
         total, n = 0.0, 0
         for i in range(0, len(images), batch_size):
             idx = order[i : i + batch_size]
-            logits, _ = model(images[idx], inp[idx])
-            loss = F.cross_entropy(logits.flatten(0, 1), tgt[idx].flatten(), ignore_index=0)  # 0 = <pad>
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            idx = idx[rt.world.shard(list(range(len(idx))))]  # this rank's part of the global batch
+            x, a, y = rt.to(images[idx], inp[idx], tgt[idx])
+            loss_sum, k = rt.step(net, opt, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0)
             sched.step()
-            total, n = total + float(loss.detach()) * len(idx), n + len(idx)
-        history.append(total / n)
+            total, n = total + float(loss_sum), n + k
+            bar.update(epoch * per_epoch + i // batch_size + 1)
+        history.append(rt.mean(total, n))
         model.eval()
-        if log:
+        if log and rt.is_main:
             extra = on_epoch(epoch) if on_epoch else ""
-            log(f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}")
+            msg = f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}"
+            bar.line(msg) if bar.tty else log(msg)
+    bar.close()
     model.eval()
     return history
+
+
+def _loss_sum(net, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Cross-entropy summed over the caption tokens (padding ignored) and their count."""
+    logits, _ = net(images, inp)  # (b, L, V)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten(), ignore_index=0, reduction="sum")  # 0 = <pad>
+    return loss, int((tgt != 0).sum())
 
 
 def region_cells(grid: int, cells: int) -> np.ndarray:
@@ -175,9 +191,9 @@ def evaluate_scenes(model: Captioner, vocab: Vocab, scenes: Scenes, cells: int, 
     exact, hits, mass, n_words = 0, 0, 0.0, 0
     model.eval()
     for i in range(0, len(scenes), batch_size):
-        x = torch.from_numpy(scenes.images[i : i + batch_size])
+        x = torch.from_numpy(scenes.images[i : i + batch_size]).to(device_of(model))
         tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
-        w = weights.mean(1).numpy()  # (b, L, n)
+        w = weights.mean(1).float().cpu().numpy()  # (b, L, n)
         for j in range(len(x)):
             words = vocab.tokens(tokens[j].tolist())
             ref, ref_cells = scenes.captions[i + j], scenes.token_cells[i + j]
@@ -201,7 +217,8 @@ def format_scores(s: dict) -> str:
 
 
 def train_captioner(
-    cfg: CaptionTrainConfig, log: Callable[[str], None] | None = print
+    cfg: CaptionTrainConfig, log: Callable[[str], None] | None = print, *, runtime: Runtime | None = None,
+    progress: bool = False,
 ) -> tuple[Captioner, Vocab, list[float], dict]:
     """Train on ``cfg.data``; returns the model, vocabulary, loss history and a result dict
     (``scores``: held-out scene scores, ``test``: the held-out Scenes; both None for emoji)."""
@@ -220,7 +237,7 @@ def train_captioner(
                            max_len=max(len(c) for c in captions) + 1)
     model = Captioner(mcfg)
     inp, tgt = encode_captions(captions, vocab, mcfg.max_len)
-    if log:
+    if log and (runtime is None or runtime.is_main):
         what = f"{len(images)} scenes (+{len(test)} held-out layouts)" if test is not None else f"{len(images)} images"
         log(f"caption: {what}, {len(vocab)} tokens ({cfg.lang}), {mcfg.grid}×{mcfg.grid} regions, "
             f"{mcfg.decoder} decoder, {mcfg.num_heads} heads, {sum(p.numel() for p in model.parameters()):,} parameters")
@@ -233,14 +250,22 @@ def train_captioner(
             return f"; first 64 held-out: exact {s['exact_match']:.0%}, attention acc {s['attention_accuracy']:.0%}"
 
     history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                  seed=cfg.seed, log=log, on_epoch=probe)
-    scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None else None
+                  seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress)
+    main = runtime is None or runtime.is_main
+    scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None and main else None
     seconds = time.perf_counter() - t0
-    if log:
+    if log and main:
         log(f"trained in {seconds:.1f} s")
         if scores:
             log(f"validation: {format_scores(scores)}")
     return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds}
+
+
+def epoch_records(history: list[float], train_cfg: CaptionTrainConfig) -> list[dict]:
+    """The run log: one record per epoch, its step the epoch's last optimizer step (scenes) or the epoch."""
+    cfg = train_cfg.resolved()
+    steps = -(-cfg.n_train // cfg.batch_size) if cfg.data == "scenes" else None
+    return [{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss} for e, loss in enumerate(history)]
 
 
 def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
@@ -252,10 +277,8 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
               "model": model_config(model), "train": {**asdict(cfg), "widths": list(cfg.widths)},
               "scores": scores}
     files = {"vocab.json": vocab.to_json()}
-    if history is not None:  # one record per epoch: the step is the epoch's last optimizer step
-        steps = -(-cfg.n_train // cfg.batch_size) if cfg.data == "scenes" else None
-        files[runlog.NAME] = runlog.jsonl([{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss}
-                                           for e, loss in enumerate(history)])
+    if history is not None:
+        files[runlog.NAME] = runlog.jsonl(epoch_records(history, cfg))
     path = save_checkpoint(directory, model.state_dict(), config, files=files)
     if examples is not None:
         d = path / "test-scenes"
@@ -271,13 +294,13 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
 
 def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tensor, lang: str = "en") -> Caption:
     """Greedy caption of one (3, S, S) image, with one region map per word (each summing to 1)."""
-    x = torch.as_tensor(image, dtype=torch.float32)[None]  # (1, 3, S, S)
+    x = torch.as_tensor(image, dtype=torch.float32)[None].to(device_of(model))  # (1, 3, S, S)
     tokens, weights = model.generate(x, vocab.stoi[BOS], vocab.stoi[EOS])
     words = vocab.tokens(tokens[0].tolist())
     g, h = model.config.grid, model.config.num_heads
-    head_maps = weights[0, :, : len(words)].reshape(h, len(words), g, g).numpy()
+    head_maps = weights[0, :, : len(words)].reshape(h, len(words), g, g).float().cpu().numpy()
     return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
 
 
 __all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "caption_image",
-           "encode_captions", "load_corpus", "fit", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]
+           "encode_captions", "load_corpus", "fit", "epoch_records", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]

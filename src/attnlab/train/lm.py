@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..data.chars import CharVocab
 from ..models import model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
 from .checkpoint import save_checkpoint
+from .runtime import Progress, RunLog, Runtime, device_of
 
 
 @dataclass
@@ -94,10 +96,17 @@ def batch(ids: torch.Tensor, batch_size: int, block_size: int, generator: torch.
     return w[:, :-1], w[:, 1:]
 
 
+def _loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Next-character cross-entropy summed over the tokens: logits (b, n, V), targets (b, n)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction="sum")
+
+
 @torch.no_grad()
 def evaluate(model: GPT, ids: torch.Tensor, cfg: LMTrainConfig, generator: torch.Generator) -> float:
     model.eval()
-    losses = [model.loss(*batch(ids, cfg.batch_size, cfg.block_size, generator)).item() for _ in range(cfg.eval_batches)]
+    dev = device_of(model)
+    losses = [model.loss(*(t.to(dev) for t in batch(ids, cfg.batch_size, cfg.block_size, generator))).item()
+              for _ in range(cfg.eval_batches)]
     model.train()
     return sum(losses) / len(losses)
 
@@ -116,20 +125,31 @@ def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
     ))
 
 
-def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None) -> tuple[GPT, CharVocab, TrainResult]:
-    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given."""
+def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None,
+             runtime: Runtime | None = None, progress: bool = False, tensorboard: bool = False,
+             ) -> tuple[GPT, CharVocab, TrainResult]:
+    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given.
+
+    ``runtime``: device, precision and torchrun's processes (``train.runtime``; default one CPU
+    process in float32): every rank draws the same global batch and trains on its rows; rank 0
+    writes the checkpoint. ``progress``: a tqdm bar on a terminal. ``log``: called with a line
+    at each validation."""
+    rt = runtime or Runtime()
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     vocab = CharVocab.from_text(text)
     ids = vocab.encode_tensor(text)
     train_ids, val_ids = split(ids, cfg.val_fraction, cfg.block_size)
     model = build_model(cfg, len(vocab))
+    net = rt.prepare(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95)
     )
-    history: list[dict] = []
+    runlog_ = RunLog(tensorboard=Path(out_dir) / "tensorboard" if tensorboard and out_dir is not None and rt.is_main else None)
+    bar = Progress(cfg.steps, desc="train lm", enabled=progress and rt.is_main)
+    rows = rt.world.shard(list(range(cfg.batch_size)))  # this rank's rows of each global batch
     start = time.perf_counter()
     train_time = 0.0
     loss_ema = None
@@ -140,23 +160,27 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
         x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
-        loss = model.loss(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        x, y = rt.to(x[rows], y[rows])
+        total, _ = rt.step(net, opt, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0)
         train_time += time.perf_counter() - t0
-        loss_ema = loss.item() if loss_ema is None else 0.9 * loss_ema + 0.1 * loss.item()
+        loss = rt.mean(float(total), len(rows) * cfg.block_size)
+        loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
+        bar.update(step + 1, loss=loss_ema)
         last = step == cfg.steps - 1 or (cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds)
         if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
-            val = evaluate(model, val_ids, cfg, gen)
+            with rt.autocast():
+                val = evaluate(model, val_ids, cfg, gen)  # every rank, so that the generators stay equal
             tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
-            history.append({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4),
-                            "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3)})
-            if log is not None:
-                log(f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s")
+            runlog_.add({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4),
+                         "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3)})
+            if log is not None and rt.is_main:
+                msg = f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
+                bar.line(msg) if bar.tty else log(msg)
         if last:
             break
+    bar.close()
+    runlog_.close()
+    history = runlog_.records
     steps_done = step + 1
     result = TrainResult(
         steps=steps_done,
@@ -166,8 +190,9 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         seconds=time.perf_counter() - start,
         history=history,
     )
-    if out_dir is not None:
+    if out_dir is not None and rt.is_main:
         save_lm(out_dir, model, vocab, cfg, result)
+    rt.world.barrier()
     return model, vocab, result
 
 

@@ -33,6 +33,7 @@ from ..data.batching import Example, batch_order, batches_in_order, collate, sou
 from ..data.vocab import PAD
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .runtime import Progress, RunLog, Runtime, device_of, restore_rng, rng_tensors
 
 
 @dataclass
@@ -66,10 +67,17 @@ class TrainResult:
 
 
 def loss_on(model, batch) -> tuple[torch.Tensor, int]:
+    """The mean cross-entropy over the batch's target tokens (padding ignored) and their count."""
+    total, n = loss_sum_on(model, batch)
+    return total / max(1, n), n
+
+
+def loss_sum_on(model, batch) -> tuple[torch.Tensor, int]:
+    """The cross-entropy summed over the batch's target tokens (padding ignored) and their count."""
     logits = model(batch.src, batch.src_mask, batch.tgt_in)  # (b, t, V)
-    n = batch.n_tokens
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch.tgt_out.reshape(-1), ignore_index=PAD, reduction="sum")
-    return loss / max(1, n), n
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch.tgt_out.reshape(-1),
+                            ignore_index=PAD, reduction="sum")
+    return total, batch.n_tokens
 
 
 @torch.inference_mode()
@@ -79,17 +87,18 @@ def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Calla
 
     was = model.training
     model.eval()
+    device = device_of(model)
     total, n = 0.0, 0
     for idx in batches_in_order(examples, cfg.batch_size):
-        loss, k = loss_on(model, collate([examples[i] for i in idx]))
-        total, n = total + float(loss) * k, n + k
+        loss, k = loss_sum_on(model, collate([examples[i] for i in idx]).to(device))
+        total, n = total + float(loss), n + k
     out = {"loss": total / max(1, n)}
     sub = list(examples[: cfg.valid_decode])
     if sub and hasattr(model, "step"):
         hits = 0
         for i in range(0, len(sub), cfg.batch_size):
             part = sub[i : i + cfg.batch_size]
-            src, mask = source_batch([s for s, _ in part])
+            src, mask = (t.to(device) for t in source_batch([s for s, _ in part]))
             guard = min(cfg.max_len, 2 * max(len(t) for _, t in part) + 10)
             hyps = (decode or greedy)(model, src, mask, max_len=guard)
             hits += sum(h.tokens == t for h, (_, t) in zip(hyps, part))
@@ -119,7 +128,7 @@ def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files:
          log: list[dict] | None = None) -> None:
     tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
     tensors.update(_optim_tensors(opt))
-    tensors["rng.torch"] = torch.get_rng_state()
+    tensors.update(rng_tensors())
     config = {"model": model.config_dict(), "train": asdict(cfg), "state": {"step": step, "valid": valid}, **extra}
     save_checkpoint(out, tensors, config, {**files, runlog.NAME: runlog.jsonl(log or [])})
 
@@ -146,22 +155,29 @@ def train(
     progress: bool = True,
     stream=None,
     stop_after: int | None = None,
+    runtime: Runtime | None = None,
+    tensorboard: bool = False,
 ) -> TrainResult:
     """Train ``model`` for ``cfg.steps`` steps; checkpoints go to ``out`` (a folder).
 
     ``resume=True`` continues from the checkpoint in ``out``. ``stop_after``
     stops after that many steps *without* saving (as if the run were killed).
+    ``runtime`` (``train.runtime.Runtime``): device, precision and torchrun's processes
+    (default: one CPU process in float32). Under torchrun, rank r trains on its shard of
+    each global batch; rank 0 validates, logs and writes the checkpoint.
     """
     if not train_examples:
         raise ValueError("no training examples")
+    rt = runtime or Runtime()
     stream = stream or sys.stderr
     extra, files = dict(extra_config or {}), dict(files or {})
     torch.manual_seed(cfg.seed)
+    net = rt.prepare(model)  # on the device; DDP when there are several processes
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     step, valid = 0, {}
-    log: list[dict] = []  # metrics.jsonl
-    wall0 = time.perf_counter()
     out = Path(out) if out is not None else None
+    log = RunLog(tensorboard=out / "tensorboard" if tensorboard and out is not None and rt.is_main else None)
+    wall0 = time.perf_counter()
     if resume:
         if out is None or not (out / "config.json").exists():
             raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
@@ -170,17 +186,18 @@ def train(
             raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')})")
         load_weights(model, tensors, str(out))
         _load_optim(opt, tensors)
-        torch.set_rng_state(tensors["rng.torch"])
+        restore_rng(tensors)
         step = int(config["state"]["step"])
-        log = [r for r in runlog.read(out) if r["step"] <= step]
-        wall0 -= max((r.get("wall_s", 0.0) for r in log), default=0.0)  # wall time continues
+        log.records = [r for r in runlog.read(out) if r["step"] <= step]
+        wall0 -= max((r.get("wall_s", 0.0) for r in log.records), default=0.0)  # wall time continues
         for name in files:
             read_text(out, name)  # the vocabularies must be there too
     model.train()
-    history, loss_sum, loss_n, tok, t0 = [], 0.0, 0, 0, time.perf_counter()
+    history, tok, t0 = [], 0, time.perf_counter()
+    loss_sum, loss_n = torch.zeros((), device=rt.device), 0
     n_batches = len(batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=0))
     order, order_epoch = None, -1
-    tty = progress and getattr(stream, "isatty", lambda: False)()
+    bar = Progress(cfg.steps, initial=step, desc="train", enabled=progress and rt.is_main, stream=stream)
     train_loss = float("nan")
     while step < cfg.steps:
         if stop_after is not None and step >= stop_after:
@@ -188,38 +205,37 @@ def train(
         epoch, pos = divmod(step, n_batches)
         if epoch != order_epoch:
             order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
-        batch = collate([train_examples[i] for i in order[pos]])
-        loss, n = loss_on(model, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        opt.step()
+        # every rank draws the same global batch, then trains on its shard
+        batch = collate([train_examples[i] for i in rt.world.shard(order[pos])]).to(rt.device)
+        total, n = rt.step(net, opt, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip)
         step += 1
-        loss_sum, loss_n, tok = loss_sum + loss.item() * n, loss_n + n, tok + n
+        loss_sum, loss_n, tok = loss_sum + total, loss_n + n, tok + n
         if step % cfg.log_every == 0 or step == cfg.steps:
-            train_loss = loss_sum / max(1, loss_n)
-            rate = tok / max(1e-9, time.perf_counter() - t0)
+            train_loss = rt.mean(float(loss_sum), loss_n)  # the one host read of the interval
+            rate = rt.world.sum(tok) / max(1e-9, time.perf_counter() - t0)
             history.append({"step": step, "loss": train_loss, "tokens_per_s": rate})
-            log.append({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
-            if progress:
-                print(("\r" if tty else "") + f"step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s",
-                      end="" if tty else "\n", file=stream, flush=True)
-            loss_sum = loss_n = 0
+            log.add({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
+            bar.update(step, loss=train_loss)
+            if not bar.tty:
+                bar.line(f"step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s")
+            loss_sum, loss_n = torch.zeros((), device=rt.device), 0
         last = step == cfg.steps
-        if valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+        if rt.is_main and valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
             t_eval = time.perf_counter()
-            valid = validate(model, valid_examples, cfg)
+            with rt.autocast():
+                valid = validate(model, valid_examples, cfg)
             t0 += time.perf_counter() - t_eval  # the rate counts training time only
-            log.append({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
-                        "wall_s": round(time.perf_counter() - wall0, 3)})
-            if progress:
-                ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
-                print(("\n" if tty else "") + f"step {step}: valid loss {valid['loss']:.4f}{ex}", file=stream, flush=True)
-        if out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
+            log.add({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
+                     "wall_s": round(time.perf_counter() - wall0, 3)})
+            ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
+            bar.line(f"step {step}: valid loss {valid['loss']:.4f}{ex}")
+        if rt.is_main and out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
             t_save = time.perf_counter()
-            save(out, model, opt, cfg, step, extra, files, valid, log)
+            save(out, model, opt, cfg, step, extra, files, valid, log.records)
             t0 += time.perf_counter() - t_save
+    bar.close()
+    log.close()
+    rt.world.barrier()  # the checkpoint is complete before any rank returns
     elapsed = time.perf_counter() - t0
     return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
 
@@ -232,4 +248,4 @@ def train_config_from(d: dict) -> TrainConfig:
 
 
 
-__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "load_weights", "train_config_from"]
+__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "loss_sum_on", "load_weights", "train_config_from"]
