@@ -40,15 +40,24 @@ def tensor(name: str, t: object, min_dim: int = 1) -> torch.Tensor:
     return t
 
 
+def autocasting(t: torch.Tensor) -> bool:
+    """True inside ``torch.autocast`` for ``t``'s device: there the matmuls cast their inputs
+    themselves, so tensors of different floating dtypes are expected, not an error."""
+    try:
+        return torch.is_autocast_enabled(t.device.type)
+    except (RuntimeError, TypeError):  # a device type autocast does not know
+        return False
+
+
 def floating(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.dtype:
-    """All tensors floating point and of one dtype; returns that dtype."""
+    """All tensors floating point and of one dtype (mixed dtypes allowed under autocast); returns the first's dtype."""
     for n, t in zip(names, tensors):
         if not t.is_floating_point():
             raise DtypeError(
                 f"{n} must be a floating-point tensor (float16, bfloat16, float32 or float64); got dtype {t.dtype}"
             )
     dtypes = {t.dtype for t in tensors}
-    if len(dtypes) > 1:
+    if len(dtypes) > 1 and not autocasting(tensors[0]):
         given = ", ".join(f"{n} {t.dtype}" for n, t in zip(names, tensors))
         raise DtypeError(f"{', '.join(names)} must share one dtype; got {given} (convert with .to(dtype))")
     return tensors[0].dtype

@@ -164,6 +164,9 @@ def chunked_additive_scores(
     if a.numel() == 0 or b.numel() == 0:  # empty input (b, q or k = 0): the empty scores, still on the graph
         return torch.tanh(a.unsqueeze(-2) + b.unsqueeze(-3)) @ v  # (..., q, k)
     a, b = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    if _checks.autocasting(a):  # the kernel's matmuls write into buffers (out=), which autocast does not cast
+        dt = torch.get_autocast_dtype(a.device.type)
+        a, b, v = a.to(dt), b.to(dt), v.to(dt)
     c = _chunk(a.shape[0], a.shape[1], b.shape[1], d_a, chunk, max_elems)
     out = ChunkedAdditive.apply(a, b, v, c)  # (B, q, k)
     return out.reshape(*lead, a.shape[1], b.shape[1])

@@ -40,6 +40,9 @@ import torch
 
 FORMAT = 1
 MARKER = ".complete"
+# Folders a run writes into its checkpoint folder between saves (TensorBoard's event files):
+# a save carries them from the old folder into the new one instead of dropping them.
+KEPT = ("tensorboard",)
 
 # A hook called with the name of each step of a save (tests inject a kill here).
 _on_step: Callable[[str], None] | None = None
@@ -102,8 +105,16 @@ def recover(directory: str | Path) -> bool:
             restored = True
     if target.exists():
         for p in _leftovers(target, "tmp") + _leftovers(target, "old"):
+            _carry_kept(p, target)
             shutil.rmtree(p, ignore_errors=True)
     return restored
+
+
+def _carry_kept(old: Path, new: Path) -> None:
+    """Move the ``KEPT`` folders of ``old`` into ``new`` (where ``new`` has none of its own)."""
+    for name in KEPT:
+        if (old / name).is_dir() and not (new / name).exists():
+            (old / name).rename(new / name)
 
 
 def check_out_dir(directory: str | Path) -> Path:
@@ -115,7 +126,7 @@ def check_out_dir(directory: str | Path) -> Path:
     recover(path)
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"{path} is a file, not a folder: choose a new or empty folder for the checkpoint")
-    if path.is_dir() and any(path.iterdir()) and not is_checkpoint(path):
+    if path.is_dir() and any(p.name not in KEPT for p in path.iterdir()) and not is_checkpoint(path):
         shown = ", ".join(sorted(p.name for p in path.iterdir())[:5])
         raise CheckpointError(
             f"{path} is a folder that is not an attnlab checkpoint (it holds {shown}); it is left alone: "
@@ -167,6 +178,7 @@ def save_checkpoint(
     _fsync_dir(target.parent)
     _step("new moved")
     if old is not None:
+        _carry_kept(old, target)
         shutil.rmtree(old, ignore_errors=True)
         _step("old removed")
     return target

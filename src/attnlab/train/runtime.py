@@ -214,7 +214,9 @@ class Runtime:
             total, n = loss_sum()
         n_global = self.world.sum(n)
         opt.zero_grad(set_to_none=True)
-        (total.float() * self.world.size / max(1.0, n_global)).backward()
+        if total.dtype in (torch.bfloat16, torch.float16):
+            total = total.float()  # the sum in float32, not in 8 bits of mantissa
+        (total * self.world.size / max(1.0, n_global)).backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
