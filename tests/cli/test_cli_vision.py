@@ -56,7 +56,7 @@ def test_experiment_vision_bad_arguments(capsys):
 
 
 @needs_twemoji
-def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys):
+def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys, monkeypatch):
     ck = tmp_path / "ck"
     assert main(["train", "caption", "--out", str(ck), "--n-train", "128", "--n-test", "8", "--epochs", "4",
                  "--d-model", "16", "--heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
@@ -73,6 +73,12 @@ def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys)
     assert n_words >= 1, out
     assert len(list(maps.glob("*.png"))) == n_words + 2  # one per word + caption.png + caption_heads.png
     assert "attention accuracy on this image: " in out and ("✓" in out or "✗" in out)
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)  # without --out: the same printout, and nothing written anywhere
+    assert main(["caption", "--checkpoint", str(ck), str(scene)]) == 0
+    assert capsys.readouterr().out == out.replace(f"wrote {n_words} overlays, caption.png and caption_heads.png to {maps}/\n", "")
+    assert list(here.iterdir()) == []
 
 
 @needs_twemoji

@@ -6,9 +6,9 @@ scene's grid that region lies in and the weight inside that cell. When the
 image sits next to a ``scenes.json`` (as in the ``DIR/test-scenes/`` folder that
 ``attnlab train caption`` writes) the reference caption is printed too, and
 each word is marked right or wrong: does it look at its own emoji's cell?
-With ``--out`` (default ``caption-maps/``) writes ``NN_word.png`` per word and
-``caption.png`` (the image and every word's map, averaged over heads, on one row),
-and with several heads ``caption_heads.png`` (a row per head).
+With ``--out DIR`` it also writes ``NN_word.png`` per word and ``caption.png``
+(the image and every word's map, averaged over heads, on one row), and with
+several heads ``caption_heads.png`` (a row per head); without it nothing is written.
 Image rules (``attnlab.data.emoji.read_image``): RGB, L, RGBA, LA, P or PA
 (transparency composited onto white); square; at least 8 pixels; resized to
 the model's size. Other images, non-image files and missing checkpoints are
@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("image", help="a PNG (or other image Pillow reads)")
     p.add_argument("--checkpoint", required=True, help="folder written by `attnlab train caption`")
     p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
-    p.add_argument("--out", default="caption-maps", help="folder for the per-word overlays (default caption-maps)")
-    p.add_argument("--no-overlays", action="store_true", help="print the caption only")
+    p.add_argument("--out", help="write the per-word overlays to this folder (default: print only, write nothing)")
+    p.add_argument("--no-overlays", action="store_true", help="print the caption only, even with --out")
     add_threads(p)
     p.set_defaults(func=run_caption)
 
@@ -102,7 +102,7 @@ def run_caption(args: argparse.Namespace) -> int:
     if truth and cap.words:
         print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "
               f"exact match: {'yes' if cap.words == truth['caption'] else 'no'}")
-    if not args.no_overlays and cap.words:
+    if args.out is not None and not args.no_overlays and cap.words:
         from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
         out = Path(args.out)
