@@ -136,3 +136,13 @@ def test_tensorboard_events_hold_the_run_logs_losses(tmp_path):
     assert [e.step for e in events] == [r["step"] for r in logged if "loss" in r] == [1, 2, 3]
     np.testing.assert_allclose([e.value for e in events], [r["loss"] for r in logged if "loss" in r], rtol=1e-6)
     assert "valid/loss" in acc.Tags()["scalars"]
+
+
+def test_progress_iter_yields_the_items_with_a_bar_only_on_a_terminal():
+    from attnlab.train.runtime import progress_iter
+
+    plain, tty = io.StringIO(), _Tty()
+    assert list(progress_iter(range(4), desc="decode", stream=plain)) == [0, 1, 2, 3]
+    assert plain.getvalue() == ""
+    assert list(progress_iter(range(4), desc="decode", stream=tty, total=4)) == [0, 1, 2, 3]
+    assert "decode" in tty.getvalue() and "4/4" in tty.getvalue()

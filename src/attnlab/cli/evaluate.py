@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train import metrics
     from ..train.decode import beam_search, greedy
     from ..train.load import load_model
+    from ..train.runtime import progress_iter
 
     if args.beam < 1 or args.buckets < 1 or (args.limit is not None and args.limit < 1):
         raise UsageError("--beam, --buckets and --limit must be >= 1")
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     corpus = build_corpus(ds, sv, tv)
     examples = getattr(corpus, args.split)[: args.limit]
     hyps, refs, lengths = [], [], []
-    for idx in batches_in_order(examples, 64):
+    order = batches_in_order(examples, 64)
+    for idx in progress_iter(order, desc="decode", total=len(order)):  # a bar on a terminal only
         part = [examples[i] for i in idx]
         src, mask = source_batch([s for s, _ in part])
         guard = 2 * max(len(t) for _, t in part) + 10
