@@ -145,4 +145,4 @@ def test_progress_iter_yields_the_items_with_a_bar_only_on_a_terminal():
     assert list(progress_iter(range(4), desc="decode", stream=plain)) == [0, 1, 2, 3]
     assert plain.getvalue() == ""
     assert list(progress_iter(range(4), desc="decode", stream=tty, total=4)) == [0, 1, 2, 3]
-    assert "decode" in tty.getvalue() and "4/4" in tty.getvalue()
+    assert "decode:" in tty.getvalue() and "/4 [" in tty.getvalue()  # the bar (cleared at the end: leave=False)
