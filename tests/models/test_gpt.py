@@ -11,7 +11,7 @@ import torch
 
 from attnlab.cli import main
 from attnlab.data import shakespeare
-from attnlab.data.chars import UNK, CharVocab
+from attnlab.data.vocab import UNK_CHAR, Vocab, read_vocab
 from attnlab.models.gpt import GPT, GPTConfig, attention_json, attention_maps, sample
 from attnlab.train.lm import LMTrainConfig, train_lm
 from attnlab.train.load import load_model
@@ -25,16 +25,24 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_char_vocab_round_trip_and_unknowns():
-    v = CharVocab.from_text("hello world")
-    assert v.decode(v.encode("hello")) == "hello"
-    assert v.encode("hz")[1] == 0 and v.decode([0]) == UNK
+    v = Vocab.chars("hello world")
+    assert v.itos == [UNK_CHAR, " ", "d", "e", "h", "l", "o", "r", "w"]  # U+FFFD, then the characters sorted
+    assert v.encode("hello") == [4, 3, 5, 5, 6] and v.decode(v.encode("hello")) == "hello"
+    assert v.encode("hz")[1] == 0 and v.decode([0]) == UNK_CHAR and v.decode([99]) == UNK_CHAR
+    assert v.pad_id is None and v.bos_id is None and v.eos_id is None  # a language model has none of them
     with pytest.raises(ValueError, match="'z'"):
         v.encode("hz", strict=True)
-    assert CharVocab.from_json(v.to_json()).itos == v.itos
+    assert read_vocab(v.to_json()).itos == v.itos and read_vocab(v.to_json()).level == "char"
     with pytest.raises(ValueError):
-        CharVocab.from_json('{"kind": "words"}')
-    with pytest.raises(ValueError, match="out of range"):
-        v.decode([99])
+        read_vocab('{"kind": "words"}')
+    with pytest.raises(ValueError, match="empty text"):
+        Vocab.chars("")
+
+
+def test_the_language_models_older_vocabulary_files_still_load():
+    old = json.dumps({"kind": "chars", "itos": [UNK_CHAR, "b", "a"]})  # ids as the older class wrote them
+    v = read_vocab(old)
+    assert v.itos == [UNK_CHAR, "b", "a"] and v.encode("ab?") == [2, 1, 0]
 
 
 def test_training_lowers_the_loss_and_checkpoint_round_trips(tmp_path):

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from attnlab.data.chars import CharVocab
 from attnlab.data.vocab import Vocab
 from attnlab.models import MODELS, VOCABS, build_model, model_config
 from attnlab.train.checkpoint import CheckpointError, save_checkpoint
@@ -23,7 +22,7 @@ def _vocab_files(kind: str) -> dict[str, str]:
     files = {}
     for name in VOCABS[kind]:
         if kind == "gpt":
-            files[f"{name}.json"] = CharVocab("abcd").to_json()
+            files[f"{name}.json"] = Vocab.chars("abcd").to_json()
         elif kind == "captioner":
             files[f"{name}.json"] = Vocab(["a", "b", "c", "d", "e"], "tokens").to_json()
         else:

@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.train.runtime import Progress, Runtime, device_of, resolve_device, restore_rng, rng_tensors
+from attnlab.train.runtime import (
+    Progress,
+    Runtime,
+    device_of,
+    resolve_device,
+    restore_rng,
+    rng_tensors,
+)
 
 SMALL = ["train", "seq2seq", "--data", "numbers-de-en", "--numbers", "300", "--batch-size", "16", "--log-every", "1",
          "--eval-every", "0", "--save-every", "0", "--hidden", "24", "--emb", "8", "--attn-dim", "16", "--quiet"]

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.chars import CharVocab
+from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
 from ..train.lm import LMTrainConfig, split, train_lm
@@ -111,7 +111,7 @@ def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | No
 
         text = shakespeare.load_text(plays=cfg.plays)
     log = print if progress else None
-    vocab = CharVocab.from_text(text)
+    vocab = Vocab.chars(text)
     ids = vocab.encode_tensor(text)
     _, val_ids = split(ids, 0.1, cfg.block_size)
     if len(val_ids) < max(cfg.lengths) + 1:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.chars import CharVocab
+from ..data.vocab import Vocab
 from ..models import model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
@@ -127,7 +127,7 @@ def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
 
 def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None,
              runtime: Runtime | None = None, progress: bool = False, tensorboard: bool = False,
-             ) -> tuple[GPT, CharVocab, TrainResult]:
+             ) -> tuple[GPT, Vocab, TrainResult]:
     """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given.
 
     ``runtime``: device, precision and torchrun's processes (``train.runtime``; default one CPU
@@ -137,7 +137,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     rt = runtime or Runtime()
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    vocab = CharVocab.from_text(text)
+    vocab = Vocab.chars(text)
     ids = vocab.encode_tensor(text)
     train_ids, val_ids = split(ids, cfg.val_fraction, cfg.block_size)
     model = build_model(cfg, len(vocab))
@@ -196,7 +196,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     return model, vocab, result
 
 
-def save_lm(out_dir: str | Path, model: GPT, vocab: CharVocab, cfg: LMTrainConfig, result: TrainResult | None = None) -> Path:
+def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None) -> Path:
     config = {"kind": "char-lm", "model": model_config(model), "train": asdict(cfg)}
     if result is not None:
         config["result"] = asdict(result)
