@@ -33,7 +33,7 @@ from ..data.batching import Example, batch_order, batches_in_order, collate, sou
 from ..data.vocab import PAD
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
-from .runtime import Progress, RunLog, Runtime, device_of, restore_rng, rng_tensors
+from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
 @dataclass
@@ -107,39 +107,11 @@ def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Calla
     return out
 
 
-def _optim_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    out = {}
-    for i, st in opt.state_dict()["state"].items():
-        for k, v in st.items():
-            out[f"optim.{i}.{k}"] = v if isinstance(v, torch.Tensor) else torch.tensor(v)
-    return out
-
-
-def _load_optim(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]) -> None:
-    state: dict[int, dict] = {}
-    for name, t in tensors.items():
-        if name.startswith("optim."):
-            _, i, k = name.split(".", 2)
-            state.setdefault(int(i), {})[k] = t
-    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
-
-
 def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict,
          log: list[dict] | None = None) -> None:
-    tensors = {f"model.{k}": v for k, v in model.state_dict().items()}
-    tensors.update(_optim_tensors(opt))
-    tensors.update(rng_tensors())
+    tensors = training_tensors(model, opt)
     config = {"model": model.config_dict(), "train": asdict(cfg), "state": {"step": step, "valid": valid}, **extra}
     save_checkpoint(out, tensors, config, {**files, runlog.NAME: runlog.jsonl(log or [])})
-
-
-def load_weights(model, tensors: dict[str, torch.Tensor], where: str) -> None:
-    sd = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
-    try:
-        model.load_state_dict(sd, strict=True)
-    except RuntimeError as e:
-        first = str(e).splitlines()[0]
-        raise CheckpointError(f"the weights in {where} do not fit the model its config.json describes: {first}") from None
 
 
 def train(
@@ -184,9 +156,7 @@ def train(
         tensors, config, _ = load_checkpoint(out)
         if config.get("model") != model.config_dict():
             raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')})")
-        load_weights(model, tensors, str(out))
-        _load_optim(opt, tensors)
-        restore_rng(tensors)
+        restore_training(model, opt, tensors, str(out))
         step = int(config["state"]["step"])
         log.records = [r for r in runlog.read(out) if r["step"] <= step]
         wall0 -= max((r.get("wall_s", 0.0) for r in log.records), default=0.0)  # wall time continues
@@ -248,4 +218,4 @@ def train_config_from(d: dict) -> TrainConfig:
 
 
 
-__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "loss_sum_on", "load_weights", "train_config_from"]
+__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "loss_sum_on", "train_config_from"]

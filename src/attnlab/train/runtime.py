@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ..distributed.ddp import World
+from .checkpoint import CheckpointError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("fp32", "bf16")
@@ -87,6 +88,36 @@ def restore_rng(tensors: dict[str, torch.Tensor]) -> list[str]:
             else:
                 skipped.append(name)
     return skipped
+
+
+def training_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """A training checkpoint's tensors: ``model.*`` (weights), ``optim.<param index>.<name>``
+    (the optimizer's state) and ``rng.*`` (every generator's state)."""
+    out = {f"model.{k}": v for k, v in model.state_dict().items()}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            out[f"optim.{i}.{k}"] = v if isinstance(v, torch.Tensor) else torch.tensor(v)
+    out.update(rng_tensors())
+    return out
+
+
+def restore_training(model: torch.nn.Module, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
+                     where: str) -> None:
+    """Load ``training_tensors`` back: weights (strictly), the optimizer's state (onto the
+    parameters' device) and the generators; ``where`` names the checkpoint in errors."""
+    sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise CheckpointError(f"the weights in {where} do not fit the model its config.json describes: {first}") from None
+    state: dict[int, dict] = {}
+    for name, t in tensors.items():
+        if name.startswith("optim."):
+            _, i, k = name.split(".", 2)
+            state.setdefault(int(i), {})[k] = t
+    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+    restore_rng(tensors)
 
 
 class Progress:
@@ -230,4 +261,4 @@ class Runtime:
 
 
 __all__ = ["DEVICES", "PRECISIONS", "Runtime", "device_of", "Progress", "RunLog", "progress_iter", "resolve_device",
-           "rng_tensors", "restore_rng"]
+           "rng_tensors", "restore_rng", "training_tensors", "restore_training"]
