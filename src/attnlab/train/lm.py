@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..data.vocab import Vocab
+from ..data.vocab import Vocab, read_vocab
 from ..models import model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
-from .checkpoint import save_checkpoint
-from .runtime import Progress, RunLog, Runtime, device_of
+from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
 @dataclass
@@ -46,6 +46,7 @@ class LMTrainConfig:
     val_fraction: float = 0.1
     seed: int = 0
     max_seconds: float | None = None  # stop early after this much wall time
+    save_every: int = 0  # steps between checkpoints (0: only at the end)
 
     def __post_init__(self):
         if self.steps < 1 or self.batch_size < 1 or self.block_size < 2:
@@ -55,7 +56,7 @@ class LMTrainConfig:
         for name in ("dim", "num_layers", "num_heads", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-        for name in ("warmup", "eval_every"):
+        for name in ("warmup", "eval_every", "save_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0; got {getattr(self, name)}")
         if self.num_kv_heads is not None and self.num_kv_heads < 1:
@@ -127,13 +128,16 @@ def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
 
 def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None,
              runtime: Runtime | None = None, progress: bool = False, tensorboard: bool = False,
-             ) -> tuple[GPT, Vocab, TrainResult]:
+             resume: bool = False, stop_after: int | None = None) -> tuple[GPT, Vocab, TrainResult]:
     """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given.
 
     ``runtime``: device, precision and torchrun's processes (``train.runtime``; default one CPU
     process in float32): every rank draws the same global batch and trains on its rows; rank 0
     writes the checkpoint. ``progress``: a tqdm bar on a terminal. ``log``: called with a line
-    at each validation."""
+    at each validation. Checkpoints every ``cfg.save_every`` steps and at the end hold the
+    optimizer and every generator too, so ``resume=True`` continues the run in ``out_dir``
+    exactly (with any number of processes); ``stop_after`` stops after that many steps
+    without saving, as if the run were killed."""
     rt = runtime or Runtime()
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -141,21 +145,26 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     ids = vocab.encode_tensor(text)
     train_ids, val_ids = split(ids, cfg.val_fraction, cfg.block_size)
     model = build_model(cfg, len(vocab))
-    net = rt.prepare(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95)
     )
-    runlog_ = RunLog(tensorboard=Path(out_dir) / "tensorboard" if tensorboard and out_dir is not None and rt.is_main else None)
-    bar = Progress(cfg.steps, desc="train lm", enabled=progress and rt.is_main)
+    out = Path(out_dir) if out_dir is not None else None
+    runlog_ = RunLog(tensorboard=out / "tensorboard" if tensorboard and out is not None and rt.is_main else None)
+    first, train_time, loss_ema = 0, 0.0, None
+    if resume:
+        first, train_time, loss_ema = _resume(out, model, opt, gen, vocab, runlog_)
+    net = rt.prepare(model)
+    bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
     rows = rt.world.shard(list(range(cfg.batch_size)))  # this rank's rows of each global batch
-    start = time.perf_counter()
-    train_time = 0.0
-    loss_ema = None
+    start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
     model.train()
-    step = 0
-    for step in range(cfg.steps):
+    step, killed = first - 1, False
+    for step in range(first, cfg.steps):
+        if stop_after is not None and step >= stop_after:
+            step, killed = step - 1, True
+            break
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
@@ -176,6 +185,9 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
             if log is not None and rt.is_main:
                 msg = f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
                 bar.line(msg) if bar.tty else log(msg)
+        if out is not None and rt.is_main and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
+            state = {"step": step + 1, "loss_ema": loss_ema, "train_time": train_time}
+            save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
         if last:
             break
     bar.close()
@@ -184,26 +196,55 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     steps_done = step + 1
     result = TrainResult(
         steps=steps_done,
-        train_loss=history[-1]["train_loss"],
-        val_loss=history[-1]["val_loss"],
-        tokens_per_second=steps_done * cfg.batch_size * cfg.block_size / train_time,
+        train_loss=history[-1]["train_loss"] if history else float("nan"),
+        val_loss=history[-1]["val_loss"] if history else float("nan"),
+        tokens_per_second=steps_done * cfg.batch_size * cfg.block_size / max(train_time, 1e-9),
         seconds=time.perf_counter() - start,
         history=history,
     )
-    if out_dir is not None and rt.is_main:
-        save_lm(out_dir, model, vocab, cfg, result)
+    if out is not None and rt.is_main and not killed:
+        state = {"step": steps_done, "loss_ema": loss_ema, "train_time": train_time}
+        save_lm(out, model, vocab, cfg, result, training=(opt, gen, state))
     rt.world.barrier()
     return model, vocab, result
 
 
-def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None) -> Path:
+def _resume(out: Path | None, model: GPT, opt, gen: torch.Generator, vocab: Vocab, log: RunLog) -> tuple[int, float, float]:
+    """Load the run in ``out`` into ``model``, ``opt``, ``gen`` and ``log``; returns (step, train time, loss EMA)."""
+    if out is None or not (out / "config.json").exists():
+        raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
+    tensors, config, _ = load_checkpoint(out)
+    if read_vocab(read_text(out, "vocab.json")).itos != vocab.itos:
+        raise CheckpointError(f"--resume: the text has other characters than the run at {out} was trained on")
+    if config.get("model") != model_config(model):
+        raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')}); "
+                              "resume with the flags of the run it continues")
+    if "state" not in config or "rng.batches" not in tensors:
+        raise CheckpointError(f"--resume: {out} holds weights only (written before checkpoints kept the optimizer)")
+    restore_training(model, opt, tensors, str(out))
+    gen.set_state(tensors["rng.batches"])
+    st = config["state"]
+    log.records = [r for r in runlog.read(out) if r["step"] <= st["step"]]
+    return int(st["step"]), float(st["train_time"]), st["loss_ema"]
+
+
+def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None,
+            *, history: list[dict] | None = None, training: tuple | None = None) -> Path:
+    """The checkpoint folder: the weights, ``config.json``, ``vocab.json`` and ``metrics.jsonl``;
+    with ``training=(optimizer, batch generator, state)`` also what ``resume`` needs."""
     config = {"kind": "char-lm", "model": model_config(model), "train": asdict(cfg)}
     if result is not None:
         config["result"] = asdict(result)
     files = {"vocab.json": vocab.to_json()}
-    if result is not None:
-        files[runlog.NAME] = runlog.jsonl(result.history)
-    return save_checkpoint(out_dir, model.state_dict(), config, files=files)
+    records = history if history is not None else (result.history if result is not None else None)
+    if records is not None:
+        files[runlog.NAME] = runlog.jsonl(records)
+    tensors = dict(model.state_dict())
+    if training is not None:
+        opt, gen, state = training
+        tensors = {**training_tensors(model, opt), "rng.batches": gen.get_state()}
+        config["state"] = state
+    return save_checkpoint(out_dir, tensors, config, files=files)
 
 
 __all__ = ["LMTrainConfig", "TrainResult", "train_lm", "save_lm", "batch", "split", "evaluate"]
