@@ -152,10 +152,10 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     )
     out = Path(out_dir) if out_dir is not None else None
     runlog_ = RunLog(tensorboard=out / "tensorboard" if tensorboard and out is not None and rt.is_main else None)
+    net = rt.prepare(model)  # on the device first: a resumed optimizer state then lands beside its parameters
     first, train_time, loss_ema = 0, 0.0, None
     if resume:
         first, train_time, loss_ema = _resume(out, model, opt, gen, vocab, runlog_)
-    net = rt.prepare(model)
     bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
     rows = rt.world.shard(list(range(cfg.batch_size)))  # this rank's rows of each global batch
     start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
