@@ -22,6 +22,7 @@ import torch
 
 from ..models.transformer import POSITIONAL as POSITIONS
 from . import UsageError
+from ._fields import config_from, field_default, field_option
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 
@@ -43,30 +44,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--max-digits", type=int, default=13, help="numbers-*: the longest numbers (default 13 digits)")
     d.add_argument("--src-level", choices=("char", "word"), help="tokenisation of the source (default: per language)")
     d.add_argument("--tgt-level", choices=("char", "word"), help="tokenisation of the target (default: per language)")
+    from ..models import Seq2SeqConfig as S
+    from ..models import TransformerConfig as T
+    from ..train.loop import TrainConfig as C
+
     m = p.add_argument_group("model")
     m.add_argument("--model", choices=MODEL_KINDS, default="rnn", help="rnn (encoder-decoder, default) or transformer")
-    m.add_argument("--attention", choices=ATTENTIONS, default="bahdanau", help="the decoder (default bahdanau)")
-    m.add_argument("--score", choices=("dot", "general", "concat"), default="general", help="Luong's score (default general)")
-    m.add_argument("--rnn", choices=("gru", "lstm"), default="gru")
-    m.add_argument("--emb", type=int, default=64)
-    m.add_argument("--hidden", type=int, default=128)
-    m.add_argument("--attn-dim", type=int, default=128)
-    m.add_argument("--unidirectional", action="store_true", help="a one-directional encoder")
+    field_option(m, S, "decoder", "--attention", choices=ATTENTIONS, help="the decoder")
+    field_option(m, S, "luong_score", "--score", choices=("dot", "general", "concat"), help="Luong's score")
+    field_option(m, S, "rnn", choices=("gru", "lstm"))
+    field_option(m, S, "emb_dim", "--emb", help="embedding size")
+    field_option(m, S, "hidden", help="RNN state size")
+    field_option(m, S, "attn_dim", help="d_a of the additive and concat scores")
+    field_option(m, S, "bidirectional", "--unidirectional", help="a one-directional encoder")
     m.add_argument("--dropout", type=float, help="dropout (default 0 for rnn, 0.1 for transformer)")
     tf = p.add_argument_group("transformer (--model transformer)")
-    tf.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each (default 2)")
-    tf.add_argument("--heads", type=int, default=4, help="attention heads; must divide --dim (default 4)")
-    tf.add_argument("--dim", type=int, default=128, help="model width d_model (default 128)")
-    tf.add_argument("--ff", type=int, help="feed-forward width (default 4 x --dim)")
-    tf.add_argument("--pos", choices=POSITIONS, default="sinusoidal", help="positional encoding (default sinusoidal)")
+    tf.add_argument("--layers", type=int, default=field_default(T, "num_encoder_layers"),
+                    help="encoder and decoder layers each (default 2)")
+    field_option(tf, T, "num_heads", "--heads", help="attention heads; must divide --dim")
+    field_option(tf, T, "dim", help="model width d_model")
+    field_option(tf, T, "ffn_dim", "--ff", type=int, help="feed-forward width (default 4 x --dim)")
+    field_option(tf, T, "positional", "--pos", choices=POSITIONS, help="positional encoding")
     t = p.add_argument_group("training")
-    t.add_argument("--steps", type=int, help="optimizer steps in all (default 3000)")
-    t.add_argument("--batch-size", type=int, default=64)
-    t.add_argument("--lr", type=float, default=2e-3)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--eval-every", type=int, default=500)
-    t.add_argument("--save-every", type=int, default=500)
-    t.add_argument("--log-every", type=int, default=20, help="steps between progress lines and metrics.jsonl records")
+    field_option(t, C, "steps", default=None, help="optimizer steps in all; with --resume, the new total")
+    for name in ("batch_size", "lr", "seed", "eval_every", "save_every"):
+        field_option(t, C, name)
+    field_option(t, C, "log_every", help="steps between progress lines and metrics.jsonl records")
     t.add_argument("--out", default="runs/seq2seq", help="the checkpoint folder (default runs/seq2seq)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -88,15 +91,13 @@ def _model(args, src_vocab: int, tgt_vocab: int, max_len: int = 512):
     """The model the flags describe (ValueError for flags that do not fit, e.g. --heads not dividing --dim)."""
     from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
 
+    sizes = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
     if args.model == "transformer":
-        dropout = 0.1 if args.dropout is None else args.dropout
-        return TransformerTranslator(TransformerConfig(
-            src_vocab=src_vocab, tgt_vocab=tgt_vocab, dim=args.dim, num_heads=args.heads, num_encoder_layers=args.layers,
-            num_decoder_layers=args.layers, ffn_dim=args.ff, dropout=dropout, positional=args.pos, max_len=max_len))
-    return Seq2Seq(Seq2SeqConfig(
-        src_vocab=src_vocab, tgt_vocab=tgt_vocab, decoder=args.attention, rnn=args.rnn, emb_dim=args.emb,
-        hidden=args.hidden, bidirectional=not args.unidirectional, attn_dim=args.attn_dim, luong_score=args.score,
-        dropout=0.0 if args.dropout is None else args.dropout))
+        dropout = field_default(TransformerConfig, "dropout") if args.dropout is None else args.dropout
+        return TransformerTranslator(config_from(args, TransformerConfig, **sizes, dropout=dropout, max_len=max_len,
+                                                 num_encoder_layers=args.layers, num_decoder_layers=args.layers))
+    dropout = field_default(Seq2SeqConfig, "dropout") if args.dropout is None else args.dropout
+    return Seq2Seq(config_from(args, Seq2SeqConfig, **sizes, dropout=dropout))
 
 
 def _check_flags(args) -> None:
@@ -156,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
         longest = max(max(len(s), len(t)) for s, t in corpus.train)
         # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
         model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))
-        cfg = TrainConfig(steps=args.steps or 3000, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                          eval_every=args.eval_every, save_every=args.save_every, log_every=args.log_every)
+        cfg = config_from(args, TrainConfig)
         extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
     if not args.quiet and rt.is_main:

@@ -38,7 +38,7 @@ from .runtime import Progress, RunLog, Runtime, device_of, restore_training, tra
 
 @dataclass
 class TrainConfig:
-    steps: int = 2000  # optimizer steps in all
+    steps: int = 3000  # optimizer steps in all
     batch_size: int = 64
     lr: float = 2e-3
     clip: float = 1.0  # max gradient norm

@@ -1,0 +1,50 @@
+"""Command-line options derived from the config dataclasses: one definition of each default.
+
+``field_option(group, Config, "emb_dim", "--emb", help=...)`` adds an option whose ``dest`` is
+the field's name and whose default and type are the field's, so a default changed in the
+dataclass is the command line's default too, and ``config_from(args, Config)`` builds the
+dataclass from the parsed options. A ``bool`` field that defaults to True becomes a
+``--no-...``-style switch (``store_false``) under the spelling given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields
+from typing import Any
+
+
+def field_default(cls: type, name: str) -> Any:
+    f = {f.name: f for f in fields(cls)}.get(name)
+    if f is None:
+        raise KeyError(f"{cls.__name__} has no field {name!r}")
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    raise KeyError(f"{cls.__name__}.{name} has no default")
+
+
+def field_option(group, cls: type, name: str, *flags: str, help: str = "", **kw) -> None:
+    """An option for the dataclass field ``name``: dest, default and type from the dataclass."""
+    default = kw.pop("default") if "default" in kw else field_default(cls, name)
+    flags = flags or ("--" + name.replace("_", "-"),)
+    if isinstance(default, bool):
+        action = "store_false" if default else "store_true"
+        group.add_argument(*flags, dest=name, action=action, default=default, help=help)
+        return
+    typed = default if default is not None else field_default(cls, name)
+    if "type" not in kw and "choices" not in kw and typed is not None:
+        kw["type"] = type(typed)
+    shown = "" if "(default" in help else f" (default {default if default is not None else field_default(cls, name)})"
+    group.add_argument(*flags, dest=name, default=default, help=(help + shown).strip(), **kw)
+
+
+def config_from(args: argparse.Namespace, cls: type, **extra: Any):
+    """``cls`` built from the options ``args`` holds for its fields (and ``extra``); an option left
+    at None takes the dataclass's default."""
+    names = {f.name for f in fields(cls)} - set(extra)
+    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None}, **extra)
+
+
+__all__ = ["field_option", "field_default", "config_from"]
