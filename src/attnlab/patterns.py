@@ -484,13 +484,13 @@ def block_sparse(layout: torch.Tensor, block: int) -> Pattern:
     return _Given(layout, block)
 
 
-def documents(lengths: Sequence[int] | torch.Tensor, causal: bool = False) -> Pattern:
+def documents(lengths: Sequence[int] | torch.Tensor, causal: bool = False) -> Documents:
     """Packed sequences: documents of ``lengths`` laid end to end, each attending only itself
     (block diagonal); ``causal=True`` also needs j ≤ i (packed language-model training)."""
     return Documents(lengths, causal)
 
 
-def neighborhood_2d(height: int, width: int, kernel: int, dilation: int = 1) -> Pattern:
+def neighborhood_2d(height: int, width: int, kernel: int, dilation: int = 1) -> Neighborhood2D:
     """2-D neighbourhood attention over an H × W grid (row-major positions): the kernel × kernel
     window around each query (every ``dilation``-th position), shifted inside at the borders (NATTEN)."""
     return Neighborhood2D(height, width, kernel, dilation)
