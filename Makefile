@@ -72,4 +72,4 @@ mutation: $(STAMP)
 	$(BIN)/mutmut results --all true | $(BIN)/python benchmarks/mutation_summary.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache mutants mutmut.log
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache .mypy_cache mutants mutmut.log

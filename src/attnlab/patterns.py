@@ -59,7 +59,7 @@ its layout from ``seed`` for each n (the same n gives the same layout).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -161,11 +161,11 @@ class Combined(Pattern):
     def __init__(self, a: Pattern, b: Pattern, op: str):
         self.a, self.b, self.op = a, b, op
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         x, y = self.a.allows(q_idx, kv_idx, n), self.b.allows(q_idx, kv_idx, n)
         return x & y if self.op == "and" else x | y
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         x, y = self.a.block_layout(n, block), self.b.block_layout(n, block)
         return x & y if self.op == "and" else x | y
 
@@ -174,10 +174,10 @@ class Combined(Pattern):
 
 
 class _Full(Pattern):
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         return torch.ones_like(q_idx + kv_idx, dtype=torch.bool)
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         nb = _n_blocks(n, block)
         return torch.ones(nb, nb, dtype=torch.bool)
 
@@ -186,10 +186,10 @@ class _Full(Pattern):
 
 
 class _Causal(Pattern):
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         return kv_idx <= q_idx
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         nb = _n_blocks(n, block)
         return torch.ones(nb, nb, dtype=torch.bool).tril()
 
@@ -203,7 +203,7 @@ class _Band(Pattern):
     before: int
     after: int
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         nb = _n_blocks(n, block)
         qb = torch.arange(nb)
         lo = (qb * block - self.before).clamp(min=0) // block  # first key block touched
@@ -216,7 +216,7 @@ class Window(_Band):
     def __init__(self, before: int, after: int):
         self.before, self.after = _positive("before", before, 0), _positive("after", after, 0)
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         d = kv_idx - q_idx
         return (d >= -self.before) & (d <= self.after)
 
@@ -229,7 +229,7 @@ class _Dilated(_Band):
         self.size, self.dilation = _positive("size", size, 0), _positive("dilation", dilation)
         self.before = self.after = size * dilation
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         d = kv_idx - q_idx
         return (d.abs() <= self.size * self.dilation) & (d % self.dilation == 0)
 
@@ -241,7 +241,7 @@ class _Strided(Pattern):
     def __init__(self, stride: int):
         self.stride = _positive("stride", stride)
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         d = q_idx - kv_idx
         return (d.abs() < self.stride) | (d % self.stride == 0)
 
@@ -256,7 +256,7 @@ class _Fixed(Pattern):
         if summary > block:
             raise ValueError(f"summary must be <= block; got summary={summary}, block={block}")
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         same = (q_idx // self.block) == (kv_idx // self.block)
         return same | (kv_idx % self.block >= self.block - self.summary)
 
@@ -271,11 +271,11 @@ class GlobalTokens(Pattern):
             raise ValueError(f"global token indices must be >= 0; got {idx.tolist()}")
         self.indices = idx.unique()
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         g = self.indices.to(q_idx.device)
         return torch.isin(q_idx, g) | torch.isin(kv_idx, g)
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         nb = _n_blocks(n, block)
         hit = torch.zeros(nb, dtype=torch.bool)
         g = self.indices[self.indices < n]
@@ -294,7 +294,7 @@ class _BlockLayout(Pattern):
     def layout_for(self, n: int) -> torch.Tensor:
         raise NotImplementedError
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         lay = self.layout_for(n).to(q_idx.device)
         nb = lay.shape[0]
         qi = (q_idx // self.block).clamp(0, nb - 1)
@@ -302,7 +302,7 @@ class _BlockLayout(Pattern):
         inside = (q_idx < nb * self.block) & (kv_idx < nb * self.block)
         return lay[qi, ki] & inside
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         if block == self.block:
             return self.layout_for(n).clone()
         return super().block_layout(n, block)
@@ -315,7 +315,7 @@ class _Given(_BlockLayout):
             raise ValueError(f"layout must be a square bool tensor (nb, nb); got {_checks.shape(layout)} {layout.dtype}")
         self.layout, self.block = layout.cpu(), _positive("block", block)
 
-    def layout_for(self, n):
+    def layout_for(self, n: int) -> torch.Tensor:
         nb = _n_blocks(n, self.block)
         if nb != self.layout.shape[0]:
             raise ValueError(
@@ -334,7 +334,7 @@ class _Random(_BlockLayout):
         self.seed = int(seed)
         self._cache: dict[int, torch.Tensor] = {}
 
-    def layout_for(self, n):
+    def layout_for(self, n: int) -> torch.Tensor:
         if n not in self._cache:
             nb = _n_blocks(n, self.block)
             g = torch.Generator().manual_seed(self.seed)
@@ -365,12 +365,12 @@ class Documents(Pattern):
         doc = torch.bucketize(idx, ends, right=True)
         return torch.where((idx >= 0) & (idx < self.total), doc, torch.full_like(doc, -1))
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         dq, dk = self.doc_of(q_idx), self.doc_of(kv_idx)
         ok = (dq == dk) & (dq >= 0)
         return ok & (kv_idx <= q_idx) if self.causal else ok
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         nb = _n_blocks(n, block)
         start = torch.arange(nb) * block
         end = (start + block - 1).clamp(max=max(0, min(n, self.total) - 1))
@@ -394,8 +394,11 @@ class Neighborhood2D(Pattern):
         # A side shorter than kernel·dilation gives every query its whole dilation group along it.
 
     @staticmethod
-    def _start(i: torch.Tensor, side: int, kernel: int, dilation: int) -> torch.Tensor:
-        """First window index along one axis (NATTEN: shifted to stay inside, per dilation group)."""
+    def _start(
+        i: torch.Tensor, side: int, kernel: int, dilation: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """First window index, dilation group and window length along one axis (NATTEN: shifted
+        to stay inside, per dilation group)."""
         group = i % dilation
         count = (side - group + dilation - 1) // dilation  # positions in this dilation group
         j = i // dilation  # index inside the group
@@ -405,18 +408,18 @@ class Neighborhood2D(Pattern):
         s = torch.minimum(s, count - k)
         return s, group, k
 
-    def _axis_ok(self, qi, ki, side):
+    def _axis_ok(self, qi: torch.Tensor, ki: torch.Tensor, side: int) -> torch.Tensor:
         s, group, k = self._start(qi, side, self.kernel, self.dilation)
         kj = ki // self.dilation
         return (ki % self.dilation == group) & (kj >= s) & (kj < s + k) & (ki >= 0) & (ki < side)
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         W = self.width
         inside = (q_idx >= 0) & (q_idx < self.height * W) & (kv_idx >= 0) & (kv_idx < self.height * W)
         qr, qc, kr, kc = q_idx // W, q_idx % W, kv_idx // W, kv_idx % W
         return inside & self._axis_ok(qr, kr, self.height) & self._axis_ok(qc, kc, W)
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         # Rows of a query block span rows r0 … r1; their windows reach rows within ±kernel·dilation.
         nb = _n_blocks(n, block)
         start = torch.arange(nb) * block
@@ -481,20 +484,20 @@ def block_sparse(layout: torch.Tensor, block: int) -> Pattern:
     return _Given(layout, block)
 
 
-def documents(lengths: Sequence[int] | torch.Tensor, causal: bool = False) -> Pattern:
+def documents(lengths: Sequence[int] | torch.Tensor, causal: bool = False) -> Documents:
     """Packed sequences: documents of ``lengths`` laid end to end, each attending only itself
     (block diagonal); ``causal=True`` also needs j ≤ i (packed language-model training)."""
     return Documents(lengths, causal)
 
 
-def neighborhood_2d(height: int, width: int, kernel: int, dilation: int = 1) -> Pattern:
+def neighborhood_2d(height: int, width: int, kernel: int, dilation: int = 1) -> Neighborhood2D:
     """2-D neighbourhood attention over an H × W grid (row-major positions): the kernel × kernel
     window around each query (every ``dilation``-th position), shifted inside at the borders (NATTEN)."""
     return Neighborhood2D(height, width, kernel, dilation)
 
 
 # The patterns by name, for configuration files (explain examples, the CLI).
-BUILDERS = {
+BUILDERS: dict[str, Callable[..., Pattern]] = {
     "full": full,
     "causal": causal,
     "sliding_window": sliding_window,
@@ -510,13 +513,14 @@ def from_spec(items: Sequence[dict], combine: str = "or") -> Pattern:
     """Build a pattern from ``[{"kind": "sliding_window", "args": [1, 1]}, ...]`` joined by ``|`` or ``&``."""
     if combine not in ("or", "and") or not items:
         raise ValueError(f"a pattern spec needs at least one item and combine 'or' or 'and'; got {len(items)} items, {combine!r}")
-    out = None
+    out: Pattern | None = None
     for it in items:
         kind = it.get("kind") if isinstance(it, dict) else None
         if kind not in BUILDERS:
             raise ValueError(f"pattern kind must be one of {', '.join(BUILDERS)}; got {kind!r}")
         p = BUILDERS[kind](*[int(a) if not isinstance(a, list) else [int(x) for x in a] for a in it.get("args", [])])
         out = p if out is None else (out | p if combine == "or" else out & p)
+    assert out is not None  # items is not empty
     return out
 
 

@@ -68,7 +68,9 @@ def _resolve_score(score: str | ScoreFn, scale: float | None) -> ScoreFn:
     )
 
 
-def _validate(query, key, value, score) -> torch.Size:
+def _validate(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score: str | ScoreFn
+) -> torch.Size:
     _checks.tensor("query", query, 2), _checks.tensor("key", key, 2), _checks.tensor("value", value, 2)
     _checks.floating(("query", "key", "value"), (query, key, value))
     if key.shape[-2] != value.shape[-2]:
@@ -78,7 +80,8 @@ def _validate(query, key, value, score) -> torch.Size:
         )
     lead = _checks.leading_broadcast(("query", "key", "value"), (query, key, value))
     if isinstance(score, str) and score in FUSED_SCORES:
-        _checks.features("query", query), _checks.features("key", key)
+        _checks.features("query", query)
+        _checks.features("key", key)
         _checks.features_match(f"the {score} score", query, key)
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
@@ -99,7 +102,13 @@ def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _guard(query, key, value, attend, causal_diag: bool):
+def _guard(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attend: torch.Tensor | None,
+    causal_diag: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Zero the non-finite entries of query, key and value; the query rows whose output is NaN (``hit``).
 
     attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
@@ -112,6 +121,7 @@ def _guard(query, key, value, attend, causal_diag: bool):
     if causal_diag:
         hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
     else:
+        assert attend is not None  # given whenever causal_diag is False
         hit = (attend & bad.unsqueeze(-2)).any(-1)  # (..., q|1)
     return query, key, value, hit | bad_q
 
@@ -124,6 +134,7 @@ def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | No
     nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
     zero = torch.zeros((), dtype=out.dtype, device=out.device)
     if hit is None:
+        assert dead is not None  # (the both-None case returned above)
         return torch.where(dead, zero, out)
     hit = hit.unsqueeze(-1)  # (..., q|1, 1)
     if dead is None:
@@ -131,8 +142,19 @@ def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | No
     return torch.where(hit | dead, torch.where(dead, zero, nan), out)
 
 
-def _fast(query, key, value, mask, dead, is_causal, scale, dropout_p, lead: torch.Size) -> torch.Tensor:
+def _fast(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    dead: torch.Tensor | None,
+    is_causal: bool,
+    scale: float,
+    dropout_p: float,
+    lead: torch.Size,
+) -> torch.Tensor:
     if mask is not None:
+        assert dead is not None  # attention() sets dead whenever there is a mask
         mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
     out = F.scaled_dot_product_attention(
@@ -151,7 +173,17 @@ def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
     return torch.baddbmm(out, q3, k3.transpose(1, 2), beta=0.0, alpha=s).view(*lead, q.shape[-2], k.shape[-2])
 
 
-def _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights=True):
+def _reference(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    score_fn: ScoreFn,
+    mask: torch.Tensor | None,
+    dead: torch.Tensor | None,
+    dropout_p: float,
+    owned: bool,
+    need_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten.
 
     Fully masked rows (``dead``) are left uniform inside and zeroed where it is cheap: in the

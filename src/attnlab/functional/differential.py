@@ -26,6 +26,7 @@ query with no allowed key gets zero output.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -64,12 +65,12 @@ def differential_attention(
 
     Masks as in ``attnlab.attention`` (bool True = may attend, float = bias), applied to both maps.
     """
-    kw = dict(mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights)
-    o1, w1 = attention(q1, k1, value, **kw)  # (..., q, d_v), (..., q, k)
-    o2, w2 = attention(q2, k2, value, **kw)
+    attend = partial(attention, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights)
+    o1, w1 = attend(q1, k1, value)  # (..., q, d_v), (..., q, k) or None
+    o2, w2 = attend(q2, k2, value)
     lam_t = torch.as_tensor(lam, dtype=o1.dtype, device=o1.device)
     out = o1 - lam_t * o2
-    return out, (w1 - lam_t * w2 if need_weights else None)
+    return out, (w1 - lam_t * w2 if w1 is not None and w2 is not None else None)  # (weights iff need_weights)
 
 
 __all__ = ["differential_attention", "reparam_lambda", "lambda_init"]

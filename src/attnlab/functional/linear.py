@@ -61,7 +61,7 @@ def _safe_divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
 
 
-def _validate(query, key, value) -> None:
+def _validate(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
     _checks.tensor("query", query, 2), _checks.tensor("key", key, 2), _checks.tensor("value", value, 2)
     if key.shape[-2] != value.shape[-2] or query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -74,7 +74,9 @@ def _is_key_mask(mask: torch.Tensor | None) -> bool:
     return mask is None or (mask.dtype == torch.bool and mask.dim() >= 2 and mask.shape[-2] == 1)
 
 
-def _parallel(fq, fk, value, allowed) -> tuple[torch.Tensor, torch.Tensor]:
+def _parallel(
+    fq: torch.Tensor, fk: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     sim = fq @ fk.transpose(-2, -1)  # (..., q, k), ≥ 0
     if allowed is not None:
         sim = torch.where(allowed, sim, torch.zeros((), dtype=sim.dtype))
@@ -120,6 +122,7 @@ def linear_attention(
             value = torch.where(bad_v, torch.zeros((), dtype=value.dtype), value)
         out, weights = _parallel(fq, fk, value, allowed)
         if bad_k is not None:  # a query that may attend a non-finite key or value gets NaN
+            assert allowed is not None and bad_v is not None  # set together with bad_k
             reach = allowed.to(value.dtype)
             hit = ((reach @ bad_k.unsqueeze(-1).to(value.dtype)) > 0) | ((reach @ bad_v.to(value.dtype)) > 0)
             out = out.masked_fill(hit, float("nan"))

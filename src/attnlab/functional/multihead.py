@@ -54,7 +54,9 @@ def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, wh
     return y
 
 
-def project_packed(x: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, sizes: tuple[int, int, int]):
+def project_packed(
+    x: torch.Tensor, w_qkv: torch.Tensor, b_qkv: torch.Tensor | None, sizes: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Step: [Q; K; V] = X W_qkvᵀ + b in one matmul (self-attention), recorded as the three projections.
 
     (b, n, d) → three views (b, n, sizes[i]) of one (b, n, Σ sizes) tensor.

@@ -39,7 +39,8 @@ def dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """e_ij = q_iᵀ k_j.  q (..., q, d), k (..., k, d) → (..., q, k)."""
     _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
     _checks.floating(("query", "key"), (q, k))
-    _checks.features("query", q), _checks.features("key", k)
+    _checks.features("query", q)
+    _checks.features("key", k)
     _checks.features_match("the dot score", q, k)
     scores = q @ k.transpose(-2, -1)
     record("scores", "e_ij = q_iᵀ k_j", scores, latex=r"e_{ij} = q_i^\top k_j")
@@ -76,7 +77,9 @@ def general(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     return scores
 
 
-def _additive(q, k, w_q, w_k, v, what: str) -> torch.Tensor:
+def _additive(
+    q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, v: torch.Tensor, what: str
+) -> torch.Tensor:
     wq = q @ w_q.transpose(-2, -1)  # (..., q, d_a)
     wk = k @ w_k.transpose(-2, -1)  # (..., k, d_a)
     record("projected_query", "W_q q_i", wq, latex=r"W_q q_i")

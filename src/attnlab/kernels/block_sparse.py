@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -98,10 +99,21 @@ class _Fused(torch.autograd.Function):
     Backward: each part's from the merged output and lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, win: Window | None, T: int, glob, pl: Plan | None, keys, scale: float):
+    def forward(
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        win: Window | None,
+        T: int,
+        glob: torch.Tensor | None,
+        pl: Plan | None,
+        keys: torch.Tensor | None,
+        scale: float,
+    ) -> torch.Tensor:
         b, h, n, _ = q.shape
         real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
-        parts = []
+        parts: list[tuple[torch.Tensor, ...]] = []
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
         if glob is not None:
@@ -114,12 +126,12 @@ class _Fused(torch.autograd.Function):
         return out.contiguous()
 
     @staticmethod
-    def backward(ctx, dout):
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         q, k, v, out, lse = ctx.saved_tensors
         win, T, glob, pl, keys, real, scale = ctx.extras
         dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
         dout, lse = dout.contiguous().masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
-        acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
+        acc: tuple[torch.Tensor, ...] | None = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
         if win is not None:
             acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
         if glob is not None:
@@ -127,6 +139,7 @@ class _Fused(torch.autograd.Function):
         if pl is not None:
             grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
             acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
+        assert acc is not None  # _attend passes at least one part
         return *acc, None, None, None, None, None, None
 
 
@@ -156,7 +169,7 @@ class BlockWeights:
 
 
 
-def _validate(q, k, v, pattern, block):
+def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: object, block: object) -> None:
     for name, t in (("query", q), ("key", k), ("value", v)):
         _checks.tensor(name, t, 4)
         if t.dim() != 4:
@@ -217,6 +230,7 @@ def block_sparse_attention(
         out = value * 0.0 + (query.sum() + key.sum()) * 0.0
         empty = BlockWeights(torch.zeros(0, 2, dtype=torch.long), query.new_zeros(b, h, 0, block, block), block, n)
         return out, (empty if need_weights else None)
+    real: torch.Tensor | None
     if pad is not None:  # padded keys and values never influence anything, even NaN/inf: zeroed, no host read
         real = pad.flatten(1)[:, None, :n, None]  # (b, 1, n, 1)
         key, value = torch.where(real, key, 0.0), torch.where(real, value, 0.0)
@@ -262,10 +276,10 @@ class _Without(Pattern):
     def __init__(self, a: Pattern, b: Pattern):
         self.a, self.b = a, b
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         return self.a.allows(q_idx, kv_idx, n) & ~self.b.allows(q_idx, kv_idx, n)
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         return self.a.block_layout(n, block)  # a superset; plan() drops the empty tiles
 
     def __repr__(self) -> str:
@@ -300,7 +314,16 @@ def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Patter
     return _SPLITS[pattern]
 
 
-def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pattern: Pattern,
+    block: int,
+    pad: torch.Tensor | None,
+    scale: float,
+    dropout_p: float,
+) -> torch.Tensor:
     """The attention on finite k and v: a sliding window as contiguous spans, global tokens as dense
     blocks, the rest as tiles (all fused); the explicit tile path for dropout or d_v ≠ d."""
     b, h, n, d = q.shape
@@ -323,7 +346,14 @@ def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p:
 
 
 @torch.no_grad()
-def _tile_weights(q, k, pl: Plan, pad, scale, reach_k=None) -> BlockWeights:
+def _tile_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    pl: Plan,
+    pad: torch.Tensor | None,
+    scale: float,
+    reach_k: torch.Tensor | None = None,
+) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)

@@ -39,6 +39,8 @@ The kept buffer is released by the first backward; a second backward
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _checks
@@ -68,7 +70,7 @@ def _block(buf: torch.Tensor, shape: tuple[int, int, int, int]) -> torch.Tensor:
     return buf[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
 
 
-def _tanh_block(buf, a, bb, i, c):
+def _tanh_block(buf: torch.Tensor, a: torch.Tensor, bb: torch.Tensor, i: int, c: int) -> torch.Tensor:
     """u = tanh(a_i + b_j) for queries i..i+c, written into the buffer: (B, c, k, d_a)."""
     B, _, n_k, d = bb.shape
     u = _block(buf, (B, c, n_k, d))
@@ -79,7 +81,7 @@ class ChunkedAdditive(torch.autograd.Function):
     """scores (B, q, k) from a (B, q, d_a), b (B, k, d_a), v (d_a,), computed ``chunk`` queries at a time."""
 
     @staticmethod
-    def forward(ctx, a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, chunk: int) -> torch.Tensor:
         B, n_q, d = a.shape
         n_k = b.shape[1]
         out = a.new_empty(B, n_q, n_k)  # (B, q, k)
@@ -99,7 +101,9 @@ class ChunkedAdditive(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(
+        ctx: Any, grad: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None]:
         a, b, v = ctx.saved_tensors
         kept, ctx.kept = ctx.kept, None
         chunk = ctx.chunk
@@ -119,19 +123,19 @@ class ChunkedAdditive(torch.autograd.Function):
             else:
                 u = _tanh_block(buf, a, bb, i, c)  # (B, c, k, d_a)
             g = grad[:, i : i + c]  # (B, c, k)
-            if need_v:
+            if grad_v is not None:  # need_v
                 grad_v += torch.bmm(g.reshape(-1, 1, n_k), u.view(-1, n_k, d)).view(-1, d).sum(0)
             if need_a or need_b:
                 x = u.mul_(u).mul_(g.unsqueeze(-1))  # g u², in place: (B, c, k, d_a)
-                if need_a:
+                if sa is not None:  # need_a
                     if c == n_q:
                         torch.sum(x, 2, out=sa)
                     else:
                         sa[:, i : i + c] = x.sum(2)
-                if need_b:
+                if sb is not None:  # need_b
                     sb += x.sum(1)
-        grad_a = (grad.sum(2, keepdim=True) - sa).mul_(v) if need_a else None
-        grad_b = (grad.sum(1).unsqueeze(-1) - sb).mul_(v) if need_b else None
+        grad_a = (grad.sum(2, keepdim=True) - sa).mul_(v) if sa is not None else None
+        grad_b = (grad.sum(1).unsqueeze(-1) - sb).mul_(v) if sb is not None else None
         return grad_a, grad_b, grad_v, None
 
 

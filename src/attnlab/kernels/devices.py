@@ -23,15 +23,22 @@ Shapes: q, k (b, h, n, d), v (b, h, n, d_v), ``real`` (b, n) bool or None.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 
 from ..functional.attention import attention
 from ..patterns import Combined, GlobalTokens, Pattern
 
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
+
+IndexFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (q_idx, kv_idx) -> bool
+
 # pattern → {(n, device): BlockMask}; dropped with the pattern
 _BLOCK_MASKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_COMPILED: dict[str, object] = {}
+_COMPILED: dict[str, Callable[..., Any]] = {}
 FLEX_BLOCK = 128  # flex's tile on CUDA
 
 
@@ -44,7 +51,7 @@ def backend_for(device: torch.device) -> str:
     return "dense"
 
 
-def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int = FLEX_BLOCK):
+def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int = FLEX_BLOCK) -> BlockMask:
     """The flex ``BlockMask`` of ``pattern`` at length n on ``device`` (built once, then cached)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -55,14 +62,14 @@ def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int 
 
         allows = _index_fn(pattern, n, device)
 
-        def mask_mod(b, h, q_idx, kv_idx):
+        def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
             return allows(q_idx, kv_idx)
 
         cache[key] = create_block_mask(mask_mod, None, None, n, n, device=str(device), BLOCK_SIZE=block)
     return cache[key]
 
 
-def _index_fn(pattern: Pattern, n: int, device):
+def _index_fn(pattern: Pattern, n: int, device: torch.device | str) -> IndexFn:
     """``(q_idx, kv_idx) -> bool``: ``pattern.allows`` in a form flex's compiler lowers. Global
     tokens become a lookup table (``torch.isin`` on scalar indices does not lower), block layouts
     are computed once outside the vmap; ``|`` and ``&`` recurse; every other pattern is its own
@@ -84,7 +91,7 @@ def _index_fn(pattern: Pattern, n: int, device):
     return lambda q, k: pattern.allows(q, k, n)
 
 
-def _flex_fn(compiled: bool):
+def _flex_fn(compiled: bool) -> Callable[..., Any]:
     from torch.nn.attention.flex_attention import flex_attention
 
     if not compiled:
@@ -94,8 +101,22 @@ def _flex_fn(compiled: bool):
     return _COMPILED["flex"]
 
 
-def flex_pattern_attention(q, k, v, pattern: Pattern, real, scale: float, *, compiled: bool | None = None,
-                           return_lse: bool = False, block: int | None = None):
+@overload
+def flex_pattern_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: Pattern,
+                           real: torch.Tensor | None, scale: float, *, compiled: bool | None = None,
+                           return_lse: Literal[False] = False, block: int | None = None) -> torch.Tensor: ...
+
+
+@overload
+def flex_pattern_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: Pattern,
+                           real: torch.Tensor | None, scale: float, *, compiled: bool | None = None,
+                           return_lse: Literal[True], block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def flex_pattern_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: Pattern,
+                           real: torch.Tensor | None, scale: float, *, compiled: bool | None = None,
+                           return_lse: bool = False,
+                           block: int | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Pattern attention through ``flex_attention``: out (b, h, n, d_v) [and lse (b, h, n), −inf on
     rows with no key]. ``compiled`` defaults to True on CUDA (eager flex materialises the scores and
     has no CPU backward; the CPU tests run it eagerly, forward only)."""
@@ -108,7 +129,9 @@ def flex_pattern_attention(q, k, v, pattern: Pattern, real, scale: float, *, com
     score_mod = None
     if real is not None:  # one block mask for every batch: padding as −∞ on the padded keys' scores
 
-        def score_mod(score, bi, hi, q_idx, kv_idx):
+        def score_mod(
+            score: torch.Tensor, bi: torch.Tensor, hi: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+        ) -> torch.Tensor:
             return torch.where(real[bi, kv_idx], score, float("-inf"))
 
     fn = _flex_fn(compiled)
@@ -118,13 +141,15 @@ def flex_pattern_attention(q, k, v, pattern: Pattern, real, scale: float, *, com
     return torch.where(torch.isneginf(aux.lse)[..., None], 0.0, out), aux.lse
 
 
-def _flex(q, k, v, pattern, real, scale, dropout_p):
+def _flex(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: Pattern, real: torch.Tensor | None,
+          scale: float, dropout_p: float) -> torch.Tensor:
     if dropout_p > 0:  # flex has no dropout: the dense path drops weights
         return _dense(q, k, v, pattern, real, scale, dropout_p)
     return flex_pattern_attention(q, k, v, pattern, real, scale)
 
 
-def _dense(q, k, v, pattern, real, scale, dropout_p):
+def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: Pattern, real: torch.Tensor | None,
+           scale: float, dropout_p: float) -> torch.Tensor:
     """Dense masked attention through the core (any device): O(n²) memory, the pattern's semantics."""
     n = q.shape[-2]
     mask = pattern.materialize(n, device=q.device)  # (n, n)
@@ -133,6 +158,6 @@ def _dense(q, k, v, pattern, real, scale, dropout_p):
     return attention(q, k, v, mask=mask, scale=scale, dropout_p=dropout_p)[0]
 
 
-ATTEND = {"flex": _flex, "dense": _dense}
+ATTEND: dict[str, Callable[..., torch.Tensor]] = {"flex": _flex, "dense": _dense}
 
 __all__ = ["backend_for", "block_mask", "flex_pattern_attention", "ATTEND"]

@@ -28,10 +28,13 @@ Dao et al., "Flash-Decoding", 2023, https://crfm.stanford.edu/2023/10/12/flashde
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+# (None where the torch build lacks them: the callers run only when HAS_FUSED)
+FLASH: Any = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+FLASH_BWD: Any = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 HAS_FUSED = FLASH is not None and FLASH_BWD is not None
 
 

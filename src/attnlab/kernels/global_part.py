@@ -20,12 +20,21 @@ Shapes: q, k (b, h, n, d), v (b, h, n, d), G (g,) sorted key positions < n,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 
+from ..patterns import Window
 from . import flash
 
+# (query positions or None for all, key positions or None for all, allowed)
+_Part = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]
 
-def _allowed(window, rows: torch.Tensor, cols: torch.Tensor, n: int, real, device) -> torch.Tensor:
+
+def _allowed(
+    window: Window | None, rows: torch.Tensor, cols: torch.Tensor, n: int, real: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
     """(r, c) or (b, 1, r, c) bool: pairs (rows × cols) outside the window, keys not padded."""
     allow = torch.ones(len(rows), len(cols), dtype=torch.bool)
     if window is not None:
@@ -36,27 +45,35 @@ def _allowed(window, rows: torch.Tensor, cols: torch.Tensor, n: int, real, devic
     return allow
 
 
-def _parts(q, glob: torch.Tensor, window, real):
+def _parts(q: torch.Tensor, glob: torch.Tensor, window: Window | None, real: torch.Tensor | None) -> list[_Part]:
     """[(query positions or None for all, key positions or None for all, allowed)] of the two parts.
 
     The rows part takes all n keys with the global ones masked out (a mask of g·n, no gather)."""
     b, h, n, _ = q.shape
     everyone = torch.arange(n)
-    parts = [(None, glob, _allowed(window, everyone, glob, n, real, q.device))]
+    parts: list[_Part] = [(None, glob, _allowed(window, everyone, glob, n, real, q.device))]
     if len(glob) < n:  # no rows part when every position is global
         allow = _allowed(window, glob, everyone, n, real, q.device) & ~torch.isin(everyone, glob).to(q.device)
         parts.append((glob, None, allow))
     return parts
 
 
-def _mask(allow: torch.Tensor, dtype) -> torch.Tensor:
+def _mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return flash.additive(allow, dtype)  # (r, c) or (b, 1, r, c): broadcast over the heads
 
 
-def global_forward(q, k, v, glob: torch.Tensor, window, real, scale: float) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def global_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    glob: torch.Tensor,
+    window: Window | None,
+    real: torch.Tensor | None,
+    scale: float,
+) -> list[tuple[torch.Tensor, ...]]:
     """The parts, no autograd, for ``flash.merge``: the columns (out (b, h, n, d), lse (b, h, n)) and
     the rows (out (b, h, g, d), lse (b, h, g), positions (g,))."""
-    out = []
+    out: list[tuple[torch.Tensor, ...]] = []
     for rows, cols, allow in _parts(q, glob, window, real):
         qs = q if rows is None else q.index_select(2, rows.to(q.device))
         ks, vs = (k, v) if cols is None else (k.index_select(2, cols.to(q.device)), v.index_select(2, cols.to(q.device)))
@@ -67,14 +84,26 @@ def global_forward(q, k, v, glob: torch.Tensor, window, real, scale: float) -> l
     return out
 
 
-def global_backward(dout, q, k, v, out, lse, glob: torch.Tensor, window, real, scale: float, acc=None):
+def global_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    glob: torch.Tensor,
+    window: Window | None,
+    real: torch.Tensor | None,
+    scale: float,
+    acc: tuple[torch.Tensor, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of both parts, given the merged output and lse (rows with no key anywhere:
     dout = 0 and a finite lse); added into ``acc`` (dq, dk, dv) when given."""
     dq, dk, dv = acc if acc is not None else (torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v))
     for rows, cols, allow in _parts(q, glob, window, real):
         r = None if rows is None else rows.to(q.device)
         c = None if cols is None else cols.to(q.device)
-        pick = (lambda t: t) if r is None else (lambda t, r=r: t.index_select(2, r))
+        pick: Callable[[torch.Tensor], torch.Tensor] = (lambda t: t) if r is None else partial(torch.index_select, dim=2, index=r)
         ks, vs = (k, v) if c is None else (k.index_select(2, c), v.index_select(2, c))
         gq, gk, gv = flash.FLASH_BWD(
             pick(dout), pick(q), ks, vs, pick(out), pick(lse[..., None])[..., 0].contiguous(), 0.0, False,

@@ -83,6 +83,7 @@ def merge(outs: Sequence[torch.Tensor], lses: Sequence[torch.Tensor]) -> tuple[t
         w = torch.exp(torch.where(dead, float("-inf"), lp - total))[..., None]  # (..., q, 1); 0 where ℓ_p = −∞
         term = w * torch.where(w > 0, o, 0.0)  # a part with no key contributes exactly 0
         out = term if out is None else out + term
+    assert out is not None  # outs is not empty
     return out, torch.where(dead, float("-inf"), total)
 
 

@@ -78,6 +78,7 @@ def varlen_attention(
     if need_weights:
         mask = pattern.materialize(total, device=query.device)  # (total, total)
         out, w = attention(q, k, v, mask=mask, scale=scale, need_weights=True)
+        assert w is not None  # asked for
         return out[0].transpose(0, 1), w[0]
     if total == 0:
         return value.new_zeros(0, *value.shape[1:]), None

@@ -19,10 +19,12 @@ from __future__ import annotations
 import torch
 
 from .. import _checks
-from ..functional.attention import attention
+from ..functional.attention import ScoreFn, attention
 
 
-def prepare(query, keys, values, mask):
+def prepare(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
     """Validate and lift to (b, q, ·); returns (query, values, mask, single_step)."""
     _checks.tensor("query", query, 2)
     _checks.tensor("keys", keys, 3)
@@ -76,12 +78,21 @@ def check_projected(projected_keys: torch.Tensor, keys: torch.Tensor, width: int
         )
 
 
-def finish(query, keys, values, score, mask, single, need_weights):
+def finish(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    score: ScoreFn,
+    mask: torch.Tensor | None,
+    single: bool,
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The core: score(query, keys) → masked softmax → Σ α v; squeeze the step dimension back.
 
     query (b, q, d_q), keys (b, k, ·) (what ``score`` reads: raw or projected keys), values (b, k, d_v).
     """
     context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True)
+    assert weights is not None  # asked for
     if single:
         context, weights = context.squeeze(1), weights.squeeze(1)
     return context, (weights if need_weights else None)

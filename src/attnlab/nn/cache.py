@@ -54,6 +54,8 @@ never exceed the cache size; that variant is not implemented here.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import torch
 
 from .. import _checks
@@ -78,7 +80,7 @@ class MemoryCache:
     def lookup(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The cached (keys, values) heads if they were made from these very tensors, else None."""
         src = self._source
-        if src is not None and src[0] is key and src[1] is value and self.keys is not None:
+        if src is not None and src[0] is key and src[1] is value and self.keys is not None and self.values is not None:
             return self.keys, self.values
         return None
 
@@ -111,6 +113,11 @@ class LayerCache:
     def values(self) -> torch.Tensor | None:
         return None if self._v is None else self._v[:, :, : self.length]
 
+    def _filled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled part of both buffers, (b, h_kv, length, d_h) each; only once they exist."""
+        assert self._k is not None and self._v is not None  # (set together)
+        return self._k[:, :, : self.length], self._v[:, :, : self.length]
+
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new heads k, v (b, h_kv, n, d_h); return all cached (b, h_kv, length, d_h)."""
         if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
@@ -125,23 +132,25 @@ class LayerCache:
             if self._k is None:
                 self._k, self._v = k, v
             else:
-                self._k = torch.cat([self.keys, k], dim=2)
-                self._v = torch.cat([self.values, v], dim=2)
+                old_k, old_v = self._filled()
+                self._k = torch.cat([old_k, k], dim=2)
+                self._v = torch.cat([old_v, v], dim=2)
             self.length += n
             return self._k, self._v
         need = self.length + n
-        if self._k is None or need > self._k.shape[2] or self._k.requires_grad:
+        if self._k is None or self._v is None or need > self._k.shape[2] or self._k.requires_grad:
             cap = max(need, 2 * (self._k.shape[2] if self._k is not None else 0), 16)
             new_k = k.new_empty(*k.shape[:2], cap, k.shape[-1])
             new_v = v.new_empty(*v.shape[:2], cap, v.shape[-1])
             if self.length:
-                new_k[:, :, : self.length] = self.keys
-                new_v[:, :, : self.length] = self.values
+                old_k, old_v = self._filled()
+                new_k[:, :, : self.length] = old_k
+                new_v[:, :, : self.length] = old_v
             self._k, self._v = new_k, new_v
         self._k[:, :, self.length : need] = k
         self._v[:, :, self.length : need] = v
         self.length = need
-        return self.keys, self.values
+        return self._filled()
 
     def buffers(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The whole key and value buffers (b, h_kv, capacity, d_h); the first ``length`` are filled.
@@ -173,7 +182,7 @@ class LayerCache:
         self.memory.reset()
 
     def __repr__(self) -> str:
-        shape = None if self._k is None else tuple(self.keys.shape)
+        shape = None if self.keys is None else tuple(self.keys.shape)
         return f"LayerCache(length={self.length}, keys={shape})"
 
 
@@ -202,7 +211,7 @@ class WindowCache(LayerCache):
     def values(self) -> torch.Tensor | None:
         return self._v
 
-    def chunk_mask(self, n: int, device=None) -> torch.Tensor:
+    def chunk_mask(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
         """(n, kept + n) bool for the next ``n`` tokens: True where a new query may attend (its sinks,
         its window, nothing after it). Pass it as ``mask=`` for a chunk of more than one token."""
         q_pos = torch.arange(self.length, self.length + n, device=device)[:, None]  # (n, 1)
@@ -233,11 +242,11 @@ class WindowCache(LayerCache):
             self.positions = pos[keep]
         return k_all, v_all
 
-    def buffers(self):  # noqa: D102
+    def buffers(self) -> NoReturn:  # noqa: D102
         raise NotImplementedError("a WindowCache evicts: it has no growing buffers; use LayerCache for beam search")
 
     @classmethod
-    def from_buffers(cls, k, v, length):  # noqa: D102
+    def from_buffers(cls, k: torch.Tensor | None, v: torch.Tensor | None, length: int) -> NoReturn:  # noqa: D102
         raise NotImplementedError("a WindowCache is not built from buffers; use LayerCache.from_buffers")
 
     def reset(self) -> None:

@@ -90,7 +90,7 @@ class ChannelAttention(_MLPGate):
     def __init__(self, channels: int, reduction: int = 16, *, hidden: int | None = None, bias: bool = True):
         super().__init__(channels, reduction, hidden, bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         self._check(x)
         out, m_c = channel_attention(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
         return (out, m_c) if need_weights else out
@@ -107,7 +107,7 @@ class SpatialAttention(nn.Module):
         self.kernel_size = kernel_size
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         out, m_s = spatial_attention(x, self.conv.weight, self.conv.bias)
         return (out, m_s) if need_weights else out
 
@@ -132,7 +132,7 @@ class CBAM(nn.Module):
         self.channel = ChannelAttention(channels, reduction, hidden=hidden, bias=bias)
         self.spatial = SpatialAttention(kernel_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, CBAMMaps]:
         f1, m_c = self.channel(x, need_weights=True)
         f2, m_s = self.spatial(f1, need_weights=True)
         return (f2, CBAMMaps(m_c, m_s)) if need_weights else f2

@@ -25,6 +25,12 @@ from torch import nn
 from .multihead import MultiHeadAttention
 
 
+def _present(p: torch.Tensor | None) -> torch.Tensor:
+    """A weight that this module's layout has (packed or separate, with or without biases)."""
+    assert p is not None  # the callers check the layout first
+    return p
+
+
 def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
     """A ``MultiHeadAttention`` with ``mha``'s weights (copied); batch-first whatever ``mha.batch_first``."""
     if not isinstance(mha, nn.MultiheadAttention):
@@ -49,16 +55,16 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
             w = mha.in_proj_weight
             if w is None:  # torch keeps separate weights when kdim/vdim were passed equal to dim
                 w = torch.cat([mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight])
-            out.in_proj_weight.copy_(w)
+            _present(out.in_proj_weight).copy_(w)
         else:
-            out.q_proj_weight.copy_(mha.q_proj_weight)
-            out.k_proj_weight.copy_(mha.k_proj_weight)
-            out.v_proj_weight.copy_(mha.v_proj_weight)
+            _present(out.q_proj_weight).copy_(mha.q_proj_weight)
+            _present(out.k_proj_weight).copy_(mha.k_proj_weight)
+            _present(out.v_proj_weight).copy_(mha.v_proj_weight)
         if has_bias:
-            out.in_proj_bias.copy_(mha.in_proj_bias)
+            _present(out.in_proj_bias).copy_(mha.in_proj_bias)
         out.out_proj.weight.copy_(mha.out_proj.weight)
         if mha.out_proj.bias is not None:
-            out.out_proj.bias.copy_(mha.out_proj.bias)
+            _present(out.out_proj.bias).copy_(mha.out_proj.bias)
     return out.train(mha.training)
 
 
@@ -91,14 +97,14 @@ def to_torch(module: MultiHeadAttention, *, batch_first: bool = True) -> nn.Mult
     )
     with torch.no_grad():
         if module.packed:
-            mha.in_proj_weight.copy_(module.in_proj_weight)
+            mha.in_proj_weight.copy_(_present(module.in_proj_weight))
         else:
-            mha.q_proj_weight.copy_(module.q_proj_weight)
-            mha.k_proj_weight.copy_(module.k_proj_weight)
-            mha.v_proj_weight.copy_(module.v_proj_weight)
+            mha.q_proj_weight.copy_(_present(module.q_proj_weight))
+            mha.k_proj_weight.copy_(_present(module.k_proj_weight))
+            mha.v_proj_weight.copy_(_present(module.v_proj_weight))
         if has_bias:
-            mha.in_proj_bias.copy_(module.in_proj_bias)
-            mha.out_proj.bias.copy_(module.out_proj.bias)
+            mha.in_proj_bias.copy_(_present(module.in_proj_bias))
+            mha.out_proj.bias.copy_(_present(module.out_proj.bias))
         mha.out_proj.weight.copy_(module.out_proj.weight)
     return mha.train(module.training)
 

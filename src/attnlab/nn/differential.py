@@ -36,6 +36,12 @@ from .registry import register
 class DifferentialAttention(nn.Module):
     """Differential multi-head self-attention; ``depth`` is the layer's 0-based index (sets λ_init)."""
 
+    # the λ reparameterisation, (d_h,) each (set in __init__ with setattr)
+    lambda_q1: nn.Parameter
+    lambda_k1: nn.Parameter
+    lambda_q2: nn.Parameter
+    lambda_k2: nn.Parameter
+
     def __init__(self, dim: int, num_heads: int = 4, *, depth: int = 0, qkv_bias: bool = False, attn_drop: float = 0.0):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % (2 * num_heads):

@@ -34,7 +34,7 @@ class ECA(nn.Module):
         self.channels, self.kernel_size = channels, k
         self.conv = nn.Conv1d(1, 1, k, padding=k // 2, bias=False)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         out, w = eca(x, self.conv.weight)
         return (out, w) if need_weights else out
 

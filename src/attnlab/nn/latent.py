@@ -121,7 +121,7 @@ class MultiHeadLatentAttention(nn.Module):
         h = self.num_heads
         offset = 0 if cache is None else cache.length
         x, pad_q = padded_queries(x, mask) if cache is None else (x, None)  # padded tokens: zero in, zero out
-        c_q = x if self.w_dq is None else self.q_norm(self.w_dq(x))  # (b, n, d_c')
+        c_q = x if self.w_dq is None or self.q_norm is None else self.q_norm(self.w_dq(x))  # (b, n, d_c')
         q_c = split_heads(self.w_uq(c_q), h)  # (b, h, n, d_h)
         q_r = self.rotary(split_heads(self.w_qr(c_q), h), offset)  # (b, h, n, d_R)
         c_kv = self.kv_norm(self.w_dkv(x))  # (b, n, d_c)   cached

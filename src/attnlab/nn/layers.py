@@ -20,6 +20,8 @@ a final LayerNorm after the last layer (the models add it). Shapes: x (b, n, dim
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,10 +29,10 @@ from torch import nn
 from .cache import LayerCache
 from .multihead import MultiHeadAttention
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
-def _activation(name: str):
+def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if name not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}")
     return ACTIVATIONS[name]
@@ -72,10 +74,12 @@ class TransformerEncoderLayer(nn.Module):
         self.activation_name = activation
         self.norm_first = norm_first
 
-    def _sa(self, x, mask, causal, cache):
+    def _sa(
+        self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool, cache: LayerCache | None
+    ) -> torch.Tensor:
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
-    def _ff(self, x):
+    def _ff(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def forward(
@@ -134,15 +138,24 @@ class TransformerDecoderLayer(nn.Module):
         self.activation_name = activation
         self.norm_first = norm_first
 
-    def _sa(self, x, mask, causal, cache):
+    def _sa(
+        self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool, cache: LayerCache | None
+    ) -> torch.Tensor:
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
-    def _ca(self, x, memory, memory_mask, need_weights=False, cache=None):
+    def _ca(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None,
+        need_weights: bool = False,
+        cache: LayerCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mem = None if cache is None else cache.memory  # the memory's keys and values, projected once
         out, weights = self.multihead_attn(x, memory, mask=memory_mask, need_weights=need_weights, cache=mem)
         return self.dropout2(out), weights
 
-    def _ff(self, x):
+    def _ff(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
     def forward(
@@ -155,7 +168,7 @@ class TransformerDecoderLayer(nn.Module):
         causal: bool = True,
         cache: LayerCache | None = None,
         need_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """x (b, t, dim), memory (b, s, memory_dim) → (b, t, dim).
 
         mask: self-attention mask ((b, t) padding or broadcastable to (b, h, t, t));

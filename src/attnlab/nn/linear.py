@@ -19,6 +19,8 @@ returns ``(y, state)`` instead of ``(y, weights)``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -48,7 +50,7 @@ class LinearAttention(nn.Module):
         causal: bool = False,
         need_weights: bool = False,
         state: LinearState | None = None,
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor | LinearState | None]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
         x, pad_q = padded_queries(x, mask) if state is None else (x, None)  # padded tokens: zero in, zero out
@@ -63,10 +65,12 @@ class LinearAttention(nn.Module):
         out, weights = linear_attention(q, k, v, mask=mask, causal=causal, need_weights=need_weights)
         return zero_padded(self.proj(merge_heads(out)), weights, pad_q)  # (b, n, dim), (b, h, q, k) or None
 
-    def empty_state(self, batch: int, *, device=None, dtype=None) -> LinearState:
+    def empty_state(
+        self, batch: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> LinearState:
         """The state before the first token: S = 0 (b, h, d_h, d_h), z = 0 (b, h, d_h)."""
         w = self.qkv.weight
-        kw = {"device": device or w.device, "dtype": dtype or w.dtype}
+        kw: dict[str, Any] = {"device": device or w.device, "dtype": dtype or w.dtype}
         return LinearState(torch.zeros(batch, self.num_heads, self.head_dim, self.head_dim, **kw),
                            torch.zeros(batch, self.num_heads, self.head_dim, **kw))
 

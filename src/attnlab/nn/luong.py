@@ -27,6 +27,7 @@ while a trace records, the readable ``attnlab.scores`` functions run instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -86,7 +87,7 @@ class LuongAttention(nn.Module):
             return self.weight(keys)
         return keys @ self.weight.weight[:, self.query_dim :].T
 
-    def _score(self, projected: bool):
+    def _score(self, projected: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """The score (q, k) → (b, q, k) that the core calls; k is raw keys, or precompute(keys) if ``projected``."""
         s = 1.0 / math.sqrt(self.key_dim) if self.scale else 1.0
         if active():  # the readable reference, recording its steps

@@ -54,7 +54,7 @@ too and their outputs (and weights) are defined as zeros; so does a bool
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
@@ -80,9 +80,26 @@ from .positional import ALiBi, RotaryEmbedding
 from .registry import register
 
 
+class ProjectionWeights(TypedDict):
+    """``MultiHeadAttention.projection_weights()``: W_q (h·d_h, dim), W_k, W_v (h_kv·d_h, kdim|vdim), biases or None."""
+
+    w_q: torch.Tensor
+    w_k: torch.Tensor
+    w_v: torch.Tensor
+    b_q: torch.Tensor | None
+    b_k: torch.Tensor | None
+    b_v: torch.Tensor | None
+
+
 @register("multi-head")
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; self-attention when ``key`` is None, cross-attention otherwise."""
+
+    # packed (kdim = vdim = dim): in_proj_weight, else the three separate ones; the others are None
+    in_proj_weight: nn.Parameter | None
+    q_proj_weight: nn.Parameter | None
+    k_proj_weight: nn.Parameter | None
+    v_proj_weight: nn.Parameter | None
 
     def __init__(
         self,
@@ -158,12 +175,13 @@ class MultiHeadAttention(nn.Module):
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
 
-    def projection_weights(self) -> dict[str, torch.Tensor | None]:
+    def projection_weights(self) -> ProjectionWeights:
         """W_q, W_k, W_v and their biases as separate tensors (views of the packed ones)."""
         q_out, kv_out = self.dim, self.num_kv_heads * self.head_dim
-        if self.packed:
+        if self.in_proj_weight is not None:  # packed
             w_q, w_k, w_v = self.in_proj_weight.split([q_out, kv_out, kv_out])
         else:
+            assert self.q_proj_weight is not None and self.k_proj_weight is not None and self.v_proj_weight is not None
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b = self.in_proj_bias
         b_q, b_k, b_v = b.split([q_out, kv_out, kv_out]) if b is not None else (None, None, None)
@@ -229,7 +247,9 @@ class MultiHeadAttention(nn.Module):
         smask = as_score_mask(mask, b, k_total)  # broadcastable to (b, h, q, k)
 
         cached = None if memory_cache is None else memory_cache.lookup(key, value)
-        if self.packed and self_attention:
+        k: torch.Tensor | None
+        v: torch.Tensor | None
+        if self.in_proj_weight is not None and self_attention:  # packed
             q, k, v = project_packed(query, self.in_proj_weight, self.in_proj_bias, (h * d_h, h_kv * d_h, h_kv * d_h))
         else:
             p = self.projection_weights()
@@ -244,11 +264,13 @@ class MultiHeadAttention(nn.Module):
         groups = h // h_kv
         if need_weights and self.packed and self_attention and groups == 1 and not active():
             # The reference path's bmm run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
+            assert k is not None and v is not None  # projected above (packed self-attention)
             qkv = torch.stack((q, k, v)).view(3, b, q_len, h, d_h).permute(0, 1, 3, 2, 4).contiguous()
             qh, kh, vh = qkv.unbind(0)
         elif cached is not None:
             qh, (kh, vh) = split_heads(q, h), cached  # (b, h, q, d_h); (b, h_kv, k, d_h) as stored
         else:
+            assert k is not None and v is not None  # projected above (nothing cached)
             qh, kh, vh = split_heads(q, h), split_heads(k, h_kv), split_heads(v, h_kv)
         del q, k, v
         if self.rotary is not None:
@@ -280,7 +302,17 @@ class MultiHeadAttention(nn.Module):
                 weights = torch.where(pad_q[:, None, :, None], weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
         return self.proj_drop(out), weights
 
-    def _context_parallel(self, x, key, value, self_attention, mask, causal, need_weights, cache):
+    def _context_parallel(
+        self,
+        x: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        self_attention: bool,
+        mask: torch.Tensor | None,
+        causal: bool,
+        need_weights: bool,
+        cache: LayerCache | None,
+    ) -> tuple[torch.Tensor, None]:
         """Self-attention of this rank's shard x (b, n/W, dim) over the whole sharded sequence."""
         from ..distributed import context_parallel_attention
         from ..distributed.layout import world
@@ -312,7 +344,16 @@ class MultiHeadAttention(nn.Module):
             out = torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
         return self.proj_drop(out), None
 
-    def _sparse_heads(self, qh, kh, vh, mask, causal, dropout_p, need_weights):
+    def _sparse_heads(
+        self,
+        qh: torch.Tensor,
+        kh: torch.Tensor,
+        vh: torch.Tensor,
+        mask: torch.Tensor | None,
+        causal: bool,
+        dropout_p: float,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Self-attention of the heads (b, h, n, d_h) over the pairs the pattern allows, tile by tile."""
         b, n = qh.shape[0], qh.shape[-2]
         if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n)):
@@ -321,6 +362,7 @@ class MultiHeadAttention(nn.Module):
                 f"True = real token; got shape {_checks.shape(mask)} dtype {mask.dtype}"
             )
         pattern = self.pattern
+        assert pattern is not None  # called only by a module with a pattern
         if causal:  # composed once per module, so that the kernel's plan cache is kept
             if getattr(self, "_causal_pattern", None) is None:
                 self._causal_pattern = pattern & patterns.causal()
@@ -348,7 +390,7 @@ class MultiHeadAttention(nn.Module):
 class GroupedQueryAttention(MultiHeadAttention):
     """Grouped-query attention: ``num_kv_heads`` key/value heads shared by groups of query heads."""
 
-    def __init__(self, dim: int, num_heads: int, *, num_kv_heads: int, **kwargs):
+    def __init__(self, dim: int, num_heads: int, *, num_kv_heads: int, **kwargs: Any):
         super().__init__(dim, num_heads, num_kv_heads=num_kv_heads, **kwargs)
 
 

@@ -23,7 +23,9 @@ def padded_queries(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Te
     return torch.where(pad.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device)), pad
 
 
-def zero_padded(out: torch.Tensor, weights: torch.Tensor | None, pad: torch.Tensor | None):
+def zero_padded(
+    out: torch.Tensor, weights: torch.Tensor | None, pad: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Zero the outputs (b, n, d) and weights (b, h, n, k) of padded queries."""
     if pad is None:
         return out, weights

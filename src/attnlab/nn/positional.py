@@ -122,7 +122,8 @@ def _yarn(head_dim: int, base: float, sc: dict) -> tuple[torch.Tensor, float]:
     def dim_of(rotations: float) -> float:  # the dimension index that rotates `rotations` times over L positions
         return head_dim * math.log(L / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    lo, hi = max(math.floor(dim_of(beta_fast)), 0), min(math.ceil(dim_of(beta_slow)), head_dim - 1)
+    lo: int = max(math.floor(dim_of(beta_fast)), 0)
+    hi: float = min(math.ceil(dim_of(beta_slow)), head_dim - 1)
     hi = hi + 0.001 if lo == hi else hi
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - lo) / (hi - lo)).clamp(0, 1)  # (d_h/2,)
     theta = _rope_inv_freq(head_dim, base)
@@ -142,21 +143,24 @@ class RotaryEmbedding(nn.Module):
     at lengths ≤ L); ``attention_factor`` multiplies cos and sin (YaRN's √(1/t); 1 otherwise).
     """
 
+    theta: torch.Tensor  # (d_h/2,) buffer: θ'_i in use
+
     def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: dict | None = None):
         super().__init__()
         if head_dim % 2 or head_dim < 2:
             raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
         self.head_dim, self.base = head_dim, base
         self.scaling = sc = _check_scaling(scaling)
-        kind = None if sc is None else sc["type"]
         theta = _rope_inv_freq(head_dim, base)
         self.attention_factor = 1.0
-        if kind == "linear":
-            theta = theta / sc["factor"]
-        elif kind == "ntk":
-            theta = _rope_inv_freq(head_dim, base * sc["factor"] ** (head_dim / (head_dim - 2)))
-        elif kind == "yarn":
-            theta, self.attention_factor = _yarn(head_dim, base, sc)
+        if sc is not None:
+            kind = sc["type"]
+            if kind == "linear":
+                theta = theta / sc["factor"]
+            elif kind == "ntk":
+                theta = _rope_inv_freq(head_dim, base * sc["factor"] ** (head_dim / (head_dim - 2)))
+            elif kind == "yarn":
+                theta, self.attention_factor = _yarn(head_dim, base, sc)
         self.register_buffer("theta", theta.float(), persistent=False)
 
     @property
@@ -173,7 +177,9 @@ class RotaryEmbedding(nn.Module):
         d = self.head_dim
         return _rope_inv_freq(d, self.base * s ** (d / (d - 2))).float().to(self.theta.device)
 
-    def angles(self, n: int, offset: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def angles(
+        self, n: int, offset: int = 0, device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of p·θ'_i for p = offset … offset+n−1, times the attention factor: each (n, d_h/2)."""
         pos = torch.arange(offset, offset + n, dtype=torch.float32, device=device)
         a = pos.unsqueeze(-1) * self.inv_freq_at(offset + n).to(device)  # (n, d_h/2)
@@ -218,6 +224,8 @@ class ALiBi(nn.Module):
     gets the last row of the full bias. With a causal mask only j ≤ i counts,
     which is the paper's causal ALiBi; without one it is the symmetric variant.
     """
+
+    slopes: torch.Tensor  # (h,) buffer: m_h
 
     def __init__(self, num_heads: int):
         super().__init__()

@@ -15,11 +15,12 @@ are accepted everywhere through ``canonical(name)`` and the one table ``ALIASES`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 _REGISTRY: dict[str, Callable[..., torch.nn.Module]] = {}
+_ModuleClass = TypeVar("_ModuleClass", bound=type[torch.nn.Module])
 
 # old spelling → registered name (the only place an alias is defined)
 ALIASES: dict[str, str] = {
@@ -40,13 +41,13 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def register(name: str, **defaults: Any) -> Callable:
+def register(name: str, **defaults: Any) -> Callable[[_ModuleClass], _ModuleClass]:
     """Class decorator: ``@register("luong-dot", score="dot")`` registers a name with default kwargs."""
 
     if name != name.lower() or "_" in name or name in ALIASES:
         raise ValueError(f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
 
-    def deco(cls):
+    def deco(cls: _ModuleClass) -> _ModuleClass:
         if name in _REGISTRY:
             raise ValueError(f"attention name {name!r} is registered twice")
         _REGISTRY[name] = (lambda **kw: cls(**{**defaults, **kw})) if defaults else cls

@@ -26,7 +26,7 @@ class SqueezeExcite(_MLPGate):
     def __init__(self, channels: int, reduction: int = 16, *, hidden: int | None = None, bias: bool = True):
         super().__init__(channels, reduction, hidden, bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         self._check(x)
         out, s = se(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
         return (out, s) if need_weights else out

@@ -34,6 +34,7 @@ ITC/ETC variants are not modelled; all tokens share one projection.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..patterns import Pattern, global_tokens, random_blocks, sliding_window
 from .multihead import MultiHeadAttention
@@ -54,7 +55,7 @@ class SparseAttention(MultiHeadAttention):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         block: int = 64,
-        **kw,
+        **kw: Any,
     ):
         if not isinstance(pattern, Pattern):
             raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
@@ -67,7 +68,7 @@ class SparseAttention(MultiHeadAttention):
 class LocalAttention(SparseAttention):
     """Each position attends the ``window`` positions on each side (only before it if ``causal``)."""
 
-    def __init__(self, dim: int, num_heads: int = 8, *, window: int = 64, causal: bool = False, **kw):
+    def __init__(self, dim: int, num_heads: int = 8, *, window: int = 64, causal: bool = False, **kw: Any):
         super().__init__(dim, num_heads, pattern=sliding_window(window, 0 if causal else window), **kw)
 
 
@@ -76,7 +77,7 @@ class LongformerAttention(SparseAttention):
     """Longformer: a sliding window of ``window`` each side plus global tokens that see and are seen by all."""
 
     def __init__(
-        self, dim: int, num_heads: int = 8, *, window: int = 64, global_indices: Sequence[int] = (0,), **kw
+        self, dim: int, num_heads: int = 8, *, window: int = 64, global_indices: Sequence[int] = (0,), **kw: Any
     ):
         super().__init__(dim, num_heads, pattern=sliding_window(window) | global_tokens(global_indices), **kw)
 
@@ -95,7 +96,7 @@ class BigBirdAttention(SparseAttention):
         random_per_row: int = 2,
         random_block: int = 64,
         seed: int = 0,
-        **kw,
+        **kw: Any,
     ):
         pattern = sliding_window(window) | global_tokens(global_indices) | random_blocks(random_per_row, random_block, seed)
         super().__init__(dim, num_heads, pattern=pattern, **kw)
