@@ -142,6 +142,15 @@ def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | No
     return torch.where(hit | dead, torch.where(dead, zero, nan), out)
 
 
+def _host_checks(t: torch.Tensor) -> bool:
+    """True where reading a value into Python synchronises no device: CPU tensors, run eagerly.
+
+    There ``attention`` looks before it guards: when every input is finite (one summation pass)
+    the guard's copies are skipped, and with no fully masked row the mask is used as given.
+    On other devices and under ``torch.compile`` the branch-free path runs (no host reads)."""
+    return t.device.type == "cpu" and not _checks.tracing()
+
+
 def _fast(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -153,8 +162,7 @@ def _fast(
     dropout_p: float,
     lead: torch.Size,
 ) -> torch.Tensor:
-    if mask is not None:
-        assert dead is not None  # attention() sets dead whenever there is a mask
+    if mask is not None and dead is not None:  # (None: no row is fully masked, checked on the CPU)
         mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
     out = F.scaled_dot_product_attention(
@@ -281,9 +289,13 @@ def attention(
     hit = dead = None
     if mask is not None or fused_causal:  # the non-finite rule (see the module docstring)
         attend = masks.allowed(mask) if mask is not None else None
-        query, key, value, hit = _guard(query, key, value, attend, fused_causal)
+        cheap = _host_checks(query)
+        if not (cheap and _checks.all_finite(query, key, value)):  # finite inputs need no guard
+            query, key, value, hit = _guard(query, key, value, attend, fused_causal)
         if attend is not None:
             dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
+            if cheap and not bool(dead.any()):
+                dead = None
 
     use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
     if use_fast:
