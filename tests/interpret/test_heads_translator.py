@@ -22,6 +22,11 @@ def loss_of(src, mask, tgt_in, tgt_out):
     return lambda m: F.cross_entropy(m(src, mask, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=0)
 
 
+@torch.no_grad()
+def value(loss, model) -> float:
+    return float(loss(model))
+
+
 def scaled_copy(model, scales: dict[tuple[int, int], float]):
     """A copy of the model with head h of attention module l multiplied by scales[(l, h)], by hand."""
     twin = copy.deepcopy(model)
@@ -65,8 +70,8 @@ def test_importance_is_the_finite_difference_of_the_loss_in_a_gate(setup):
     eps = 1e-5
     for layer in range(5):
         for head in range(HEADS):
-            up = float(loss(scaled_copy(model, {(layer, head): 1 + eps})))
-            down = float(loss(scaled_copy(model, {(layer, head): 1 - eps})))
+            up = value(loss, scaled_copy(model, {(layer, head): 1 + eps}))
+            down = value(loss, scaled_copy(model, {(layer, head): 1 - eps}))
             assert float(imp[layer, head]) == pytest.approx(abs(up - down) / (2 * eps), rel=1e-5, abs=1e-8)
     assert float(imp.min()) > 1e-4  # every head, cross-attention too, moves the loss
 
@@ -75,14 +80,15 @@ def test_ablating_heads_equals_zeroing_their_out_proj_columns(setup):
     model, loss = setup
     order, losses = ablation_curve(model, loss=loss)
     assert len(order) == 10 and sorted(order) == [(la, h) for la in range(5) for h in range(HEADS)]
-    assert losses[0] == float(loss(model))  # the first point is the unablated loss
+    assert losses[0] == value(loss, model)  # the first point is the unablated loss
     for k in (1, 4, 10):
-        by_hand = float(loss(scaled_copy(model, {lh: 0.0 for lh in order[:k]})))
+        by_hand = value(loss, scaled_copy(model, {lh: 0.0 for lh in order[:k]}))
         assert losses[k] == pytest.approx(by_hand, rel=1e-12, abs=1e-12)
     assert losses[1] != losses[0]
     gates = torch.ones(5, HEADS, dtype=torch.float64)
     gates[order[0]] = 0
-    assert float(gated_loss(model, gates=gates, loss=loss)) == pytest.approx(losses[1], rel=1e-12)
+    with torch.no_grad():
+        assert float(gated_loss(model, gates=gates, loss=loss)) == pytest.approx(losses[1], rel=1e-12)
 
 
 def test_the_plot_is_written(setup, tmp_path):
