@@ -11,7 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.interpret import ablation_curve, attention_modules, gated_loss, head_importance, plot_ablation
+from attnlab.interpret import (
+    ablation_curve,
+    attention_modules,
+    gated_loss,
+    head_importance,
+    plot_ablation,
+)
 from attnlab.models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
