@@ -1,6 +1,6 @@
 """``attnlab experiment faithfulness``: does the translation change when the learned attention is replaced?
 
-    attnlab experiment faithfulness                 # numbers-de-en: Bahdanau and Luong, 800 steps each
+    attnlab experiment faithfulness                 # numbers-de-en: Bahdanau and Luong, 350 steps each
     attnlab experiment faithfulness --quick         # seconds: a smoke run
     attnlab experiment faithfulness --run runs/de-en --epsilon 0.02   # a trained seq2seq run, its test split
 
@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
     p.add_argument("--run", help="measure this trained seq2seq run (bahdanau or luong) instead of training")
     p.add_argument("--data", help="dataset to train on (default numbers-de-en)")
-    p.add_argument("--steps", type=positive_int, help="training steps per model (default 800)")
+    p.add_argument("--steps", type=positive_int, help="training steps per model (default 350)")
     p.add_argument("--test-size", type=positive_int, help="test sentences (default 300)")
     p.add_argument("--epsilon", type=_epsilon, help="the adversary's output budget, TVD <= epsilon (default 0.01)")
     p.add_argument("--adv-steps", type=positive_int, help="the adversary's gradient steps per position (default 40)")

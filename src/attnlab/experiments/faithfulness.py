@@ -64,12 +64,12 @@ class FaithfulnessConfig:
     n: int = 6000  # numbers in all splits (numbers-* data)
     max_digits: int = 9
     decoders: tuple[str, ...] = ("bahdanau", "luong")
-    steps: int = 800
+    steps: int = 350
     batch_size: int = 64
     lr: float = 3e-3
-    emb_dim: int = 48
-    hidden: int = 96
-    attn_dim: int = 96
+    emb_dim: int = 32
+    hidden: int = 64
+    attn_dim: int = 64
     test_size: int = 300
     epsilon: float = 0.01  # the adversary's budget: TVD(p', p) <= epsilon
     adv_steps: int = 40
