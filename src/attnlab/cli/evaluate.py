@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data import Dataset, build_corpus, load_dataset, source_batch
+    from ..data import source_batch
     from ..data.batching import batches_in_order
     from ..train import metrics
     from ..train.decode import beam_search, greedy
@@ -36,15 +36,9 @@ def run(args: argparse.Namespace) -> int:
     if args.beam < 1 or args.buckets < 1 or (args.limit is not None and args.limit < 1):
         raise UsageError("--beam, --buckets and --limit must be >= 1")
     loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
-    model, sv, tv, config = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config
-    d = config.get("data")
-    if not isinstance(d, dict) or "name" not in d:
-        raise UsageError(f"{args.checkpoint}/config.json does not say which data it was trained on")
-    ds = load_dataset(d["name"], n=d.get("n", 20000), seed=d.get("seed", 0), max_digits=d.get("max_digits", 13),
-                      path=args.data_path or d.get("path"))
-    ds = Dataset(ds.name, ds.splits, sv.level, tv.level)
-    corpus = build_corpus(ds, sv, tv)
-    examples = getattr(corpus, args.split)[: args.limit]
+    model, tv = loaded.model, loaded.vocabs["tgt_vocab"]
+    ds, examples = split_examples(loaded, args.split, args.data_path)
+    examples = examples[: args.limit]
     hyps, refs, lengths = [], [], []
     order = batches_in_order(examples, 64)
     for idx in progress_iter(order, desc="decode", total=len(order)):  # a bar on a terminal only
@@ -64,3 +58,17 @@ def run(args: argparse.Namespace) -> int:
     for row in metrics.by_length(hyps, refs, lengths, metrics.length_buckets(lengths, args.buckets)):
         print(f"| {row['lo']}–{row['hi']} | {row['n']} | {row['exact']:.1f} | {row['bleu']:.1f} | {row['chrf']:.1f} |")
     return 0
+
+
+def split_examples(loaded, split: str, data_path: str | None = None):
+    """(dataset, encoded examples of ``split``) of a translation checkpoint, rebuilt from its config's data
+    entry (same name, seed and size) with the checkpoint's vocabularies. Also ``attnlab interpret heads``."""
+    from ..data import Dataset, build_corpus, load_dataset
+
+    sv, tv, d = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config.get("data")
+    if not isinstance(d, dict) or "name" not in d:
+        raise UsageError(f"{loaded.path}/config.json does not say which data it was trained on")
+    ds = load_dataset(d["name"], n=d.get("n", 20000), seed=d.get("seed", 0), max_digits=d.get("max_digits", 13),
+                      path=data_path or d.get("path"))
+    ds = Dataset(ds.name, ds.splits, sv.level, tv.level)
+    return ds, getattr(build_corpus(ds, sv, tv), split)

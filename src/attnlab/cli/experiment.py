@@ -2,7 +2,7 @@
 
 from ._group import add_group
 
-EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment", "length", "rope-scaling"]
+EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment", "length", "rope-scaling", "faithfulness"]
 
 
 def add_parser(sub) -> None:

@@ -1,12 +1,19 @@
-"""``attnlab interpret rollout|flow``: attention rollout or attention flow of a stack of layers.
+"""``attnlab interpret rollout|flow|heads``: attention rollout or flow of a stack of layers; head importance.
 
     attnlab interpret rollout --json attention.json                  # prints the (n, n) matrix
     attnlab interpret flow --json attention.json --picture flow.png  # and draws it
     attnlab interpret rollout --json attention.json --head-fusion max --no-residual
+    attnlab interpret heads --run runs/tf --plot ablation.png        # a translator run (its test split)
+    attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
 
 The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k} (what
 ``attnlab.models.gpt.attention_json`` writes). Row i of the result: how much output token i
 draws from each input token, through every layer (Abnar & Zuidema 2020).
+
+``heads`` (Michel et al. 2019) prints every head's importance |∂L/∂ξ| (the loss's derivative in
+a gate on the head) for each attention module of the run's model, then the loss as heads are
+removed, least important first; ``--plot`` draws that curve. The loss is the mean cross-entropy
+on ``--limit`` test sentences (a translator run) or text windows (a GPT run, ``--text``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ import json
 from pathlib import Path
 
 from . import UsageError
-from ._threads import add_threads
+from ._threads import add_threads, apply_threads
+from ._types import positive_int
 
 MAX_FLOW_TOKENS = 64
 
@@ -24,8 +32,15 @@ MAX_FLOW_TOKENS = 64
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("interpret", help="attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("method", choices=["rollout", "flow"], help="rollout (products of layers) or flow (max-flow)")
-    p.add_argument("--json", required=True, help='the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
+    p.add_argument("method", choices=["rollout", "flow", "heads"],
+                   help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")
+    p.add_argument("--json", help='rollout/flow: the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
+    p.add_argument("--run", help="heads: a checkpoint folder of a Transformer translator or a GPT")
+    p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on")
+    p.add_argument("--split", choices=("test", "valid"), default="test", help="heads on a translator: the split")
+    p.add_argument("--limit", type=positive_int, default=64, help="heads: sentences or text windows (default 64)")
+    p.add_argument("--plot", help="heads: draw the loss against heads removed as a PNG here")
+    p.add_argument("--data-path", help="heads on a translator: the Ding file, if not where training found it")
     p.add_argument("--head-fusion", default="mean", choices=["mean", "max", "min"], help="how heads combine (default mean)")
     p.add_argument("--no-residual", action="store_true", help="use the raw weights, without 0.5·A + 0.5·I per layer")
     p.add_argument("--picture", help="also draw the matrix as a PNG here (needs matplotlib)")
@@ -61,6 +76,11 @@ def read_weights(path: str):
 def run_interpret(args: argparse.Namespace) -> int:
     from ..interpret import flow, rollout
 
+    apply_threads(args)
+    if args.method == "heads":
+        return run_heads(args)
+    if not args.json:
+        raise UsageError(f"interpret {args.method} needs --json FILE (the viewer's attention JSON)")
     if args.picture and not args.picture.endswith(".png"):
         raise UsageError(f"--picture must be a .png file; got {args.picture!r}")
     tokens, w = read_weights(args.json)
@@ -104,3 +124,63 @@ def draw(m, labels: list[str], path: str, title: str) -> None:
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(out)
+
+
+def heads_loss(args: argparse.Namespace, loaded):
+    """(loss(model) -> scalar, what it is measured on) for ``interpret heads``."""
+    import torch
+
+    if loaded.kind == "gpt":
+        if not args.text:
+            raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on)")
+        if not Path(args.text).is_file():
+            raise UsageError(f"no such file: {args.text}")
+        ids = loaded.vocabs["vocab"].encode_tensor(Path(args.text).read_text(encoding="utf-8"))
+        n = min(loaded.model.config.block_size, len(ids) - 1)
+        if n < 1:
+            raise UsageError(f"{args.text} needs at least 2 characters; got {len(ids)}")
+        starts = range(0, len(ids) - n, n)[: args.limit]  # non-overlapping windows of n + 1 characters
+        tokens = torch.stack([ids[i:i + n] for i in starts])  # (windows, n)
+        targets = torch.stack([ids[i + 1:i + n + 1] for i in starts])
+        return (lambda m: m.loss(tokens, targets)), f"{len(starts)} windows of {n} characters of {args.text}"
+    from ..data.batching import collate
+    from ..train.loop import loss_on
+    from .evaluate import split_examples
+
+    if args.text:
+        raise UsageError("--text is for GPT runs; a translator run is measured on its own --split")
+    ds, examples = split_examples(loaded, args.split, args.data_path)
+    examples = examples[: args.limit]
+    if not examples:
+        raise UsageError(f"{ds.name} has no {args.split} sentences to measure the loss on")
+    batch = collate(examples)
+    return (lambda m: loss_on(m, batch)[0]), f"{len(examples)} {args.split} sentences of {ds.name}"
+
+
+def run_heads(args: argparse.Namespace) -> int:
+    from ..interpret import ablation_curve, attention_modules, head_importance, plot_ablation
+    from ..train.load import load_model
+
+    if not args.run:
+        raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint)")
+    if args.plot and not args.plot.endswith(".png"):
+        raise UsageError(f"--plot must be a .png file; got {args.plot!r}")
+    loaded = load_model(args.run, kind=("transformer", "gpt"))
+    loss, what = heads_loss(args, loaded)
+    names = [n for n, _ in attention_modules(loaded.model)]
+    importance = head_importance(loaded.model, loss=loss)
+    order, losses = ablation_curve(loaded.model, importance=importance, loss=loss)
+    print(f"head importance |dL/d gate| (Michel et al. 2019), loss on {what}")
+    print(f"{'module':<40} " + " ".join(f"{'h' + str(h):>8}" for h in range(importance.shape[1])))
+    for name, row in zip(names, importance.tolist()):
+        print(f"{name:<40} " + " ".join(f"{v:8.4f}" for v in row))
+    print(f"\nloss with heads removed, least important first (all heads: {losses[0]:.4f})")
+    print(f"{'removed':>7}  {'head':<44} loss")
+    for k, ((m, h), value) in enumerate(zip(order, losses[1:]), 1):
+        print(f"{k:>7}  {names[m] + ' h' + str(h):<44} {value:.4f}")
+    if args.plot:
+        plot_ablation(losses, args.plot, labels=[f"{m}.{h}" for m, h in order],
+                      title=f"head ablation, {loaded.kind} ({len(names)} attention modules × "
+                            f"{importance.shape[1]} heads), loss on {what}")
+        print(f"wrote {args.plot}")
+    return 0

@@ -4,9 +4,9 @@ Reads weights and traces only (it may run a model from ``attnlab.models`` to col
 nothing in the library imports it.
 """
 
-from .heads import ablation_curve, attention_modules, gated_loss, head_importance
+from .heads import ablation_curve, attention_modules, gated_loss, head_importance, plot_ablation
 from .maxflow import max_flow
 from .rollout import FUSIONS, flow, grad_rollout, layer_matrices, rollout
 
 __all__ = ["rollout", "flow", "grad_rollout", "layer_matrices", "FUSIONS", "max_flow",
-           "head_importance", "ablation_curve", "gated_loss", "attention_modules"]
+           "head_importance", "ablation_curve", "gated_loss", "attention_modules", "plot_ablation"]

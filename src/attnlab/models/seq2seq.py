@@ -21,6 +21,12 @@ Interface (shared with any model the training loop and decoders accept):
   ``step(memory, state, y_prev (b,)) -> (logits (b, V), state, weights (b, s) | None)``:
   memory and state are dicts of tensors whose first dimension is the batch, so
   beam search can reorder them (``attnlab.train.decode``).
+* ``step(..., weights_override=fn)`` replaces this step's attention weights α_t by
+  ``fn(α_t) -> (b, s)`` before the context is formed: c_t = Σ_j fn(α_t)_j h_j through the
+  core's ``combine_values`` (the same weighted sum the attention module runs), so
+  ``fn = lambda w: w`` changes nothing, bit for bit. The faithfulness experiment
+  (``attnlab.experiments.faithfulness``) swaps in uniform, permuted, random and adversarial
+  weights this way. ``fn`` must return rows that are zero on padding (a bool ``memory["mask"]``).
 
 src (b, s) long, src_mask (b, s) bool (True on real tokens), tgt_in (b, t) long.
 """
@@ -33,6 +39,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..functional.attention import combine_values
 from ..nn.additive import AdditiveAttention
 from ..nn.attentional import AttentionalOutput
 from ..nn.luong import LuongAttention
@@ -137,8 +144,15 @@ class Seq2Seq(nn.Module):
             state["feed"] = keys.new_zeros(keys.shape[0], self.config.hidden)  # h̃_0
         return memory, state
 
-    def _attend(self, memory, query):
-        return self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"])
+    def _attend(self, memory, query, weights_override=None):
+        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"])
+        if weights_override is None:
+            return context, weights
+        new = weights_override(weights)  # (b, s)
+        if not isinstance(new, torch.Tensor) or new.shape != weights.shape:
+            raise ValueError(f"weights_override must return a tensor of the weights' shape (b, s) = "
+                             f"{tuple(weights.shape)}; got {tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__}")
+        return combine_values(new.unsqueeze(1), memory["keys"]).squeeze(1), new  # c_t = Σ_j α'_tj h_j: (b, d_e)
 
     def _cell(self, x, state):
         if self.bridge_c is None:
@@ -146,20 +160,26 @@ class Seq2Seq(nn.Module):
         h, c = self.cell(x, (state["h"], state["c"]))
         return {"h": h, "c": c}
 
-    def step(self, memory, state, y_prev: torch.Tensor):
-        """One decoding step: y_prev (b,) → logits (b, V), the next state, weights (b, s) or None."""
+    def step(self, memory, state, y_prev: torch.Tensor, *, weights_override=None):
+        """One decoding step: y_prev (b,) → logits (b, V), the next state, weights (b, s) or None.
+
+        ``weights_override``: optional ``fn(weights (b, s)) -> (b, s)`` that replaces the attention
+        weights before the context is formed (see the module docstring); the returned weights are fn's.
+        """
         e = self.dropout(self.embed(y_prev))  # (b, d_emb)
         weights = None
         kind = self.config.decoder
+        if weights_override is not None and kind == "none":
+            raise ValueError("weights_override needs an attention decoder (bahdanau or luong); this one is 'none'")
         if kind == "none":
             context = memory["fixed"]  # (b, d_e), the same at every step
             new = self._cell(torch.cat([e, context], -1), state)
         elif kind == "bahdanau":
-            context, weights = self._attend(memory, state["h"])  # from s_{t-1}
+            context, weights = self._attend(memory, state["h"], weights_override)  # from s_{t-1}
             new = self._cell(torch.cat([e, context], -1), state)
         else:
             new = self._cell(torch.cat([e, state["feed"]], -1), state)
-            context, weights = self._attend(memory, new["h"])  # from s_t
+            context, weights = self._attend(memory, new["h"], weights_override)  # from s_t
         h_tilde, logits = self.output(context, new["h"])
         if kind == "luong":
             new["feed"] = h_tilde
