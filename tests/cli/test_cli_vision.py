@@ -121,3 +121,25 @@ def test_train_caption_then_caption_and_errors(tmp_path, capsys):
     assert "max_objects" in err(["train", "caption", "--out", out, "--cells", "2", "--max-objects", "5"])
     assert "multiple of cells" in err(["train", "caption", "--out", out, "--cells", "5"])
     assert "--lr must be > 0" in err(["train", "caption", "--out", out, "--lr", "0"])
+
+
+@needs_twemoji
+def test_a_stopped_caption_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capsys):
+    import torch
+
+    from attnlab.train.caption import CaptionTrainConfig, train_captioner
+    from attnlab.train.load import load_model
+
+    cfg = CaptionTrainConfig(n_train=64, n_test=8, epochs=3, d_model=16, pool=4, max_objects=2, cells=2, batch_size=16)
+    whole, _, h_whole, _ = train_captioner(cfg, log=None, out=tmp_path / "whole")
+    _, _, h_cut, _ = train_captioner(cfg, log=None, out=tmp_path / "cut", stop_after=1)  # killed after epoch 1
+    assert len(h_cut) == 1
+    assert json.loads((tmp_path / "cut" / "config.json").read_text())["state"]["epoch"] == 1
+    argv = ["train", "caption", "--out", str(tmp_path / "cut"), "--resume"]  # its settings come from the checkpoint
+    assert main(argv) == 0
+    resumed = load_model(tmp_path / "cut", kind="captioner").model.state_dict()
+    for name, w in whole.state_dict().items():
+        assert torch.equal(resumed[name], w), name
+    assert "final loss" in capsys.readouterr().out
+    records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in records] == h_whole

@@ -9,6 +9,7 @@ Twemoji per image, captioned by its CLDR name.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..data.emoji import LANGS
 from ..models.captioner import DECODERS
@@ -59,6 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, default=d.layers, help="transformer decoder layers (default 2)")
     p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (checkpointed after every epoch) to its planned end, with its settings")
     add_threads(p)
     add_runtime(p)
     p.set_defaults(func=run_train_caption)
@@ -75,15 +78,26 @@ def run_train_caption(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
-    cfg = CaptionTrainConfig(data=args.data, lang=args.lang, limit=args.limit, n_train=args.n_train,
-                             n_test=args.n_test, cells=args.cells, max_objects=args.max_objects, pool=args.pool,
-                             image_size=args.image_size, d_model=args.d_model, num_heads=args.heads,
-                             decoder=args.decoder, layers=args.layers,
-                             epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+    if args.resume:
+        from dataclasses import fields
+
+        from ..train.checkpoint import load_checkpoint
+
+        if not (Path(args.out) / "config.json").is_file():
+            raise UsageError(f"--resume: no checkpoint to resume at {args.out}")
+        saved = load_checkpoint(args.out)[1].get("train", {})
+        names = {f.name for f in fields(CaptionTrainConfig)}
+        cfg = CaptionTrainConfig(**{k: tuple(v) if k == "widths" else v for k, v in saved.items() if k in names})
+    else:
+        cfg = CaptionTrainConfig(data=args.data, lang=args.lang, limit=args.limit, n_train=args.n_train,
+                                 n_test=args.n_test, cells=args.cells, max_objects=args.max_objects, pool=args.pool,
+                                 image_size=args.image_size, d_model=args.d_model, num_heads=args.heads,
+                                 decoder=args.decoder, layers=args.layers,
+                                 epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     rt = runtime_from(args)
-    model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True)
+    model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
     if rt.is_main:
         path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history)
         if args.tensorboard:

@@ -39,8 +39,8 @@ from ..data.vocab import Vocab
 from ..models import model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
-from .checkpoint import save_checkpoint
-from .runtime import Progress, Runtime, device_of
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .runtime import Progress, Runtime, device_of, restore_training, training_tensors
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -133,20 +133,38 @@ def fit(
     on_epoch: Callable[[int], str] | None = None,
     runtime: Runtime | None = None,
     progress: bool = False,
+    on_checkpoint: Callable[[dict], None] | None = None,
+    resume_from: tuple[dict, dict] | None = None,
+    stop_after: int | None = None,
 ) -> list[float]:
     """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch.
 
     ``runtime``: device, precision and torchrun's processes (each rank trains on its part of
-    every global batch; the default is one CPU process in float32)."""
+    every global batch; the default is one CPU process in float32). ``on_checkpoint(state)``
+    is called on rank 0 after every epoch with what a resume needs (``training_tensors`` of
+    the model and optimizer plus the batch generator, the scheduler, the epoch, the history);
+    ``resume_from=(tensors, state)`` continues from it; ``stop_after`` stops after that many
+    epochs, as if the run were killed."""
     rt = runtime or Runtime()
     net = rt.prepare(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     per_epoch = (len(images) + batch_size - 1) // batch_size
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * per_epoch, pct_start=0.1)
     g = torch.Generator().manual_seed(seed)
-    bar = Progress(epochs * per_epoch, desc="train caption", enabled=progress and rt.is_main)
-    history = []
-    for epoch in range(epochs):
+    history: list[float] = []
+    first = 0
+    if resume_from is not None:
+        tensors, state = resume_from
+        restore_training(model, opt, tensors, "the checkpoint")
+        g.set_state(tensors["rng.batches"])
+        sched.load_state_dict(state["scheduler"])
+        for group, saved in zip(opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
+            group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+        first, history = int(state["epoch"]), list(state["history"])
+    bar = Progress(epochs * per_epoch, initial=first * per_epoch, desc="train caption", enabled=progress and rt.is_main)
+    for epoch in range(first, epochs):
+        if stop_after is not None and epoch >= stop_after:
+            break
         model.train()
         order = torch.randperm(len(images), generator=g)
         total, n = 0.0, 0
@@ -164,6 +182,11 @@ def fit(
             extra = on_epoch(epoch) if on_epoch else ""
             msg = f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}"
             bar.line(msg) if bar.tty else log(msg)
+        if on_checkpoint is not None and rt.is_main:
+            on_checkpoint({"tensors": {**training_tensors(model, opt), "rng.batches": g.get_state()},
+                           "state": {"epoch": epoch + 1, "history": history, "scheduler": sched.state_dict(),
+                                     "param_groups": [{k: v for k, v in group.items() if k != "params"}
+                                                      for group in opt.param_groups]}})
     bar.close()
     model.eval()
     return history
@@ -218,10 +241,14 @@ def format_scores(s: dict) -> str:
 
 def train_captioner(
     cfg: CaptionTrainConfig, log: Callable[[str], None] | None = print, *, runtime: Runtime | None = None,
-    progress: bool = False,
+    progress: bool = False, out: str | Path | None = None, resume: bool = False, stop_after: int | None = None,
 ) -> tuple[Captioner, Vocab, list[float], dict]:
     """Train on ``cfg.data``; returns the model, vocabulary, loss history and a result dict
-    (``scores``: held-out scene scores, ``test``: the held-out Scenes; both None for emoji)."""
+    (``scores``: held-out scene scores, ``test``: the held-out Scenes; both None for emoji).
+
+    With ``out``, rank 0 writes a checkpoint after every epoch (with the optimizer, the
+    scheduler and the generators) and the final one (with the scores and held-out scenes);
+    ``resume=True`` continues the run in ``out`` to its planned end (its own configuration)."""
     cfg = cfg.resolved()
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -249,8 +276,20 @@ def train_captioner(
             s = evaluate_scenes(model, vocab, sub, cfg.cells, cfg.lang)
             return f"; first 64 held-out: exact {s['exact_match']:.0%}, attention acc {s['attention_accuracy']:.0%}"
 
+    resume_from = None
+    if resume:
+        tensors, config, _ = load_checkpoint(out)
+        if config.get("model") != model_config(model) or "state" not in config:
+            raise CheckpointError(f"--resume: {out} is not a checkpoint of this run (another model, or weights only)")
+        resume_from = (tensors, config["state"])
+
+    def checkpoint(st: dict) -> None:
+        save_captioner(out, model, vocab, cfg, history=st["state"]["history"], training=(st["tensors"], st["state"]))
+
     history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                  seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress)
+                  seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress,
+                  on_checkpoint=checkpoint if out is not None else None, resume_from=resume_from,
+                  stop_after=stop_after)
     main = runtime is None or runtime.is_main
     scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None and main else None
     seconds = time.perf_counter() - t0
@@ -270,8 +309,9 @@ def epoch_records(history: list[float], train_cfg: CaptionTrainConfig) -> list[d
 
 def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
                    scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8,
-                   history: list[float] | None = None) -> Path:
-    """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out)."""
+                   history: list[float] | None = None, training: tuple[dict, dict] | None = None) -> Path:
+    """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out);
+    with ``training=(tensors, state)`` what ``fit`` needs to resume (a ``fit`` checkpoint)."""
     cfg = train_cfg.resolved()
     config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
               "model": model_config(model), "train": {**asdict(cfg), "widths": list(cfg.widths)},
@@ -279,7 +319,10 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
     files = {"vocab.json": vocab.to_json()}
     if history is not None:
         files[runlog.NAME] = runlog.jsonl(epoch_records(history, cfg))
-    path = save_checkpoint(directory, model.state_dict(), config, files=files)
+    tensors = dict(model.state_dict())
+    if training is not None:
+        tensors, config["state"] = training
+    path = save_checkpoint(directory, tensors, config, files=files)
     if examples is not None:
         d = path / "test-scenes"
         d.mkdir(exist_ok=True)

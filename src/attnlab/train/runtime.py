@@ -104,7 +104,9 @@ def training_tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict
 def restore_training(model: torch.nn.Module, opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
                      where: str) -> None:
     """Load ``training_tensors`` back: weights (strictly), the optimizer's state (onto the
-    parameters' device) and the generators; ``where`` names the checkpoint in errors."""
+    parameters' device) and the generators; ``where`` names the checkpoint in errors. The
+    optimizer's hyperparameters (``param_groups``: lr, betas) stay the caller's: a run whose
+    scheduler changes them restores them itself (``train.caption.fit`` does)."""
     sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(sd, strict=True)
