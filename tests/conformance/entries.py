@@ -413,11 +413,8 @@ SPARSE = ("local", "longformer", "bigbird", "sparse", "kernels.block_sparse_atte
 SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = {
     # NaN in a future token reaches earlier rows inside the kernel (its tiles mix rows before the row rule applies)
     *((n, "causal_future") for n in ("local", "longformer", "bigbird", "sparse")),
-    # n = 0 in topk
-    ("kernels.topk_attention", "empty", "q"), ("kernels.topk_attention", "empty", "k"),
     # the CPU kernel is a custom autograd function behind torch.compiler.disable: one graph break
     *((n, "compile") for n in SPARSE[:5]),
-    ("bigbird", "gradcheck"),  # a .view of a non-contiguous tile in the random-blocks part of the kernel
 }
 
 # Known breaks of the contract in mechanisms added for issue 14, each with what is wrong. Strict: a fix

@@ -213,7 +213,8 @@ def plan_backward(dout, q, k, v, out, lse, pl: Plan, keys, scale: float):
     qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
     dob, ob = _blocks(dout, nb, B), _blocks(out, nb, B)
     lb = _blocks(lse[..., None], nb, B)[..., 0]  # (b, h, nb, B)
-    dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
+    # contiguous buffers whatever the inputs' strides: the key gradients are added through a flat view
+    dq, dk, dv = (torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (qb, kb, vb))
     wk, wv = _workspaces(pl, q, (d, d))
     for grp in pl.groups:
         rows = grp.q_blocks
