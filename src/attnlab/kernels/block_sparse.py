@@ -56,6 +56,7 @@ https://arxiv.org/abs/2205.14135 (recomputation from the log-sum-exp).
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from dataclasses import dataclass
@@ -63,73 +64,154 @@ from dataclasses import dataclass
 import torch
 
 from .. import _checks
+from ..functional.attention import finish_nonfinite, zero_nonfinite
 from ..functional.softmax import masked_softmax
-from ..patterns import Combined, GlobalTokens, Pattern, Window
+from ..patterns import Pattern
 from . import devices, flash
-from .band import band_attention, band_backward, band_forward, query_tile
+from .band import band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
+from .parts import _SPLITS, split  # noqa: F401  (_SPLITS: the cache, inspected by the tests)
+from .reach import reach
 from .tiles import (
     Plan,
     _blocks,
-    _BlockSparse,
     _key_real,
     _scores,
     _take,
     plan,
     plan_backward,
     plan_forward,
+    tiles_backward,
+    tiles_forward,
 )
-
-# The parts of each pattern, keyed weakly: a pattern that is dropped takes them with it.
-_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → (window, global tokens, rest)
-
 
 # PyTorch's fused CPU flash kernel and its backward are private ops: where a torch
 # build lacks them, every group takes the explicit path (same numbers, slower).
 HAS_FUSED = flash.HAS_FUSED
 
+# The custom ops take tensors and numbers, not Python objects: a pattern goes in as its number.
+_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → number
+_PATTERNS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # number → pattern
+_NEXT = itertools.count(1)
 
 
+@torch.compiler.assume_constant_result  # under torch.compile: a constant of the graph, no graph break
+def _pattern_id(pattern: Pattern) -> int:
+    """The pattern's number for the custom ops (kept while the pattern lives)."""
+    i = _IDS.get(pattern)
+    if i is None:
+        i = _IDS[pattern] = next(_NEXT)
+        _PATTERNS[i] = pattern
+    return i
 
-class _Fused(torch.autograd.Function):
-    """A pattern as disjoint parts, each through the fused kernel, merged by their log-sum-exp
-    (``attnlab.kernels.flash``): a sliding window as contiguous key spans (``band``, no gather),
-    global tokens as two dense blocks (``global_part``), the rest as gathered tiles (``plan``).
-    Backward: each part's from the merged output and lse."""
 
-    @staticmethod
-    def forward(ctx, q, k, v, win: Window | None, T: int, glob, pl: Plan | None, keys, scale: float):
-        b, h, n, _ = q.shape
+def _fused(d: int, d_v: int, dropout_p: float) -> bool:
+    return HAS_FUSED and dropout_p == 0 and d_v == d
+
+
+def _layout(pattern: Pattern, n: int, block: int, bh: int, grad: bool):
+    """The fused path's parts: (window or None, query tile T, global positions < n or None, plan or None)."""
+    win, glob, rest = split(pattern)
+    g = None if glob is None else glob.indices[glob.indices < n]
+    g = None if g is None or not len(g) else g
+    pl = None if rest is None else plan(rest, n, block, bh)
+    if pl is not None and not pl.groups and (win is not None or g is not None):
+        pl = None  # the rest adds no key beyond the window and the global tokens
+    if win is None and g is None and pl is None:
+        pl = plan(pattern, n, block, bh)  # nothing at all: zero output through the plan
+    return win, query_tile(block, grad), g, pl
+
+
+@torch.library.custom_op("attnlab::block_sparse", mutates_args=())
+def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
+            block: int, scale: float, dropout_p: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU kernel as one op (torch.compile sees one node): (out (b, h, n, d_v), lse (b, h, n) on
+    the fused path else (0,), the dropout seed ()). Fused: a sliding window as contiguous spans
+    (``band``), global tokens as two dense blocks (``global_part``), the rest as gathered tiles
+    (``tiles``), merged by their log-sum-exp; otherwise the explicit tile path."""
+    pattern = _PATTERNS[pattern_id]
+    b, h, n, d = q.shape
+    if _fused(d, v.shape[-1], dropout_p):
+        win, T, g, pl = _layout(pattern, n, block, b * h, grad)
         real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
         parts = []
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
-        if glob is not None:
-            parts += global_forward(q, k, v, glob, win, real, scale)
+        if g is not None:
+            parts += global_forward(q, k, v, g, win, real, scale)
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, keys, scale))
         out, lse = flash.merge(parts)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.extras = (win, T, glob, pl, keys, real, scale)
-        return out.contiguous()
-
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
-        win, T, glob, pl, keys, real, scale = ctx.extras
-        dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
-        dout, lse = dout.contiguous().masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
-        acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
-        if win is not None:
-            acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
-        if glob is not None:
-            acc = global_backward(dout, q, k, v, out, lse, glob, win, real, scale, acc)
-        if pl is not None:
-            grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
-            acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
-        return *acc, None, None, None, None, None, None
+        return out.contiguous(), lse, torch.zeros((), dtype=torch.long)
+    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
+    out = tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed)
+    return out, q.new_empty(0), torch.tensor(seed)
 
 
+@_kernel.register_fake
+def _kernel_fake(q, k, v, keys, pattern_id, block, scale, dropout_p, grad):
+    b, h, n, d = q.shape
+    lse = q.new_empty(b, h, n) if _fused(d, v.shape[-1], dropout_p) else q.new_empty(0)
+    return q.new_empty(b, h, n, v.shape[-1]), lse, q.new_empty((), dtype=torch.long)
+
+
+@torch.library.custom_op("attnlab::block_sparse_backward", mutates_args=())
+def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, seed: torch.Tensor, keys: torch.Tensor | None, pattern_id: int, block: int,
+                     scale: float, dropout_p: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of ``_kernel``: each fused part's kernel backward from the *merged* output and
+    log-sum-exp (FlashAttention's recomputation), or the explicit path's (its dropout replayed)."""
+    pattern = _PATTERNS[pattern_id]
+    b, h, n, d = q.shape
+    dout = dout.contiguous()
+    if not _fused(d, v.shape[-1], dropout_p):
+        return tiles_backward(dout, q, k, v, out, plan(pattern, n, block, b * h), keys, scale, dropout_p, int(seed))
+    win, T, g, pl = _layout(pattern, n, block, b * h, grad)
+    real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
+    dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
+    dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
+    acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
+    if win is not None:
+        acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
+    if g is not None:
+        acc = global_backward(dout, q, k, v, out, lse, g, win, real, scale, acc)
+    if pl is not None:
+        grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
+        acc = grads if acc is None else tuple(a.add_(x) for a, x in zip(acc, grads))
+    return tuple(x.contiguous() for x in acc)
+
+
+@_kernel_backward.register_fake
+def _kernel_backward_fake(dout, q, k, v, out, lse, seed, keys, pattern_id, block, scale, dropout_p, grad):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx, inputs, output):
+    q, k, v, keys, pattern_id, block, scale, dropout_p, grad = inputs
+    out, lse, seed = output
+    ctx.save_for_backward(q, k, v, out, lse, seed, keys)
+    ctx.args = (pattern_id, block, scale, dropout_p, grad)
+    ctx.pattern = _PATTERNS[pattern_id]  # alive until the backward has run
+
+
+def _backward(ctx, dout, _dlse, _dseed):
+    q, k, v, out, lse, seed, keys = ctx.saved_tensors
+    dq, dk, dv = _kernel_backward(dout, q, k, v, out, lse, seed, keys, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_kernel.register_autograd(_backward, setup_context=_setup)
+
+
+@torch.library.custom_op("attnlab::block_sparse_reach", mutates_args=())
+def _reach(bad: torch.Tensor, pattern_id: int, block: int, bh: int) -> torch.Tensor:
+    """(b, h, n) bool → (b, h, n) bool: the queries the pattern lets attend a ``bad`` key (``reach``)."""
+    return reach(bad, _PATTERNS[pattern_id], block, bh)
+
+
+@_reach.register_fake
+def _reach_fake(bad, pattern_id, block, bh):
+    return torch.empty_like(bad)
 
 
 @dataclass(frozen=True)
@@ -172,7 +254,6 @@ def _validate(q, k, v, pattern, block):
         raise ValueError(f"block must be a positive integer; got {block!r}")
 
 
-@torch.compiler.disable  # Python loops over tile groups and private kernels: a clean graph break under torch.compile
 def block_sparse_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -234,96 +315,27 @@ def block_sparse_attention(
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
-    # Keys and values that a pattern forbids to some queries (inside a tile that others may attend)
-    # must not reach them either, even when NaN or inf: zero the non-finite ones, then make NaN exactly
-    # the outputs whose allowed keys hold one. On CPU the finiteness test reads no device.
-    dirty = not _checks.all_finite(k, v)
-    if dirty:
-        bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
-        bad_v = ~torch.isfinite(v)  # (b, h, n, d_v)
-        k, v = k.masked_fill(bad_k, 0.0), v.masked_fill(bad_v, 0.0)
-    out = _attend(q, k, v, pattern, block, pad, scale, dropout_p)
-    reach_k = None
-    if dirty:
-        with torch.no_grad():  # uniform weights over the allowed keys: > 0 iff one of them is bad
-            z = q.new_zeros(b, h, n, 1 + v.shape[-1])
-            reach = _attend(z, z, torch.cat([bad_k, bad_v], -1).to(q.dtype), pattern, block, pad, 1.0, 0.0) > 0
-        reach_k = reach[..., :1]  # (b, h, n, 1) the query may attend a non-finite key
-        out = out.masked_fill(reach_k | reach[..., 1:], float("nan"))
+    # The core's non-finite rule, no host read: NaN/±inf in q, k and v zeroed before the kernel (so
+    # none reaches a tile that other rows share, forward or backward), then NaN in exactly the output
+    # rows that may attend a key or value row that held one, or whose own query did (unless the row
+    # may attend nothing: zero, as in the core).
+    q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n) each
+    pid = _pattern_id(pattern)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    out = torch.ops.attnlab.block_sparse(q, k, v, pad, pid, block, scale, dropout_p, grad)[0]
+    live = torch.ones_like(bad) if pad is None else pad.flatten(1)[:, None, :n].expand(b, h, n)
+    hit, alive = torch.ops.attnlab.block_sparse_reach(torch.cat([bad, live], 1), pid, block, b * h).split(h, 1)
+    hit = hit | (bad_q & alive)  # (b, h, n)
+    out = finish_nonfinite(out, hit, None)
     weights = None
     if need_weights:
-        weights = _tile_weights(q, k, plan(pattern, n, block, b * h), pad, scale, reach_k)
+        weights = _tile_weights(q, k, plan(pattern, n, block, b * h), pad, scale, hit)
     return out.to(dtype), weights
 
 
-class _Without(Pattern):
-    """The pairs of ``a`` that ``b`` does not allow (the rest of a pattern beside its window)."""
-
-    def __init__(self, a: Pattern, b: Pattern):
-        self.a, self.b = a, b
-
-    def allows(self, q_idx, kv_idx, n):
-        return self.a.allows(q_idx, kv_idx, n) & ~self.b.allows(q_idx, kv_idx, n)
-
-    def block_layout(self, n, block):
-        return self.a.block_layout(n, block)  # a superset; plan() drops the empty tiles
-
-    def __repr__(self) -> str:
-        return f"({self.a!r} without {self.b!r})"
-
-
-def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Pattern | None]:
-    """pattern = window | global tokens | rest → (window, global tokens, rest without either),
-    from its top-level ``|`` terms, cached in a ``WeakKeyDictionary`` keyed by the pattern;
-    (None, None, pattern) when it has neither."""
-    if pattern not in _SPLITS:
-        terms, todo = [], [pattern]
-        while todo:
-            p = todo.pop()
-            if isinstance(p, Combined) and p.op == "or":
-                todo += [p.b, p.a]
-            else:
-                terms.append(p)
-        win = next((t for t in terms if type(t) is Window), None)
-        globs = [t for t in terms if type(t) is GlobalTokens]
-        glob = None if not globs else GlobalTokens(torch.cat([g.indices for g in globs]))
-        others = [t for t in terms if t is not win and type(t) is not GlobalTokens]
-        rest = None
-        if others:
-            rest = others[0]
-            for t in others[1:]:
-                rest = rest | t
-            covered = win if glob is None else (glob if win is None else win | glob)
-            if covered is not None:
-                rest = _Without(rest, covered)
-        _SPLITS[pattern] = (win, glob, rest)
-    return _SPLITS[pattern]
-
-
-def _attend(q, k, v, pattern: Pattern, block: int, pad, scale: float, dropout_p: float) -> torch.Tensor:
-    """The attention on finite k and v: a sliding window as contiguous spans, global tokens as dense
-    blocks, the rest as tiles (all fused); the explicit tile path for dropout or d_v ≠ d."""
-    b, h, n, d = q.shape
-    win, glob, rest = _split(pattern)
-    if HAS_FUSED and dropout_p == 0 and v.shape[-1] == d:
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        g = None if glob is None else glob.indices[glob.indices < n]
-        g = None if g is None or not len(g) else g
-        pl = None if rest is None else plan(rest, n, block, b * h)
-        if pl is not None and not pl.groups and (win is not None or g is not None):
-            pl = None  # the rest adds no key beyond the window and the global tokens
-        if win is None and g is None and pl is None:
-            pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
-        return _Fused.apply(q, k, v, win, query_tile(block, grad), g, pl, pad, scale)
-    if type(pattern) is Window and dropout_p == 0:
-        real = None if pad is None else pad.flatten(1)[:, :n].expand(b, n)
-        return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
-    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
-    return _BlockSparse.apply(q, k, v, plan(pattern, n, block, b * h), pad, scale, dropout_p, seed)
-
-
+@torch.compiler.disable  # an inspection path: the plan (host reads) and tile-by-tile weights
 @torch.no_grad()
-def _tile_weights(q, k, pl: Plan, pad, scale, reach_k=None) -> BlockWeights:
+def _tile_weights(q, k, pl: Plan, pad, scale, hit=None) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)
@@ -339,8 +351,8 @@ def _tile_weights(q, k, pl: Plan, pad, scale, reach_k=None) -> BlockWeights:
         values.append(w[:, :, keep])
     idx = torch.cat(index) if index else torch.zeros(0, 2, dtype=torch.long)
     val = torch.cat(values, 2) if values else q.new_zeros(b, h, 0, B, B)
-    if reach_k is not None:  # rows that may attend a non-finite key are NaN, as in attnlab.attention
-        rk = _blocks(reach_k.to(q.dtype), nb, B)[..., 0] > 0  # (b, h, nb, B)
+    if hit is not None:  # rows that may attend a non-finite key are NaN, as in attnlab.attention
+        rk = _blocks(hit[..., None].to(q.dtype), nb, B)[..., 0] > 0  # (b, h, nb, B)
         val = val.masked_fill(rk[:, :, idx[:, 0], :, None], float("nan"))
     return BlockWeights(idx, val, B, n)
 

@@ -10,9 +10,9 @@ R query blocks of a group, m the key blocks of one query block.
   each gathered tile (True = may attend); cached in a ``WeakKeyDictionary`` keyed by the pattern.
 * ``plan_forward`` / ``plan_backward``: the tiles through PyTorch's fused CPU flash kernel, returning
   and taking the row log-sum-exp (``attnlab.kernels.flash``), used by ``block_sparse_attention``.
-* ``ExplicitTiles`` (``_BlockSparse``): scores, one fused ``torch.softmax``, the weighted sum; for
-  dropout (a mask replayed in the backward from a per-group seed), d_v ≠ d, and torch builds
-  without the private kernel.
+* ``tiles_forward`` / ``tiles_backward`` (the explicit path): scores, one fused ``torch.softmax``,
+  the weighted sum; for dropout (a mask replayed in the backward from a per-group seed), d_v ≠ d,
+  and torch builds without the private kernel.
 
 The key padding mask comes as ``keys`` (b, nb, B) bool, True = real key (``_key_real``).
 
@@ -234,70 +234,61 @@ def plan_backward(dout, q, k, v, out, lse, pl: Plan, keys, scale: float):
     return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
 
 
-class _BlockSparse(torch.autograd.Function):
-    """The explicit path, one tile group at a time: scores, one fused ``torch.softmax``, the weighted
-    sum; for dropout (whose mask is replayed in the backward from a per-group seed), values wider or
-    narrower than the keys, and torch builds without the fused kernel."""
+def tiles_forward(q, k, v, pl: Plan, keys, scale: float, dropout_p: float, seed: int) -> torch.Tensor:
+    """The explicit path, one tile group at a time, no autograd: scores, one fused ``torch.softmax``,
+    the weighted sum → out (b, h, n, d_v). For dropout (its mask drawn per group from ``seed`` and
+    replayed by ``tiles_backward``), values wider or narrower than the keys, and torch builds
+    without the fused kernel."""
+    b, h, n, d = q.shape
+    dv = v.shape[-1]
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    out = q.new_zeros(b, h, nb, B, dv)
+    wk, wv = _workspaces(pl, q, (d, dv))
+    for gi, grp in enumerate(pl.groups):
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        dead = _dead(grp, keys)  # (b, 1, R, B, 1) rows with no key, or None
+        p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, keys, B), dead)
+        if dropout_p > 0:
+            p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
+        o = p @ vg  # (b, h, R, B, d_v)
+        out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
+    return out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
 
-    @staticmethod
-    def forward(ctx, q, k, v, pl: Plan, keys, scale: float, dropout_p: float, seed: int):
-        b, h, n, d = q.shape
-        dv = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        out = q.new_zeros(b, h, nb, B, dv)
-        wk, wv = _workspaces(pl, q, (d, dv))
-        for gi, grp in enumerate(pl.groups):
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            dead = _dead(grp, keys)  # (b, 1, R, B, 1) rows with no key, or None
-            p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, keys, B), dead)
-            if dropout_p > 0:
-                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-            o = p @ vg  # (b, h, R, B, d_v)
-            out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
-        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
-        ctx.save_for_backward(q, k, v, out)
-        ctx.extras = (pl, keys, scale, dropout_p, seed)
-        return out
 
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, out = ctx.saved_tensors
-        pl, keys, scale, dropout_p, seed = ctx.extras
-        b, h, n, d = q.shape
-        dv_ = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
-        delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
-        dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
-        wk, wv = _workspaces(pl, q, (d, dv_))
-        for gi, grp in enumerate(pl.groups):
-            rows, idx = grp.q_blocks, grp.k_blocks.flatten()
-            R, m = grp.k_blocks.shape
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            qg, dog = _take(qb, rows), _take(dob, rows)
-            dead = _dead(grp, keys)
-            if dead is not None:
-                dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
-            qs = qg * scale
-            p = _softmax(_scores(qs, kg, grp, keys, B), dead)  # (b, h, R, B, m·B)
-            dp = dog @ vg.transpose(-1, -2)
-            if dropout_p > 0:
-                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
-                dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                dp.mul_(keep)
-            else:
-                dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-            ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
-            dq.index_copy_(2, rows, (ds @ kg) * scale)
-            dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
-            dk.index_add_(2, idx, dkg)
-            dv.index_add_(2, idx, dvg)
-        dq = dq.flatten(2, 3)[:, :, :n]
-        dk = dk.flatten(2, 3)[:, :, :n]
-        dv = dv.flatten(2, 3)[:, :, :n]
-        return dq, dk, dv, None, None, None, None, None
+def tiles_backward(dout, q, k, v, out, pl: Plan, keys, scale: float, dropout_p: float, seed: int):
+    """Gradients (dq, dk, dv) of ``tiles_forward`` (its weights recomputed, its dropout mask replayed)."""
+    b, h, n, d = q.shape
+    dv_ = v.shape[-1]
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
+    delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
+    dq, dk, dv = (torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (qb, kb, vb))
+    wk, wv = _workspaces(pl, q, (d, dv_))
+    for gi, grp in enumerate(pl.groups):
+        rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+        R, m = grp.k_blocks.shape
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        qg, dog = _take(qb, rows), _take(dob, rows)
+        dead = _dead(grp, keys)
+        if dead is not None:
+            dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
+        qs = qg * scale
+        p = _softmax(_scores(qs, kg, grp, keys, B), dead)  # (b, h, R, B, m·B)
+        dp = dog @ vg.transpose(-1, -2)
+        if dropout_p > 0:
+            keep = _dropout_keep(p.shape, dropout_p, seed, gi)
+            dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+            dp.mul_(keep)
+        else:
+            dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+        ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
+        dq.index_copy_(2, rows, (ds @ kg) * scale)
+        dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
+        dk.index_add_(2, idx, dkg)
+        dv.index_add_(2, idx, dvg)
+    return tuple(x.flatten(2, 3)[:, :, :n].contiguous() for x in (dq, dk, dv))
 
 
 def _key_real(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torch.Tensor | None:
@@ -318,4 +309,4 @@ def _key_real(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torc
     return real.reshape(real.shape[0], nb, B)
 
 
-__all__ = ["Plan", "plan", "plan_forward", "plan_backward"]
+__all__ = ["Plan", "plan", "plan_forward", "plan_backward", "tiles_forward", "tiles_backward"]
