@@ -122,14 +122,8 @@ def _layout(pattern: Pattern, n: int, block: int, bh: int, grad: bool):
     return win, query_tile(block, grad), g, pl
 
 
-@torch.library.custom_op("attnlab::block_sparse", mutates_args=())
-def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
-            block: int, scale: float, dropout_p: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CPU kernel as one op (torch.compile sees one node): (out (b, h, n, d_v), lse (b, h, n) on
-    the fused path else (0,), the dropout seed ()). Fused: a sliding window as contiguous spans
-    (``band``), global tokens as two dense blocks (``global_part``), the rest as gathered tiles
-    (``tiles``), merged by their log-sum-exp; otherwise the explicit tile path."""
-    pattern = _PATTERNS[pattern_id]
+def _forward(q, k, v, keys, pattern: Pattern, block: int, scale: float, dropout_p: float, grad: bool):
+    """(out (b, h, n, d_v), lse (b, h, n) on the fused path else (0,), the dropout seed) on finite inputs."""
     b, h, n, d = q.shape
     if _fused(d, v.shape[-1], dropout_p):
         win, T, g, pl = _layout(pattern, n, block, b * h, grad)
@@ -142,28 +136,69 @@ def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tenso
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, keys, scale))
         out, lse = flash.merge(parts)
-        return out.contiguous(), lse, torch.zeros((), dtype=torch.long)
+        return out.contiguous(), lse, 0
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
-    out = tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed)
-    return out, q.new_empty(0), torch.tensor(seed)
+    return tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed), q.new_empty(0), seed
+
+
+def _hit(bad_q, bad, keys, pattern: Pattern, block: int) -> torch.Tensor:
+    """(b, h, n) bool: the rows whose output is NaN, as in the core: they may attend a bad key or
+    value row, or their own query is bad and they may attend some key (a row with none stays zero)."""
+    b, h, n = bad.shape
+    live = torch.ones_like(bad) if keys is None else keys.flatten(1)[:, None, :n].expand(b, h, n)
+    hit, alive = reach(torch.cat([bad, live], 1), pattern, block, b * h).split(h, 1)
+    return hit | (bad_q & alive)
+
+
+@torch.library.custom_op("attnlab::block_sparse", mutates_args=())
+def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
+            block: int, scale: float, dropout_p: float, grad: bool
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU kernel as one op (torch.compile sees one node, the meta device its fake):
+    (out (b, h, n, d_v), lse (b, h, n) or (0,), the dropout seed (), hit (b, h, n) bool).
+
+    Fused: a sliding window as contiguous spans (``band``), global tokens as two dense blocks
+    (``global_part``), the rest as gathered tiles (``tiles``), merged by their log-sum-exp;
+    otherwise the explicit tile path. The core's non-finite rule around it: NaN/±inf in q, k, v
+    zeroed first (``zero_nonfinite``: none reaches a tile that rows share, forward or backward),
+    NaN in the rows that may attend one (``_hit``, ``finish_nonfinite``). Whether anything needs
+    zeroing is read from CPU memory inside this CPU op (no device to wait for, nothing that
+    torch.compile or the meta device sees): zeroing finite tensors would change nothing, and on
+    clean input the copies would cost ~10 % of the window kernel."""
+    pattern = _PATTERNS[pattern_id]
+    b, h, n, _ = q.shape
+    if _checks.all_finite(q, k, v):
+        out, lse, seed = _forward(q, k, v, keys, pattern, block, scale, dropout_p, grad)
+        return out, lse, torch.tensor(seed), torch.zeros(b, h, n, dtype=torch.bool)
+    q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n) each
+    out, lse, seed = _forward(q, k, v, keys, pattern, block, scale, dropout_p, grad)
+    hit = _hit(bad_q, bad, keys, pattern, block)
+    return finish_nonfinite(out, hit, None), lse, torch.tensor(seed), hit
 
 
 @_kernel.register_fake
 def _kernel_fake(q, k, v, keys, pattern_id, block, scale, dropout_p, grad):
     b, h, n, d = q.shape
     lse = q.new_empty(b, h, n) if _fused(d, v.shape[-1], dropout_p) else q.new_empty(0)
-    return q.new_empty(b, h, n, v.shape[-1]), lse, q.new_empty((), dtype=torch.long)
+    hit = q.new_empty(b, h, n, dtype=torch.bool)
+    return q.new_empty(b, h, n, v.shape[-1]), lse, q.new_empty((), dtype=torch.long), hit
 
 
 @torch.library.custom_op("attnlab::block_sparse_backward", mutates_args=())
 def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                     lse: torch.Tensor, seed: torch.Tensor, keys: torch.Tensor | None, pattern_id: int, block: int,
-                     scale: float, dropout_p: float, grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     lse: torch.Tensor, seed: torch.Tensor, hit: torch.Tensor, keys: torch.Tensor | None,
+                     pattern_id: int, block: int, scale: float, dropout_p: float, grad: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) of ``_kernel``: each fused part's kernel backward from the *merged* output and
-    log-sum-exp (FlashAttention's recomputation), or the explicit path's (its dropout replayed)."""
+    log-sum-exp (FlashAttention's recomputation), or the explicit path's (its dropout replayed).
+    The NaN rows (``hit``) pass no gradient, as ``torch.where`` in the core's ``finish_nonfinite``."""
     pattern = _PATTERNS[pattern_id]
     b, h, n, d = q.shape
     dout = dout.contiguous()
+    if not _checks.all_finite(q, k, v):  # as in the forward: the zeroed inputs, no gradient through NaN rows
+        q, k, v, _, _ = zero_nonfinite(q, k, v)
+        rows = hit[..., None]
+        dout, out = dout.masked_fill(rows, 0.0), out.masked_fill(rows, 0.0)
     if not _fused(d, v.shape[-1], dropout_p):
         return tiles_backward(dout, q, k, v, out, plan(pattern, n, block, b * h), keys, scale, dropout_p, int(seed))
     win, T, g, pl = _layout(pattern, n, block, b * h, grad)
@@ -182,36 +217,25 @@ def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
 
 @_kernel_backward.register_fake
-def _kernel_backward_fake(dout, q, k, v, out, lse, seed, keys, pattern_id, block, scale, dropout_p, grad):
+def _kernel_backward_fake(dout, q, k, v, out, lse, seed, hit, keys, pattern_id, block, scale, dropout_p, grad):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup(ctx, inputs, output):
     q, k, v, keys, pattern_id, block, scale, dropout_p, grad = inputs
-    out, lse, seed = output
-    ctx.save_for_backward(q, k, v, out, lse, seed, keys)
+    out, lse, seed, hit = output
+    ctx.save_for_backward(q, k, v, out, lse, seed, hit, keys)
     ctx.args = (pattern_id, block, scale, dropout_p, grad)
     ctx.pattern = _PATTERNS[pattern_id]  # alive until the backward has run
 
 
-def _backward(ctx, dout, _dlse, _dseed):
-    q, k, v, out, lse, seed, keys = ctx.saved_tensors
-    dq, dk, dv = _kernel_backward(dout, q, k, v, out, lse, seed, keys, *ctx.args)
+def _backward(ctx, dout, _dlse, _dseed, _dhit):
+    q, k, v, out, lse, seed, hit, keys = ctx.saved_tensors
+    dq, dk, dv = _kernel_backward(dout, q, k, v, out, lse, seed, hit, keys, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None
 
 
 _kernel.register_autograd(_backward, setup_context=_setup)
-
-
-@torch.library.custom_op("attnlab::block_sparse_reach", mutates_args=())
-def _reach(bad: torch.Tensor, pattern_id: int, block: int, bh: int) -> torch.Tensor:
-    """(b, h, n) bool → (b, h, n) bool: the queries the pattern lets attend a ``bad`` key (``reach``)."""
-    return reach(bad, _PATTERNS[pattern_id], block, bh)
-
-
-@_reach.register_fake
-def _reach_fake(bad, pattern_id, block, bh):
-    return torch.empty_like(bad)
 
 
 @dataclass(frozen=True)
@@ -315,21 +339,12 @@ def block_sparse_attention(
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
-    # The core's non-finite rule, no host read: NaN/±inf in q, k and v zeroed before the kernel (so
-    # none reaches a tile that other rows share, forward or backward), then NaN in exactly the output
-    # rows that may attend a key or value row that held one, or whose own query did (unless the row
-    # may attend nothing: zero, as in the core).
-    q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n) each
-    pid = _pattern_id(pattern)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    out = torch.ops.attnlab.block_sparse(q, k, v, pad, pid, block, scale, dropout_p, grad)[0]
-    live = torch.ones_like(bad) if pad is None else pad.flatten(1)[:, None, :n].expand(b, h, n)
-    hit, alive = torch.ops.attnlab.block_sparse_reach(torch.cat([bad, live], 1), pid, block, b * h).split(h, 1)
-    hit = hit | (bad_q & alive)  # (b, h, n)
-    out = finish_nonfinite(out, hit, None)
+    out, _, _, hit = torch.ops.attnlab.block_sparse(q, k, v, pad, _pattern_id(pattern), block, scale, dropout_p, grad)
     weights = None
     if need_weights:
-        weights = _tile_weights(q, k, plan(pattern, n, block, b * h), pad, scale, hit)
+        zq, zk, _, _, _ = zero_nonfinite(q, k, v)
+        weights = _tile_weights(zq, zk, plan(pattern, n, block, b * h), pad, scale, hit)
     return out.to(dtype), weights
 
 
