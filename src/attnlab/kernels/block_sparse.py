@@ -8,7 +8,7 @@ block size, nb = ⌈n/B⌉ blocks, m the key blocks of one query block.
 How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kernels):
 
 1. **Parts.** The pattern's top-level ``|`` terms are split into disjoint parts
-   (``_split``, cached per pattern in a ``WeakKeyDictionary``): a ``sliding_window`` (``band``: banded
+   (``parts.split``, cached per pattern in a ``WeakKeyDictionary``): a ``sliding_window`` (``band``: banded
    key spans, strided views of k and v, no gather), ``global_tokens``
    (``global_part``: all queries × the global keys, the global queries × the
    other keys, two dense calls), and the rest of the pattern minus both (the
@@ -23,13 +23,19 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    positions beyond n when n is not a multiple of B). Forward, one group of
    rows at a time: gather the key and value blocks into (b·h, R, m·B, d) and
    call the kernel with the tiles' additive mask.
-3. **Backward** (``_Fused``): every part's kernel backward from the *merged*
+3. **Backward** (``_kernel_backward``): every part's kernel backward from the *merged*
    output and log-sum-exp (FlashAttention's recomputation), which gives
    exactly that part's share of dQ, dK and dV; the tiles' dK and dV are
    scattered back with ``index_add_``.
 4. Dropout, values wider or narrower than the keys, and torch builds without
    the private kernel take an explicit path over the whole plan (scores, one
    fused ``torch.softmax``, a dropout mask replayed from a per-group seed).
+5. **One op.** The CPU kernel is registered with ``torch.library.custom_op``
+   (``attnlab::block_sparse`` and its backward ``attnlab::block_sparse_backward``,
+   each with a fake implementation, joined by ``register_autograd``); the pattern
+   travels as a number (``_pattern_id``, a constant under ``torch.compile``). So
+   ``torch.compile(fullgraph=True)`` sees one node, with no graph break, and the
+   ``meta`` device gets shapes from the fakes.
 
 Devices: CPU tensors take the kernels above; CUDA tensors go through
 ``torch.nn.attention.flex_attention`` with a ``BlockMask`` from the pattern's
@@ -37,11 +43,16 @@ index function, other devices through dense masked attention
 (``attnlab.kernels.devices``).
 
 Non-finite keys and values: keys and values the padding mask forbids are
-zeroed with ``torch.where`` (no host read) on every device. Beside them, on the
-CPU path, non-finite keys and values are zeroed before the tiles are computed,
-and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,
-cheap pass with uniform weights finds them), so keys and values at masked
-positions never influence an output, as in ``attnlab.attention``.
+zeroed with ``torch.where`` (no host read) on every device. Beside them, inside
+the CPU op, the core's non-finite rule (``attnlab.functional.attention``:
+``zero_nonfinite``, ``finish_nonfinite``): NaN/±inf in q, k and v are zeroed
+before any tile is computed, so none reaches a row that shares a tile with it,
+forward or backward; the rows that may attend a key or value row that held one
+(``reach``, from the pattern's structure), or whose own query did, are NaN and
+pass no gradient. Keys and values at masked positions never influence an
+output or a gradient, as in ``attnlab.attention``. The op checks whether there
+is anything to zero (three sums over CPU memory, a CPU kernel's own branch: no
+device to wait for, invisible to ``torch.compile``) and copies only then.
 
 Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
 A fully masked row (all its keys padded out, or a pattern row with no key)
@@ -136,7 +147,7 @@ def _forward(q, k, v, keys, pattern: Pattern, block: int, scale: float, dropout_
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, keys, scale))
         out, lse = flash.merge(parts)
-        return out.contiguous(), lse, 0
+        return out.contiguous(), lse.contiguous(), 0
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
     return tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed), q.new_empty(0), seed
 
@@ -218,7 +229,7 @@ def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
 @_kernel_backward.register_fake
 def _kernel_backward_fake(dout, q, k, v, out, lse, seed, hit, keys, pattern_id, block, scale, dropout_p, grad):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
 
 
 def _setup(ctx, inputs, output):
