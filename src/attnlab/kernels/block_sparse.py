@@ -104,6 +104,7 @@ HAS_FUSED = flash.HAS_FUSED
 _IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → number
 _PATTERNS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # number → pattern
 _NEXT = itertools.count(1)
+_NS = __name__.split(".")[0]  # "attnlab" (a renamed copy, e.g. in benchmarks/bench_sparse_ab.py, gets its own ops)
 
 
 @torch.compiler.assume_constant_result  # under torch.compile: a constant of the graph, no graph break
@@ -161,7 +162,7 @@ def _hit(bad_q, bad, keys, pattern: Pattern, block: int) -> torch.Tensor:
     return hit | (bad_q & alive)
 
 
-@torch.library.custom_op("attnlab::block_sparse", mutates_args=())
+@torch.library.custom_op(f"{_NS}::block_sparse", mutates_args=())
 def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
             block: int, scale: float, dropout_p: float, grad: bool
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -195,7 +196,7 @@ def _kernel_fake(q, k, v, keys, pattern_id, block, scale, dropout_p, grad):
     return q.new_empty(b, h, n, v.shape[-1]), lse, q.new_empty((), dtype=torch.long), hit
 
 
-@torch.library.custom_op("attnlab::block_sparse_backward", mutates_args=())
+@torch.library.custom_op(f"{_NS}::block_sparse_backward", mutates_args=())
 def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      lse: torch.Tensor, seed: torch.Tensor, hit: torch.Tensor, keys: torch.Tensor | None,
                      pattern_id: int, block: int, scale: float, dropout_p: float, grad: bool
@@ -351,7 +352,7 @@ def block_sparse_attention(
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    out, _, _, hit = torch.ops.attnlab.block_sparse(q, k, v, pad, _pattern_id(pattern), block, scale, dropout_p, grad)
+    out, _, _, hit = _kernel(q, k, v, pad, _pattern_id(pattern), block, scale, dropout_p, grad)
     weights = None
     if need_weights:
         zq, zk, _, _, _ = zero_nonfinite(q, k, v)
