@@ -43,7 +43,7 @@ def test_torch_compile_matches_eager():
 
 @pytest.mark.skipif(not HAS_CXX, reason="torch.compile on CPU needs a C++ compiler (g++)")
 def test_torch_compile_of_a_sparse_pattern_module_matches_eager():
-    """The block-sparse kernel is a graph break (torch.compiler.disable): forward and gradients match eager."""
+    """The block-sparse kernel is one custom op (torch.library) in the compiled graph: forward and gradients match eager."""
     from attnlab import patterns as P
     from attnlab.nn import MultiHeadAttention
 

@@ -409,15 +409,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
 # Known breaks of the contract inside the sparse kernels (strict: a fix makes the test pass, and the
 # mark must then go). (entry, check) marks every case of that check, (entry, check, param) one case;
 # check names are those passed to ``_params`` in test_contract.py.
-SPARSE = ("local", "longformer", "bigbird", "sparse", "kernels.block_sparse_attention", "kernels.topk_attention")
-SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = {
-    # NaN in a future token reaches earlier rows inside the kernel (its tiles mix rows before the row rule applies)
-    *((n, "causal_future") for n in ("local", "longformer", "bigbird", "sparse")),
-    # n = 0 in topk
-    ("kernels.topk_attention", "empty", "q"), ("kernels.topk_attention", "empty", "k"),
-    # the CPU kernel is a custom autograd function behind torch.compiler.disable: one graph break
-    *((n, "compile") for n in SPARSE[:5]),
-}
+SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = set()  # none open
+
 
 # Known breaks of the contract in mechanisms added for issue 14, each with what is wrong. Strict: a fix
 # makes the test pass and the mark must then go.

@@ -89,6 +89,42 @@ def test_fully_masked_rows_zero_output_and_finite_zero_gradients(name):
         assert torch.isfinite(t.grad).all() and (t.grad[1] == 0).all()
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_a_non_finite_query_or_future_key_reaches_no_other_row_nor_gradient(name, causal):
+    """NaN in q, k and v of token j (as a projection of a NaN token gives): the rows that may not
+    attend j keep the clean reference's outputs and gradients, although they share tiles with j."""
+    pattern, n, j = PATTERNS[name], 29, 12
+    pattern = pattern & P.causal() if causal else pattern
+    allow = pattern.materialize(n)[None, None]  # (1, 1, n, n)
+    q, k, v = qkv(2, 2, n, 4)
+    ref, _ = reference(q, k, v, allow)
+    keep = ~allow[0, 0, :, j]  # (n,) rows that may not attend j
+    keep[j] = False
+    g = torch.randn_like(ref) * keep[:, None]  # no gradient into the rows that attend j
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    q2, k2, v2 = (t.detach().clone() for t in (q, k, v))
+    for t in (q2, k2, v2):
+        t[:, :, j] = float("nan")
+        t.requires_grad_()
+    out, _ = K.block_sparse_attention(q2, k2, v2, pattern, block=8)
+    torch.testing.assert_close(out[:, :, keep], ref[:, :, keep], atol=1e-10, rtol=0)
+    assert torch.isnan(out[:, :, ~keep]).all(-1).all()  # the rows that may attend j (and j itself): NaN
+    for a, w in zip(torch.autograd.grad(out, (q2, k2, v2), g), want):
+        torch.testing.assert_close(a, w, atol=1e-10, rtol=0)  # finite, and zero at j
+
+
+@pytest.mark.parametrize("name", ["window", "bigbird", "generic"])
+def test_the_kernel_is_a_custom_op_that_opcheck_accepts(name):
+    """Schema, fake (meta) implementation, autograd registration and AOT dispatch of the CPU op."""
+    pattern, n = PATTERNS[name], 29
+    q, k, v = qkv(2, 2, n, 4)
+    keys = tiles._key_real(_pad(2, n), 2, n, 4, 8, q.device)  # (b, nb, B)
+    for args in ((q, k, v, keys, bs._pattern_id(pattern), 8, 0.5, 0.0, True),
+                 (q, k, v, None, bs._pattern_id(pattern), 8, 0.5, 0.0, False)):
+        torch.library.opcheck(torch.ops.attnlab.block_sparse.default, args)
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 0, 4), (0, 3, 10, 4), (2, 0, 10, 4), (0, 0, 0, 4)])
 @pytest.mark.parametrize("name", ["window", "longformer", "bigbird", "generic"])
 def test_empty_input_gives_empty_output_of_the_right_shape(shape, name):
@@ -98,6 +134,17 @@ def test_empty_input_gives_empty_output_of_the_right_shape(shape, name):
     assert out.shape == shape and w.values.shape[:2] == shape[:2]
     out.sum().backward()
     assert q.grad.shape == shape
+
+
+@pytest.mark.parametrize("nq,nk", [(0, 0), (5, 0), (0, 5)])
+def test_topk_with_no_queries_or_no_keys_gives_an_empty_or_zero_output(nq, nk):
+    q = torch.randn(2, 3, nq, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 3, nk, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 3, nk, 6, dtype=torch.float64, requires_grad=True)
+    out = K.topk_attention(q, k, v, 2)
+    assert out.shape == (2, 3, nq, 6) and (out == 0).all()  # SDPA's shapes; no key: every row fully masked
+    for t in torch.autograd.grad(out.sum(), (q, k, v)):
+        assert (t == 0).all()
 
 
 def test_zero_features_raise_value_error():

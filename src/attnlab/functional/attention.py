@@ -102,6 +102,19 @@ def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
+def zero_nonfinite(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The first half of the non-finite rule, for every kernel that attends with a mask or a pattern.
+
+    Returns (query, key, value with their non-finite entries zeroed, ``bad_q`` (..., q) bool: the
+    query rows that held one, ``bad`` (..., k) bool: the key/value rows that held one). The caller
+    sets to NaN the output rows it lets attend a ``bad`` row, and the ``bad_q`` rows (``finish_nonfinite``).
+    """
+    bad_q, bad = _bad_rows(query), _bad_rows(key) | _bad_rows(value)  # (..., q), (..., k)
+    return _zero_nonfinite(query), _zero_nonfinite(key), _zero_nonfinite(value), bad_q, bad
+
+
 def _guard(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -116,8 +129,7 @@ def _guard(
     attend a key or value row holding a non-finite entry, or when its own query holds one.
     Returns (query, key, value, hit (..., q|1)).
     """
-    bad_q, bad = _bad_rows(query), _bad_rows(key) | _bad_rows(value)  # (..., q), (..., k)
-    query, key, value = _zero_nonfinite(query), _zero_nonfinite(key), _zero_nonfinite(value)
+    query, key, value, bad_q, bad = zero_nonfinite(query, key, value)  # bad_q (..., q), bad (..., k)
     if causal_diag:
         hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
     else:
@@ -126,7 +138,7 @@ def _guard(
     return query, key, value, hit | bad_q
 
 
-def _finish(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+def finish_nonfinite(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
     """One pass over the output: NaN in the rows that attended (or are) a non-finite input,
     zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
     if hit is None and dead is None:
@@ -195,7 +207,7 @@ def _reference(
     """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten.
 
     Fully masked rows (``dead``) are left uniform inside and zeroed where it is cheap: in the
-    context (by ``_finish``, which zeroes their gradient too) and in the returned weights.
+    context (by ``finish_nonfinite``, which zeroes their gradient too) and in the returned weights.
     """
     e = score_fn(query, key)  # (..., q, k)
     if mask is not None and active():
@@ -216,7 +228,7 @@ def _reference(
     w = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     context = combine_values(w, value)
     if dead is not None and need_weights and not active():
-        # only what is returned (the context rows are zeroed by _finish); in place when autograd keeps no copy
+        # only what is returned (the context rows are zeroed by finish_nonfinite); in place when autograd keeps no copy
         ours = not (torch.is_grad_enabled() and weights.requires_grad)
         # (a multiplication: the weights are finite, and a broadcast mul is one fast pass)
         weights = weights.masked_fill_(dead, 0.0) if ours else weights * (~dead).to(weights.dtype)
@@ -301,7 +313,7 @@ def attention(
     if use_fast:
         s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
         out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2])
-        return _finish(out, hit, dead), None
+        return finish_nonfinite(out, hit, dead), None
 
     if fused_causal:
         mask = masks.causal(q_len, k_len, device=query.device)
@@ -310,7 +322,7 @@ def attention(
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
         score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
     context, weights = _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights)
-    return _finish(context, hit, dead), (weights if need_weights else None)
+    return finish_nonfinite(context, hit, dead), (weights if need_weights else None)
 
 
-__all__ = ["attention", "weigh", "combine_values"]
+__all__ = ["attention", "weigh", "combine_values", "zero_nonfinite", "finish_nonfinite"]

@@ -18,10 +18,9 @@ its own backward), with the same (T, L) mask for every interior tile
   window can be merged with other parts of a pattern (``attnlab.kernels.flash``);
   the backward adds each span's key gradients back with ``index_add_``, a few
   tiles per call so the kernel's own gradient buffers stay small.
-* ``band_attention`` (the fallback where the private kernel is missing): the
-  heads laid end to end with ``before`` rows in front and ``after`` behind, the
-  spans the windows of one ``Tensor.unfold`` (an overlapping view whose
-  backward sums the overlaps), through ``scaled_dot_product_attention``.
+
+Where a torch build lacks the private kernel, ``block_sparse_attention`` takes its explicit
+tile path (``tiles.tiles_forward``) for a window too.
 
 With a key padding mask every tile gets its own mask, one batch element at a time.
 
@@ -35,8 +34,6 @@ https://arxiv.org/abs/2205.14135.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -52,22 +49,6 @@ SPAN_BUDGET = 1 << 21
 def query_tile(block: int, grad: bool) -> int:
     """The query tile: ``block`` for inference, at least 256 with autograd (its backward prefers larger tiles)."""
     return max(block, 256) if grad else block
-
-
-def _spans(x: torch.Tensor, nt: int, T: int, before: int, after: int) -> torch.Tensor:
-    """(b, h, n, d) → (b, h, nt, L, d) overlapping key spans, a view of one padded copy."""
-    b, h, n, d = x.shape
-    rows = b * h * nt * T
-    # one copy into [before zeros | heads end to end, each padded to nt·T | after zeros];
-    # F.pad would fill the whole buffer with zeros first, then copy
-    flat = x.new_empty(before + rows + after, d)
-    flat[:before].zero_()
-    flat[before + rows :].zero_()
-    body = flat[before : before + rows].view(b, h, nt * T, d)
-    body[:, :, n:].zero_()
-    body[:, :, :n] = x
-    L = T + before + after
-    return flat.unfold(0, L, T).transpose(-1, -2).reshape(b, h, nt, L, d)
 
 
 def _allowed(tiles: torch.Tensor, T: int, L: int, n: int, before: int, after: int) -> torch.Tensor:
@@ -93,19 +74,7 @@ def _segments(n: int, nt: int, T: int, before: int, after: int) -> list[tuple[in
     return out
 
 
-def _calls(
-    n: int,
-    nt: int,
-    T: int,
-    before: int,
-    after: int,
-    real: torch.Tensor | None,
-    b: int,
-    h: int,
-    d: int,
-    device: torch.device,
-    budget: int | None = None,
-) -> Iterator[tuple[int | None, int, int, torch.Tensor, torch.Tensor | None]]:
+def _calls(n, nt, T, before, after, real, b, h, d, device, budget=None):
     """The fused kernel's calls of one band: (batch element or None for all, first tile, end tile,
     allowed (T, L) or (e − s, T, L) bool, rows with no key (e − s, T) or None).
 
@@ -129,7 +98,7 @@ def _calls(
             yield bi, s, e, allow, ~allow.any(-1)  # rows with no key (a tensor: no host read)
 
 
-def _kernel_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _kernel_mask(allow: torch.Tensor, dtype) -> torch.Tensor:
     """(T, L) or (e − s, T, L) bool → the fused kernel's additive mask, 2-D or 4-D (1, e − s, T, L)."""
     bias = flash.additive(allow, dtype)
     return bias if bias.dim() == 2 else bias[None]
@@ -160,16 +129,7 @@ def _chunk_spans(x: torch.Tensor, s: int, e: int, T: int, before: int, after: in
     return x.reshape(b * h, n, d)[:, pos.clamp(0, n - 1)].masked_fill_(~ok[None, :, :, None], 0.0)
 
 
-def band_forward(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    before: int,
-    after: int,
-    real: torch.Tensor | None,
-    scale: float,
-    T: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
     """The window with PyTorch's fused kernel, no autograd: (out (b, h, n, d_v), lse (b, h, n)).
 
     Rows that may attend no key get out = 0 and lse = −inf (``attnlab.kernels.flash.merge``)."""
@@ -191,23 +151,10 @@ def band_forward(
             lse = lp.new_empty(b, h, nt, T)
         out[sel, :, s:e] = o.view(m, h, e - s, T, dv)
         lse[sel, :, s:e] = lp.reshape(m, h, e - s, T)
-    assert lse is not None  # n >= 1: there was a call
     return out.view(b, h, nt * T, dv)[:, :, :n], lse.view(b, h, nt * T)[:, :, :n]
 
 
-def band_backward(
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    before: int,
-    after: int,
-    real: torch.Tensor | None,
-    scale: float,
-    T: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def band_backward(dout, q, k, v, out, lse, before: int, after: int, real, scale: float, T: int):
     """Gradients (dq, dk, dv) of the window part, given the output and lse of the *whole* softmax
     (this part alone, or merged with others); rows with no key must come with dout = 0 and a finite lse."""
     b, h, n, d = q.shape
@@ -239,56 +186,4 @@ def band_backward(
     return dq.view(b, h, nt * T, d)[:, :, :n], dk, dv
 
 
-def band_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    before: int,
-    after: int,
-    real: torch.Tensor | None,
-    scale: float,
-    T: int,
-) -> torch.Tensor:
-    """Sliding-window attention (b, h, n, d_v) through ``scaled_dot_product_attention`` (autograd by
-    PyTorch); ``real`` (b, n) bool, True = real key, or None. The fallback of ``band_forward``."""
-    b, h, n, d = q.shape
-    dv = v.shape[-1]
-    nt = -(-n // T)
-    L = T + before + after
-    qt = (q if nt * T == n else F.pad(q, (0, 0, 0, nt * T - n))).reshape(b, h, nt, T, d)
-    ks, vs = _spans(k, nt, T, before, after), _spans(v, nt, T, before, after)
-    sdpa = F.scaled_dot_product_attention
-    if real is None:
-        # interior tiles [i0, i1) share one (T, L) mask; the boundary tiles get their own
-        i0 = min(nt, -(-before // T))
-        i1 = max(i0, min(nt, (n - after - T) // T + 1)) if n - after - T >= 0 else i0
-        segs = [(s, e) for s, e in ((0, i0), (i0, i1), (i1, nt)) if e > s]
-        sizes = [e - s for s, e in segs]
-        # split, not slices: its backward writes the three gradients into one tensor (slices would
-        # each make a zero tensor of the full size and add them up)
-        parts = (t.reshape(b * h, nt, *t.shape[-2:]).split(sizes, 1) for t in (qt, ks, vs))
-        outs = []
-        for (s, e), qp, kp, vp in zip(segs, *parts):
-            tiles = torch.arange(s, e) if (s, e) != (i0, i1) else torch.tensor([i0])
-            mask = _allowed(tiles, T, L, n, before, after).to(q.device)
-            mask = mask[0] if (s, e) == (i0, i1) else mask  # (T, L) or (e − s, T, L)
-            outs.append(sdpa(qp, kp, vp, attn_mask=mask, scale=scale))
-        out = torch.cat(outs, 1)  # (b·h, nt, T, d_v)
-    else:
-        pad = F.pad(real, (before, nt * T - n + after), value=False)  # (b, before + nt·T + after)
-        step = max(1, MASK_BUDGET // (T * L))
-        per_b = []
-        for bi in range(b):
-            outs = []
-            for s in range(0, nt, step):
-                e = min(nt, s + step)
-                tiles = torch.arange(s, e)
-                mask = _allowed(tiles, T, L, n, before, after).to(q.device)
-                keys = pad[bi].unfold(0, L, T)[s:e]  # (e − s, L)
-                outs.append(sdpa(qt[bi, :, s:e], ks[bi, :, s:e], vs[bi, :, s:e], attn_mask=mask & keys[:, None, :], scale=scale))
-            per_b.append(torch.cat(outs, 1))  # (h, nt, T, d_v)
-        out = torch.stack(per_b)
-    return out.reshape(b, h, nt * T, dv)[:, :, :n]
-
-
-__all__ = ["band_attention", "query_tile"]
+__all__ = ["band_forward", "band_backward", "query_tile"]

@@ -8,7 +8,7 @@ block size, nb = ⌈n/B⌉ blocks, m the key blocks of one query block.
 How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kernels):
 
 1. **Parts.** The pattern's top-level ``|`` terms are split into disjoint parts
-   (``_split``, cached per pattern in a ``WeakKeyDictionary``): a ``sliding_window`` (``band``: banded
+   (``parts.split``, cached per pattern in a ``WeakKeyDictionary``): a ``sliding_window`` (``band``: banded
    key spans, strided views of k and v, no gather), ``global_tokens``
    (``global_part``: all queries × the global keys, the global queries × the
    other keys, two dense calls), and the rest of the pattern minus both (the
@@ -23,13 +23,19 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    positions beyond n when n is not a multiple of B). Forward, one group of
    rows at a time: gather the key and value blocks into (b·h, R, m·B, d) and
    call the kernel with the tiles' additive mask.
-3. **Backward** (``_Fused``): every part's kernel backward from the *merged*
+3. **Backward** (``_kernel_backward``): every part's kernel backward from the *merged*
    output and log-sum-exp (FlashAttention's recomputation), which gives
    exactly that part's share of dQ, dK and dV; the tiles' dK and dV are
    scattered back with ``index_add_``.
 4. Dropout, values wider or narrower than the keys, and torch builds without
    the private kernel take an explicit path over the whole plan (scores, one
    fused ``torch.softmax``, a dropout mask replayed from a per-group seed).
+5. **One op.** The CPU kernel is registered with ``torch.library.custom_op``
+   (``attnlab::block_sparse`` and its backward ``attnlab::block_sparse_backward``,
+   each with a fake implementation, joined by ``register_autograd``); the pattern
+   travels as a number (``_pattern_id``, a constant under ``torch.compile``). So
+   ``torch.compile(fullgraph=True)`` sees one node, with no graph break, and the
+   ``meta`` device gets shapes from the fakes.
 
 Devices: CPU tensors take the kernels above; CUDA tensors go through
 ``torch.nn.attention.flex_attention`` with a ``BlockMask`` from the pattern's
@@ -37,11 +43,16 @@ index function, other devices through dense masked attention
 (``attnlab.kernels.devices``).
 
 Non-finite keys and values: keys and values the padding mask forbids are
-zeroed with ``torch.where`` (no host read) on every device. Beside them, on the
-CPU path, non-finite keys and values are zeroed before the tiles are computed,
-and exactly the outputs whose *allowed* keys hold one are set to NaN (a second,
-cheap pass with uniform weights finds them), so keys and values at masked
-positions never influence an output, as in ``attnlab.attention``.
+zeroed with ``torch.where`` (no host read) on every device. Beside them, inside
+the CPU op, the core's non-finite rule (``attnlab.functional.attention``:
+``zero_nonfinite``, ``finish_nonfinite``): NaN/±inf in q, k and v are zeroed
+before any tile is computed, so none reaches a row that shares a tile with it,
+forward or backward; the rows that may attend a key or value row that held one
+(``reach``, from the pattern's structure), or whose own query did, are NaN and
+pass no gradient. Keys and values at masked positions never influence an
+output or a gradient, as in ``attnlab.attention``. The op checks whether there
+is anything to zero (three sums over CPU memory, a CPU kernel's own branch: no
+device to wait for, invisible to ``torch.compile``) and copies only then.
 
 Memory is O(n·m·B) for the plan plus one group's working set: no n × n tensor.
 A fully masked row (all its keys padded out, or a pattern row with no key)
@@ -56,93 +67,187 @@ https://arxiv.org/abs/2205.14135 (recomputation from the log-sum-exp).
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .. import _checks
+from ..functional.attention import finish_nonfinite, zero_nonfinite
 from ..functional.softmax import masked_softmax
-from ..patterns import Combined, GlobalTokens, Pattern, Window
+from ..patterns import Pattern
 from . import devices, flash
-from .band import band_attention, band_backward, band_forward, query_tile
+from .band import band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
+from .parts import _SPLITS, split  # noqa: F401  (_SPLITS: the cache, inspected by the tests)
+from .reach import reach
 from .tiles import (
     Plan,
     _blocks,
-    _BlockSparse,
     _key_real,
     _scores,
     _take,
     plan,
     plan_backward,
     plan_forward,
+    tiles_backward,
+    tiles_forward,
 )
-
-# The parts of each pattern, keyed weakly: a pattern that is dropped takes them with it.
-_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → (window, global tokens, rest)
-
 
 # PyTorch's fused CPU flash kernel and its backward are private ops: where a torch
 # build lacks them, every group takes the explicit path (same numbers, slower).
 HAS_FUSED = flash.HAS_FUSED
 
+# The custom ops take tensors and numbers, not Python objects: a pattern goes in as its number.
+_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → number
+_PATTERNS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # number → pattern
+_NEXT = itertools.count(1)
+_NS = __name__.split(".")[0]  # "attnlab" (a renamed copy, e.g. in benchmarks/bench_sparse_ab.py, gets its own ops)
 
 
+@torch.compiler.assume_constant_result  # under torch.compile: a constant of the graph, no graph break
+def _pattern_id(pattern: Pattern) -> int:
+    """The pattern's number for the custom ops (kept while the pattern lives)."""
+    i = _IDS.get(pattern)
+    if i is None:
+        i = _IDS[pattern] = next(_NEXT)
+        _PATTERNS[i] = pattern
+    return i
 
-class _Fused(torch.autograd.Function):
-    """A pattern as disjoint parts, each through the fused kernel, merged by their log-sum-exp
-    (``attnlab.kernels.flash``): a sliding window as contiguous key spans (``band``, no gather),
-    global tokens as two dense blocks (``global_part``), the rest as gathered tiles (``plan``).
-    Backward: each part's from the merged output and lse."""
 
-    @staticmethod
-    def forward(
-        ctx: Any,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        win: Window | None,
-        T: int,
-        glob: torch.Tensor | None,
-        pl: Plan | None,
-        keys: torch.Tensor | None,
-        scale: float,
-    ) -> torch.Tensor:
-        b, h, n, _ = q.shape
+def _fused(d: int, d_v: int, dropout_p: float) -> bool:
+    return HAS_FUSED and dropout_p == 0 and d_v == d
+
+
+def _layout(pattern: Pattern, n: int, block: int, bh: int, grad: bool):
+    """The fused path's parts: (window or None, query tile T, global positions < n or None, plan or None)."""
+    win, glob, rest = split(pattern)
+    g = None if glob is None else glob.indices[glob.indices < n]
+    g = None if g is None or not len(g) else g
+    pl = None if rest is None else plan(rest, n, block, bh)
+    if pl is not None and not pl.groups and (win is not None or g is not None):
+        pl = None  # the rest adds no key beyond the window and the global tokens
+    if win is None and g is None and pl is None:
+        pl = plan(pattern, n, block, bh)  # nothing at all: zero output through the plan
+    return win, query_tile(block, grad), g, pl
+
+
+def _forward(q, k, v, keys, pattern: Pattern, block: int, scale: float, dropout_p: float, grad: bool):
+    """(out (b, h, n, d_v), lse (b, h, n) on the fused path else (0,), the dropout seed) on finite inputs."""
+    b, h, n, d = q.shape
+    if _fused(d, v.shape[-1], dropout_p):
+        win, T, g, pl = _layout(pattern, n, block, b * h, grad)
         real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
-        parts: list[tuple[torch.Tensor, ...]] = []
+        parts = []
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
-        if glob is not None:
-            parts += global_forward(q, k, v, glob, win, real, scale)
+        if g is not None:
+            parts += global_forward(q, k, v, g, win, real, scale)
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, keys, scale))
         out, lse = flash.merge(parts)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.extras = (win, T, glob, pl, keys, real, scale)
-        return out.contiguous()
-
-    @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, out, lse = ctx.saved_tensors
-        win, T, glob, pl, keys, real, scale = ctx.extras
-        dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
-        dout, lse = dout.contiguous().masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
-        acc: tuple[torch.Tensor, ...] | None = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
-        if win is not None:
-            acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
-        if glob is not None:
-            acc = global_backward(dout, q, k, v, out, lse, glob, win, real, scale, acc)
-        if pl is not None:
-            grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
-            acc = grads if acc is None else tuple(a.add_(g) for a, g in zip(acc, grads))
-        assert acc is not None  # _attend passes at least one part
-        return *acc, None, None, None, None, None, None
+        return out.contiguous(), lse.contiguous(), 0
+    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
+    return tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed), q.new_empty(0), seed
 
 
+def _hit(bad_q, bad, keys, pattern: Pattern, block: int) -> torch.Tensor:
+    """(b, h, n) bool: the rows whose output is NaN, as in the core: they may attend a bad key or
+    value row, or their own query is bad and they may attend some key (a row with none stays zero)."""
+    b, h, n = bad.shape
+    live = torch.ones_like(bad) if keys is None else keys.flatten(1)[:, None, :n].expand(b, h, n)
+    hit, alive = reach(torch.cat([bad, live], 1), pattern, block, b * h).split(h, 1)
+    return hit | (bad_q & alive)
+
+
+@torch.library.custom_op(f"{_NS}::block_sparse", mutates_args=())
+def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
+            block: int, scale: float, dropout_p: float, grad: bool
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU kernel as one op (torch.compile sees one node, the meta device its fake):
+    (out (b, h, n, d_v), lse (b, h, n) or (0,), the dropout seed (), hit (b, h, n) bool).
+
+    Fused: a sliding window as contiguous spans (``band``), global tokens as two dense blocks
+    (``global_part``), the rest as gathered tiles (``tiles``), merged by their log-sum-exp;
+    otherwise the explicit tile path. The core's non-finite rule around it: NaN/±inf in q, k, v
+    zeroed first (``zero_nonfinite``: none reaches a tile that rows share, forward or backward),
+    NaN in the rows that may attend one (``_hit``, ``finish_nonfinite``). Whether anything needs
+    zeroing is read from CPU memory inside this CPU op (no device to wait for, nothing that
+    torch.compile or the meta device sees): zeroing finite tensors would change nothing, and on
+    clean input the copies would cost ~10 % of the window kernel."""
+    pattern = _PATTERNS[pattern_id]
+    b, h, n, _ = q.shape
+    if _checks.all_finite(q, k, v):
+        out, lse, seed = _forward(q, k, v, keys, pattern, block, scale, dropout_p, grad)
+        return out, lse, torch.tensor(seed), torch.zeros(b, h, n, dtype=torch.bool)
+    q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n) each
+    out, lse, seed = _forward(q, k, v, keys, pattern, block, scale, dropout_p, grad)
+    hit = _hit(bad_q, bad, keys, pattern, block)
+    return finish_nonfinite(out, hit, None), lse, torch.tensor(seed), hit
+
+
+@_kernel.register_fake
+def _kernel_fake(q, k, v, keys, pattern_id, block, scale, dropout_p, grad):
+    b, h, n, d = q.shape
+    lse = q.new_empty(b, h, n) if _fused(d, v.shape[-1], dropout_p) else q.new_empty(0)
+    hit = q.new_empty(b, h, n, dtype=torch.bool)
+    return q.new_empty(b, h, n, v.shape[-1]), lse, q.new_empty((), dtype=torch.long), hit
+
+
+@torch.library.custom_op(f"{_NS}::block_sparse_backward", mutates_args=())
+def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                     lse: torch.Tensor, seed: torch.Tensor, hit: torch.Tensor, keys: torch.Tensor | None,
+                     pattern_id: int, block: int, scale: float, dropout_p: float, grad: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of ``_kernel``: each fused part's kernel backward from the *merged* output and
+    log-sum-exp (FlashAttention's recomputation), or the explicit path's (its dropout replayed).
+    The NaN rows (``hit``) pass no gradient, as ``torch.where`` in the core's ``finish_nonfinite``."""
+    pattern = _PATTERNS[pattern_id]
+    b, h, n, d = q.shape
+    dout = dout.contiguous()
+    if not _checks.all_finite(q, k, v):  # as in the forward: the zeroed inputs, no gradient through NaN rows
+        q, k, v, _, _ = zero_nonfinite(q, k, v)
+        rows = hit[..., None]
+        dout, out = dout.masked_fill(rows, 0.0), out.masked_fill(rows, 0.0)
+    if not _fused(d, v.shape[-1], dropout_p):
+        return tiles_backward(dout, q, k, v, out, plan(pattern, n, block, b * h), keys, scale, dropout_p, int(seed))
+    win, T, g, pl = _layout(pattern, n, block, b * h, grad)
+    real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
+    dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
+    dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
+    acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
+    if win is not None:
+        acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
+    if g is not None:
+        acc = global_backward(dout, q, k, v, out, lse, g, win, real, scale, acc)
+    if pl is not None:
+        grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
+        acc = grads if acc is None else tuple(a.add_(x) for a, x in zip(acc, grads))
+    return tuple(x.contiguous() for x in acc)
+
+
+@_kernel_backward.register_fake
+def _kernel_backward_fake(dout, q, k, v, out, lse, seed, hit, keys, pattern_id, block, scale, dropout_p, grad):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
+
+
+def _setup(ctx, inputs, output):
+    q, k, v, keys, pattern_id, block, scale, dropout_p, grad = inputs
+    out, lse, seed, hit = output
+    ctx.save_for_backward(q, k, v, out, lse, seed, hit, keys)
+    ctx.args = (pattern_id, block, scale, dropout_p, grad)
+    ctx.pattern = _PATTERNS[pattern_id]  # alive until the backward has run
+
+
+def _backward(ctx, dout, _dlse, _dseed, _dhit):
+    q, k, v, out, lse, seed, hit, keys = ctx.saved_tensors
+    dq, dk, dv = _kernel_backward(dout, q, k, v, out, lse, seed, hit, keys, *ctx.args)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_kernel.register_autograd(_backward, setup_context=_setup)
 
 
 @dataclass(frozen=True)
@@ -169,7 +274,7 @@ class BlockWeights:
 
 
 
-def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: object, block: object) -> None:
+def _validate(q, k, v, pattern, block):
     for name, t in (("query", q), ("key", k), ("value", v)):
         _checks.tensor(name, t, 4)
         if t.dim() != 4:
@@ -185,7 +290,6 @@ def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: object
         raise ValueError(f"block must be a positive integer; got {block!r}")
 
 
-@torch.compiler.disable  # Python loops over tile groups and private kernels: a clean graph break under torch.compile
 def block_sparse_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -230,7 +334,6 @@ def block_sparse_attention(
         out = value * 0.0 + (query.sum() + key.sum()) * 0.0
         empty = BlockWeights(torch.zeros(0, 2, dtype=torch.long), query.new_zeros(b, h, 0, block, block), block, n)
         return out, (empty if need_weights else None)
-    real: torch.Tensor | None
     if pad is not None:  # padded keys and values never influence anything, even NaN/inf: zeroed, no host read
         real = pad.flatten(1)[:, None, :n, None]  # (b, 1, n, 1)
         key, value = torch.where(real, key, 0.0), torch.where(real, value, 0.0)
@@ -248,112 +351,18 @@ def block_sparse_attention(
     dtype = query.dtype
     low = dtype in (torch.float16, torch.bfloat16)
     q, k, v = (t.float() for t in (query, key, value)) if low else (query, key, value)
-    # Keys and values that a pattern forbids to some queries (inside a tile that others may attend)
-    # must not reach them either, even when NaN or inf: zero the non-finite ones, then make NaN exactly
-    # the outputs whose allowed keys hold one. On CPU the finiteness test reads no device.
-    dirty = not _checks.all_finite(k, v)
-    if dirty:
-        bad_k = ~torch.isfinite(k).all(-1, keepdim=True)  # (b, h, n, 1)
-        bad_v = ~torch.isfinite(v)  # (b, h, n, d_v)
-        k, v = k.masked_fill(bad_k, 0.0), v.masked_fill(bad_v, 0.0)
-    out = _attend(q, k, v, pattern, block, pad, scale, dropout_p)
-    reach_k = None
-    if dirty:
-        with torch.no_grad():  # uniform weights over the allowed keys: > 0 iff one of them is bad
-            z = q.new_zeros(b, h, n, 1 + v.shape[-1])
-            reach = _attend(z, z, torch.cat([bad_k, bad_v], -1).to(q.dtype), pattern, block, pad, 1.0, 0.0) > 0
-        reach_k = reach[..., :1]  # (b, h, n, 1) the query may attend a non-finite key
-        out = out.masked_fill(reach_k | reach[..., 1:], float("nan"))
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    out, _, _, hit = _kernel(q, k, v, pad, _pattern_id(pattern), block, scale, dropout_p, grad)
     weights = None
     if need_weights:
-        weights = _tile_weights(q, k, plan(pattern, n, block, b * h), pad, scale, reach_k)
+        zq, zk, _, _, _ = zero_nonfinite(q, k, v)
+        weights = _tile_weights(zq, zk, plan(pattern, n, block, b * h), pad, scale, hit)
     return out.to(dtype), weights
 
 
-class _Without(Pattern):
-    """The pairs of ``a`` that ``b`` does not allow (the rest of a pattern beside its window)."""
-
-    def __init__(self, a: Pattern, b: Pattern):
-        self.a, self.b = a, b
-
-    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
-        return self.a.allows(q_idx, kv_idx, n) & ~self.b.allows(q_idx, kv_idx, n)
-
-    def block_layout(self, n: int, block: int) -> torch.Tensor:
-        return self.a.block_layout(n, block)  # a superset; plan() drops the empty tiles
-
-    def __repr__(self) -> str:
-        return f"({self.a!r} without {self.b!r})"
-
-
-def _split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Pattern | None]:
-    """pattern = window | global tokens | rest → (window, global tokens, rest without either),
-    from its top-level ``|`` terms, cached in a ``WeakKeyDictionary`` keyed by the pattern;
-    (None, None, pattern) when it has neither."""
-    if pattern not in _SPLITS:
-        terms, todo = [], [pattern]
-        while todo:
-            p = todo.pop()
-            if isinstance(p, Combined) and p.op == "or":
-                todo += [p.b, p.a]
-            else:
-                terms.append(p)
-        win = next((t for t in terms if type(t) is Window), None)
-        globs = [t for t in terms if type(t) is GlobalTokens]
-        glob = None if not globs else GlobalTokens(torch.cat([g.indices for g in globs]))
-        others = [t for t in terms if t is not win and type(t) is not GlobalTokens]
-        rest = None
-        if others:
-            rest = others[0]
-            for t in others[1:]:
-                rest = rest | t
-            covered = win if glob is None else (glob if win is None else win | glob)
-            if covered is not None:
-                rest = _Without(rest, covered)
-        _SPLITS[pattern] = (win, glob, rest)
-    return _SPLITS[pattern]
-
-
-def _attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    pattern: Pattern,
-    block: int,
-    pad: torch.Tensor | None,
-    scale: float,
-    dropout_p: float,
-) -> torch.Tensor:
-    """The attention on finite k and v: a sliding window as contiguous spans, global tokens as dense
-    blocks, the rest as tiles (all fused); the explicit tile path for dropout or d_v ≠ d."""
-    b, h, n, d = q.shape
-    win, glob, rest = _split(pattern)
-    if HAS_FUSED and dropout_p == 0 and v.shape[-1] == d:
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        g = None if glob is None else glob.indices[glob.indices < n]
-        g = None if g is None or not len(g) else g
-        pl = None if rest is None else plan(rest, n, block, b * h)
-        if pl is not None and not pl.groups and (win is not None or g is not None):
-            pl = None  # the rest adds no key beyond the window and the global tokens
-        if win is None and g is None and pl is None:
-            pl = plan(pattern, n, block, b * h)  # nothing at all: zero output through the plan
-        return _Fused.apply(q, k, v, win, query_tile(block, grad), g, pl, pad, scale)
-    if type(pattern) is Window and dropout_p == 0:
-        real = None if pad is None else pad.flatten(1)[:, :n].expand(b, n)
-        return band_attention(q, k, v, pattern.before, pattern.after, real, scale, query_tile(block, False))
-    seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
-    return _BlockSparse.apply(q, k, v, plan(pattern, n, block, b * h), pad, scale, dropout_p, seed)
-
-
+@torch.compiler.disable  # an inspection path: the plan (host reads) and tile-by-tile weights
 @torch.no_grad()
-def _tile_weights(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    pl: Plan,
-    pad: torch.Tensor | None,
-    scale: float,
-    reach_k: torch.Tensor | None = None,
-) -> BlockWeights:
+def _tile_weights(q, k, pl: Plan, pad, scale, hit=None) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)
@@ -369,8 +378,8 @@ def _tile_weights(
         values.append(w[:, :, keep])
     idx = torch.cat(index) if index else torch.zeros(0, 2, dtype=torch.long)
     val = torch.cat(values, 2) if values else q.new_zeros(b, h, 0, B, B)
-    if reach_k is not None:  # rows that may attend a non-finite key are NaN, as in attnlab.attention
-        rk = _blocks(reach_k.to(q.dtype), nb, B)[..., 0] > 0  # (b, h, nb, B)
+    if hit is not None:  # rows that may attend a non-finite key are NaN, as in attnlab.attention
+        rk = _blocks(hit[..., None].to(q.dtype), nb, B)[..., 0] > 0  # (b, h, nb, B)
         val = val.masked_fill(rk[:, :, idx[:, 0], :, None], float("nan"))
     return BlockWeights(idx, val, B, n)
 

@@ -10,9 +10,9 @@ R query blocks of a group, m the key blocks of one query block.
   each gathered tile (True = may attend); cached in a ``WeakKeyDictionary`` keyed by the pattern.
 * ``plan_forward`` / ``plan_backward``: the tiles through PyTorch's fused CPU flash kernel, returning
   and taking the row log-sum-exp (``attnlab.kernels.flash``), used by ``block_sparse_attention``.
-* ``ExplicitTiles`` (``_BlockSparse``): scores, one fused ``torch.softmax``, the weighted sum; for
-  dropout (a mask replayed in the backward from a per-group seed), d_v ≠ d, and torch builds
-  without the private kernel.
+* ``tiles_forward`` / ``tiles_backward`` (the explicit path): scores, one fused ``torch.softmax``,
+  the weighted sum; for dropout (a mask replayed in the backward from a per-group seed), d_v ≠ d,
+  and torch builds without the private kernel.
 
 The key padding mask comes as ``keys`` (b, nb, B) bool, True = real key (``_key_real``).
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, overload
 
 import torch
 
@@ -128,7 +127,7 @@ def _workspaces(pl: Plan, like: torch.Tensor, widths: tuple[int, ...]) -> list[t
     return [like.new_empty(b * h * blocks * pl.block * w) for w in widths]
 
 
-def _scores(qg: torch.Tensor, kg: torch.Tensor, grp: _Group, keys: torch.Tensor | None, B: int) -> torch.Tensor:
+def _scores(qg, kg, grp: _Group, keys, B: int):
     """Masked scores (b, h, R, B, m·B) of a group; qg already scaled; ``keys`` (b, nb, B) True = real key."""
     s = qg @ kg.transpose(-1, -2)  # (b, h, R, B, m·B)
     if grp.allow is not None:
@@ -138,7 +137,7 @@ def _scores(qg: torch.Tensor, kg: torch.Tensor, grp: _Group, keys: torch.Tensor 
     return s
 
 
-def _dead(grp: _Group, keys: torch.Tensor | None) -> torch.Tensor | None:
+def _dead(grp: _Group, keys) -> torch.Tensor | None:
     """(b, 1, R, B, 1) bool: query rows of the group that may attend no key; None when the plan has
     none and there is no padding (with padding always a tensor: no host read)."""
     if keys is None:
@@ -155,20 +154,12 @@ def _softmax(s: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
     return p.masked_fill_(dead, 0.0) if dead is not None else p
 
 
-def _dropout_keep(shape: tuple[int, ...], p: float, seed: int, gi: int) -> torch.Tensor:
+def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + 7919 * gi)
     return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
 
 
-@overload
-def _additive(allow: torch.Tensor, dtype: torch.dtype = ...) -> torch.Tensor: ...
-
-
-@overload
-def _additive(allow: None, dtype: torch.dtype = ...) -> None: ...
-
-
-def _additive(allow: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+def _additive(allow: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
     """allow (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf), (1 or b, R, B, m·B).
 
     A row with no key is all −inf: the kernel gives it a zero output (overwritten with an lse of
@@ -179,7 +170,7 @@ def _additive(allow: torch.Tensor | None, dtype: torch.dtype = torch.float32) ->
     return bias[None] if bias.dim() == 3 else bias
 
 
-def _bias(grp: _Group, keys: torch.Tensor | None, b: int, h: int, dtype: torch.dtype) -> torch.Tensor | None:
+def _bias(grp: _Group, keys, b: int, h: int, dtype) -> torch.Tensor | None:
     """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend (the plan's own when no padding)."""
     if keys is None:
         return grp.bias if dtype == torch.float32 or grp.bias is None else grp.bias.to(dtype)
@@ -188,9 +179,7 @@ def _bias(grp: _Group, keys: torch.Tensor | None, b: int, h: int, dtype: torch.d
     return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
 
 
-def plan_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pl: Plan, keys: torch.Tensor | None, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def plan_forward(q, k, v, pl: Plan, keys, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
 
     Query rows the pattern gives no key (and rows of blocks outside the plan) get out = 0, lse = −inf."""
@@ -216,17 +205,7 @@ def plan_forward(
     return out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n]
 
 
-def plan_backward(
-    dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    pl: Plan,
-    keys: torch.Tensor | None,
-    scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def plan_backward(dout, q, k, v, out, lse, pl: Plan, keys, scale: float):
     """Gradients (dq, dk, dv) of the plan's tiles, given the output and lse of the *whole* softmax;
     rows with no key anywhere must come with dout = 0 and a finite lse."""
     b, h, n, d = q.shape
@@ -234,7 +213,8 @@ def plan_backward(
     qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
     dob, ob = _blocks(dout, nb, B), _blocks(out, nb, B)
     lb = _blocks(lse[..., None], nb, B)[..., 0]  # (b, h, nb, B)
-    dq, dk, dv = qb.new_zeros(qb.shape), kb.new_zeros(kb.shape), vb.new_zeros(vb.shape)  # contiguous, whatever the inputs' strides
+    # contiguous buffers whatever the inputs' strides: the key gradients are added through a flat view
+    dq, dk, dv = (torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (qb, kb, vb))
     wk, wv = _workspaces(pl, q, (d, d))
     for grp in pl.groups:
         rows = grp.q_blocks
@@ -254,93 +234,64 @@ def plan_backward(
     return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
 
 
-class _BlockSparse(torch.autograd.Function):
-    """The explicit path, one tile group at a time: scores, one fused ``torch.softmax``, the weighted
-    sum; for dropout (whose mask is replayed in the backward from a per-group seed), values wider or
-    narrower than the keys, and torch builds without the fused kernel."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        pl: Plan,
-        keys: torch.Tensor | None,
-        scale: float,
-        dropout_p: float,
-        seed: int,
-    ) -> torch.Tensor:
-        b, h, n, d = q.shape
-        dv = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        out = q.new_zeros(b, h, nb, B, dv)
-        wk, wv = _workspaces(pl, q, (d, dv))
-        for gi, grp in enumerate(pl.groups):
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            dead = _dead(grp, keys)  # (b, 1, R, B, 1) rows with no key, or None
-            p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, keys, B), dead)
-            if dropout_p > 0:
-                p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
-            o = p @ vg  # (b, h, R, B, d_v)
-            out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
-        out = out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
-        ctx.save_for_backward(q, k, v, out)
-        ctx.extras = (pl, keys, scale, dropout_p, seed)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, dout: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        q, k, v, out = ctx.saved_tensors
-        pl, keys, scale, dropout_p, seed = ctx.extras
-        b, h, n, d = q.shape
-        dv_ = v.shape[-1]
-        B, nb = pl.block, pl.n_blocks
-        qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-        dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
-        delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
-        dq, dk, dv = torch.zeros_like(qb), torch.zeros_like(kb), torch.zeros_like(vb)
-        wk, wv = _workspaces(pl, q, (d, dv_))
-        for gi, grp in enumerate(pl.groups):
-            rows, idx = grp.q_blocks, grp.k_blocks.flatten()
-            R, m = grp.k_blocks.shape
-            kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
-            qg, dog = _take(qb, rows), _take(dob, rows)
-            dead = _dead(grp, keys)
-            if dead is not None:
-                dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
-            qs = qg * scale
-            p = _softmax(_scores(qs, kg, grp, keys, B), dead)  # (b, h, R, B, m·B)
-            dp = dog @ vg.transpose(-1, -2)
-            if dropout_p > 0:
-                keep = _dropout_keep(p.shape, dropout_p, seed, gi)
-                dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-                dp.mul_(keep)
-            else:
-                dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
-            ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
-            dq.index_copy_(2, rows, (ds @ kg) * scale)
-            dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
-            dk.index_add_(2, idx, dkg)
-            dv.index_add_(2, idx, dvg)
-        dq = dq.flatten(2, 3)[:, :, :n]
-        dk = dk.flatten(2, 3)[:, :, :n]
-        dv = dv.flatten(2, 3)[:, :, :n]
-        return dq, dk, dv, None, None, None, None, None
+def tiles_forward(q, k, v, pl: Plan, keys, scale: float, dropout_p: float, seed: int) -> torch.Tensor:
+    """The explicit path, one tile group at a time, no autograd: scores, one fused ``torch.softmax``,
+    the weighted sum → out (b, h, n, d_v). For dropout (its mask drawn per group from ``seed`` and
+    replayed by ``tiles_backward``), values wider or narrower than the keys, and torch builds
+    without the fused kernel."""
+    b, h, n, d = q.shape
+    dv = v.shape[-1]
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    out = q.new_zeros(b, h, nb, B, dv)
+    wk, wv = _workspaces(pl, q, (d, dv))
+    for gi, grp in enumerate(pl.groups):
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        dead = _dead(grp, keys)  # (b, 1, R, B, 1) rows with no key, or None
+        p = _softmax(_scores(_take(qb, grp.q_blocks) * scale, kg, grp, keys, B), dead)
+        if dropout_p > 0:
+            p = p.mul_(_dropout_keep(p.shape, dropout_p, seed, gi))
+        o = p @ vg  # (b, h, R, B, d_v)
+        out.index_copy_(2, grp.q_blocks, o.masked_fill_(dead, 0.0) if dead is not None else o)
+    return out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
 
 
-@overload
-def _key_real(key_padding_mask: torch.Tensor, b: int, n: int, nb: int, B: int, device: torch.device | str) -> torch.Tensor: ...
+def tiles_backward(dout, q, k, v, out, pl: Plan, keys, scale: float, dropout_p: float, seed: int):
+    """Gradients (dq, dk, dv) of ``tiles_forward`` (its weights recomputed, its dropout mask replayed)."""
+    b, h, n, d = q.shape
+    dv_ = v.shape[-1]
+    B, nb = pl.block, pl.n_blocks
+    qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
+    dob, ob = _blocks(dout.contiguous(), nb, B), _blocks(out, nb, B)
+    delta = (dob * ob).sum(-1, keepdim=True)  # (b, h, nb, B, 1) = rowsum(dO ∘ O)
+    dq, dk, dv = (torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (qb, kb, vb))
+    wk, wv = _workspaces(pl, q, (d, dv_))
+    for gi, grp in enumerate(pl.groups):
+        rows, idx = grp.q_blocks, grp.k_blocks.flatten()
+        R, m = grp.k_blocks.shape
+        kg, vg = _take(kb, grp.k_blocks, wk), _take(vb, grp.k_blocks, wv)  # (b, h, R, m·B, d)
+        qg, dog = _take(qb, rows), _take(dob, rows)
+        dead = _dead(grp, keys)
+        if dead is not None:
+            dog = dog.masked_fill(dead, 0.0)  # rows with no key: zero output, zero gradients
+        qs = qg * scale
+        p = _softmax(_scores(qs, kg, grp, keys, B), dead)  # (b, h, R, B, m·B)
+        dp = dog @ vg.transpose(-1, -2)
+        if dropout_p > 0:
+            keep = _dropout_keep(p.shape, dropout_p, seed, gi)
+            dvg = ((p * keep).transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+            dp.mul_(keep)
+        else:
+            dvg = (p.transpose(-1, -2) @ dog).reshape(b, h, R * m, B, dv_)
+        ds = p.mul_(dp.sub_(_take(delta, rows)))  # dS = P ∘ (dP − Δ)
+        dq.index_copy_(2, rows, (ds @ kg) * scale)
+        dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
+        dk.index_add_(2, idx, dkg)
+        dv.index_add_(2, idx, dvg)
+    return tuple(x.flatten(2, 3)[:, :, :n].contiguous() for x in (dq, dk, dv))
 
 
-@overload
-def _key_real(key_padding_mask: None, b: int, n: int, nb: int, B: int, device: torch.device | str) -> None: ...
-
-
-def _key_real(
-    key_padding_mask: torch.Tensor | None, b: int, n: int, nb: int, B: int, device: torch.device | str
-) -> torch.Tensor | None:
+def _key_real(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torch.Tensor | None:
     """(b, k) or (b, 1, 1, k) bool, True = real token → (b, nb, B) True = real key (False beyond n)."""
     if key_padding_mask is None:
         return None
@@ -358,4 +309,4 @@ def _key_real(
     return real.reshape(real.shape[0], nb, B)
 
 
-__all__ = ["Plan", "plan", "plan_forward", "plan_backward"]
+__all__ = ["Plan", "plan", "plan_forward", "plan_backward", "tiles_forward", "tiles_backward"]

@@ -111,6 +111,10 @@ def topk_attention(
     """
     topk = TopK(topk) if isinstance(topk, int) else topk
     d = query.shape[-1]
+    if query.shape[-2] == 0 or key.shape[-2] == 0:  # nothing to choose from: an empty (or all-zero) output
+        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        zero = (query.sum() + key.sum() + value.sum()) * 0.0  # keeps the graph: zero, finite gradients
+        return value.new_zeros(*lead, query.shape[-2], value.shape[-1]) + zero
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask)  # (b, h, n, k)
     lead = idx.shape[:-2]
