@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks, masks
-from .attention import _finish, _guard
+from ..trace import record
+from .attention import _finish, _guard, combine_values
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -79,12 +80,30 @@ def _is_key_mask(mask: torch.Tensor | None) -> bool:
     return mask is None or (mask.dtype == torch.bool and mask.dim() >= 2 and mask.shape[-2] == 1)
 
 
-def _parallel(fq, fk, value, allowed) -> tuple[torch.Tensor, torch.Tensor]:
-    sim = fq @ fk.transpose(-2, -1)  # (..., q, k), ≥ 0
+def feature_similarities(fq: torch.Tensor, fk: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Step: s_ij = φ(q_i)ᵀ φ(k_j), 0 where the bool mask forbids j.  (..., q, d), (..., k, d) → (..., q, k), ≥ 0."""
+    sim = fq @ fk.transpose(-2, -1)  # (..., q, k)
     if allowed is not None:
         sim = torch.where(allowed, sim, torch.zeros((), dtype=sim.dtype))
-    weights = _safe_divide(sim, sim.sum(-1, keepdim=True))  # (..., q, k)
-    return weights @ value, weights  # (..., q, d_v)
+    return sim
+
+
+def normalize_similarities(sim: torch.Tensor) -> torch.Tensor:
+    """Step: α_ij = s_ij / Σ_j' s_ij' (a row with nothing allowed stays 0).  (..., q, k) → (..., q, k)."""
+    return _safe_divide(sim, sim.sum(-1, keepdim=True))
+
+
+def _parallel(query, key, value, allowed, feature_map) -> tuple[torch.Tensor, torch.Tensor]:
+    """The parallel form, each step recorded while ``attnlab.trace()`` is active."""
+    phi = "elu(x) + 1" if feature_map is elu_feature_map else "φ(x)"
+    fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
+    record("query_features", f"φ(q_i), φ(x) = {phi}", fq, latex=r"\phi(q_i)")
+    record("key_features", f"φ(k_j), φ(x) = {phi}", fk, latex=r"\phi(k_j)")
+    sim = feature_similarities(fq, fk, allowed)  # (..., q, k)
+    record("similarities", "s_ij = φ(q_i)ᵀ φ(k_j)", sim, latex=r"s_{ij} = \phi(q_i)^\top \phi(k_j)")
+    weights = normalize_similarities(sim)  # (..., q, k)
+    record("weights", "α_ij = s_ij / Σ_j' s_ij'", weights, latex=r"\alpha_{ij} = s_{ij} / \sum_{j'} s_{ij'}")
+    return combine_values(weights, value), weights  # (..., q, d_v), recorded as context
 
 
 def linear_attention(
@@ -117,7 +136,7 @@ def linear_attention(
         if allowed is not None:  # the core's non-finite rule, by the core's own helpers (before φ)
             query, key, value, hit = _guard(query, key, value, allowed, False)
             dead = ~allowed.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
-        out, weights = _parallel(feature_map(query), feature_map(key), value, allowed)
+        out, weights = _parallel(query, key, value, allowed, feature_map)
         return _finish(out, hit, dead), (weights if need_weights else None)
     fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
     if mask is not None:  # key mask (..., 1, k) → (..., k, 1)
@@ -164,4 +183,5 @@ def linear_attention_step(
     return out, LinearState(s, z, length + query.shape[-2])
 
 
-__all__ = ["linear_attention", "linear_attention_step", "elu_feature_map", "LinearState"]
+__all__ = ["linear_attention", "linear_attention_step", "elu_feature_map", "LinearState", "feature_similarities",
+           "normalize_similarities"]
