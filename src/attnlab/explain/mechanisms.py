@@ -394,7 +394,6 @@ ALIASES: dict[str, str] = {
     "luong-concat": "concat",
     "cross": "cross_attention",
     "mla": "latent",
-    "grouped_query": "gqa",
     "neighborhood-2d": "neighborhood",
 }
 
