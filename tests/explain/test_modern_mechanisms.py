@@ -171,3 +171,12 @@ def test_registry_names_reach_the_walkthroughs(registered, capsys):
     assert main(["explain", registered]) == 0
     assert f"mechanism: {canonical(registered)}" in capsys.readouterr().out
     assert canonical(registered) in NEW
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_the_viewer_reads_each_walkthrough(name):
+    """``attnlab view --example`` works on each (grouped-query: a query head's keys are its key group)."""
+    from attnlab.viz import from_example
+
+    ex = load(f"attnlab-{name}")
+    assert from_example(ex, run(ex)) is not None
