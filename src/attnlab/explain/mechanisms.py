@@ -303,7 +303,7 @@ MECHANISMS: dict[str, Mechanism] = {
     "gqa": Mechanism(_run_gqa, "grouped-query attention: h query heads share h_kv key/value heads", "ainslie",
                      ("x", "mask?"), ("num_heads", "num_kv_heads", *_PROJ), batched=True),
     "neighborhood": Mechanism(_run_neighborhood, "2-D neighbourhood attention: a k × k window on an H × W grid",
-                              "hassani", _QKV, ("height", "width", "kernel", "dilation?", "scale?")),
+                              "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?")),
 }
 
 
