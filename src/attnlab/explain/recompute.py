@@ -17,8 +17,7 @@ from ..functional import steps
 from ..functional.multihead import split_heads
 from ..functional.scores import default_scale
 from .examples import Example, _feature_map, _int, _mask, _need, _opt, _qkv, _rows
-from .mechanisms import canonical, num_heads
-from .recent import neighborhood_mask
+from .mechanisms import canonical, neighborhood_mask, num_heads
 
 Env = dict[str, torch.Tensor]
 
