@@ -43,6 +43,7 @@ from .examples import (
     _rows,
     _scale,
 )
+from .papers import PAPERS, Paper
 
 # Score choices for mechanisms that take a ``score`` parameter (masked, attentional, ...).
 SCORE_BUILDERS: dict[str, Callable[[Example], Any]] = {
@@ -294,30 +295,6 @@ def _run_attentional(ex: Example) -> Trace:
                                scale=_scale(ex) if score_arg == "scaled_dot" else None, need_weights=True)
         attentional_output(context, q, w_c, b_c)
     return t
-
-
-@dataclass(frozen=True)
-class Paper:
-    """A citation: authors, year, link (no title: a walkthrough in Chinese has no English left)."""
-
-    authors: str
-    year: int
-    url: str
-
-
-PAPERS: dict[str, Paper] = {
-    "bahdanau": Paper("Bahdanau, Cho, Bengio", 2015, "https://arxiv.org/abs/1409.0473"),
-    "luong": Paper("Luong, Pham, Manning", 2015, "https://arxiv.org/abs/1508.04025"),
-    "vaswani": Paper("Vaswani et al.", 2017, "https://arxiv.org/abs/1706.03762"),
-    "child": Paper("Child, Gray, Radford, Sutskever", 2019, "https://arxiv.org/abs/1904.10509"),
-    "woo": Paper("Woo, Park, Lee, Kweon", 2018, "https://arxiv.org/abs/1807.06521"),
-    "gemma": Paper("Gemma Team", 2024, "https://arxiv.org/abs/2408.00118"),
-    "katharopoulos": Paper("Katharopoulos, Vyas, Pappas, Fleuret", 2020, "https://arxiv.org/abs/2006.16236"),
-    "ye": Paper("Ye et al.", 2024, "https://arxiv.org/abs/2410.05258"),
-    "deepseek": Paper("DeepSeek-AI", 2024, "https://arxiv.org/abs/2405.04434"),
-    "ainslie": Paper("Ainslie et al.", 2023, "https://arxiv.org/abs/2305.13245"),
-    "hassani": Paper("Hassani, Walton, Li, Li, Shi", 2023, "https://arxiv.org/abs/2204.07143"),
-}
 
 
 @dataclass(frozen=True)
