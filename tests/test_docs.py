@@ -19,7 +19,7 @@ NOTEBOOKS = sorted((DOCS / "notebooks").glob("*.ipynb"))
 def test_every_tutorial_page_has_a_chinese_twin_with_the_same_walkthroughs():
     marker = re.compile(r"<!-- walkthrough: (\S+) (\S+) (en|zh) -->")
     pages = sorted((DOCS / "tutorial").glob("*.md"))
-    assert len(pages) == 8
+    assert len(pages) == 9
     for page in pages:
         zh = DOCS / "zh" / "tutorial" / page.name
         assert zh.is_file(), f"{zh} is missing"

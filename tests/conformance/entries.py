@@ -414,9 +414,4 @@ SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = set()  # none open
 
 # Known breaks of the contract in mechanisms added for issue 14, each with what is wrong. Strict: a fix
 # makes the test pass and the mark must then go.
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("linear", "causal_future"): "a NaN in a future token reaches earlier rows: linear attention's causal "
-    "path (its own arithmetic, no softmax) does not yet zero non-finite rows before the feature map as the core does",
-    ("mla", "causal_future"): "a NaN in a future token reaches earlier rows through the latent path (not located yet)",
-    ("mla", "gradcheck"): "float64 gradcheck of the latent module fails (not located yet)",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}

@@ -104,3 +104,33 @@ def test_module_contract_and_state(causal):
         y2, st = m(x[:, 2:], state=st)
         torch.testing.assert_close(torch.cat([y1, y2], 1), m(x, causal=True)[0])
     assert isinstance(m, LinearAttention)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("where", ["query", "key", "value"])
+def test_causal_nan_in_a_future_token_reaches_no_earlier_row_or_gradient(where, need_weights):
+    """A NaN at position j (in Q, K or V) under ``causal``: rows i < j equal the loop over the
+    clean inputs, the rows that see it are NaN (the core's rule), and the gradient of a loss over rows i < j is finite and
+    equals the clean run's (it used to spread through 0 · NaN in the parallel form's backward)."""
+    torch.manual_seed(5)
+    j = 3
+    clean = [torch.randn(2, 2, 6, 4, dtype=torch.float64) for _ in range(3)]
+    ref = reference(*clean, causal=True)
+    rows = (torch.arange(6) < j).view(6, 1)
+    grads = []
+    for poison in (False, True):
+        args = [t.clone() for t in clean]
+        if poison:
+            args[("query", "key", "value").index(where)][..., j, :] = float("nan")
+        args = [t.requires_grad_() for t in args]
+        out, _ = linear_attention(*args, causal=True, need_weights=need_weights)
+        np.testing.assert_allclose(out[..., :j, :].detach().numpy(), ref[..., :j, :], rtol=1e-10, atol=1e-12)
+        if poison:  # a NaN key or value reaches the rows that may attend it; a NaN query only its own row
+            assert torch.isnan(out[..., j:, :] if where != "query" else out[..., j, :]).all()
+            if where == "query":
+                np.testing.assert_allclose(out[..., j + 1:, :].detach().numpy(), ref[..., j + 1:, :], rtol=1e-10)
+        loss = torch.where(rows, out, 0.0).sum()
+        grads.append(torch.autograd.grad(loss, args))
+    for a, b in zip(*grads):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

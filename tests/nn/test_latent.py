@@ -66,7 +66,7 @@ def test_against_numpy(causal):
     m = build()
     x = torch.randn(2, 7, 32, dtype=torch.float64)
     y, w = m(x, causal=causal, need_weights=True)
-    # RotaryEmbedding rotates in float32 (as attnlab does everywhere), hence the tolerance
+    # RotaryEmbedding computes its angles in float32 (as attnlab does everywhere), hence the tolerance
     np.testing.assert_allclose(y.detach().numpy(), reference(m, x, causal), rtol=1e-6, atol=1e-7)
     fast, _ = m(x, causal=causal)
     torch.testing.assert_close(fast, y)
@@ -120,3 +120,39 @@ def test_contract():
     contract.weights_equal_fast(fn)
     m = create("mla", dim=16, num_heads=2, kv_latent_dim=8)
     assert m(torch.randn(1, 0, 16))[0].shape == (1, 0, 16)
+
+
+def test_float64_gradcheck_of_the_module_with_both_latents():
+    """Finite differences against autograd through norms, RoPE and the latents (the rotary part used
+    to round float64 inputs to float32, which broke this check)."""
+    torch.manual_seed(6)
+    m = MultiHeadLatentAttention(8, 2, kv_latent_dim=4, q_latent_dim=6, head_dim=4, rope_dim=2).double()
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: m(t, causal=True)[0], (x,), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("q_latent_dim", [None, 24])
+def test_causal_nan_token_reaches_no_earlier_row_or_input_gradient(q_latent_dim):
+    """A NaN token j under ``causal``: rows i < j equal the float64 NumPy reference on the clean
+    input; the input gradient of a loss over rows i < j is finite and equals the clean run's
+    (the RMSNorm of the latents used to return 0 · NaN = NaN at token j in its backward)."""
+    torch.manual_seed(7)
+    m = MultiHeadLatentAttention(32, 4, kv_latent_dim=16, q_latent_dim=q_latent_dim, head_dim=8, rope_dim=4).double()
+    j, x0 = 3, torch.randn(2, 6, 32, dtype=torch.float64)
+    if q_latent_dim is not None:
+        ref = reference(m, x0, True)[:, :j]
+    rows = (torch.arange(6) < j).view(6, 1)
+    grads = []
+    for poison in (False, True):
+        x = x0.clone()
+        if poison:
+            x[:, j] = float("nan")
+        x.requires_grad_()
+        y, _ = m(x, causal=True)
+        if q_latent_dim is not None:
+            np.testing.assert_allclose(y[:, :j].detach().numpy(), ref, rtol=1e-9, atol=1e-10)
+        if poison:
+            assert torch.isnan(y[:, j:]).all()
+        grads.append(torch.autograd.grad(torch.where(rows, y, 0.0).sum(), x)[0])
+    assert torch.isfinite(grads[1]).all()
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-12, rtol=0)

@@ -96,3 +96,13 @@ def test_positions_change_self_attention_but_not_its_shape(kw):
     perm = torch.randperm(6)
     torch.testing.assert_close(plain(x[:, perm])[0], a[:, perm], atol=1e-5, rtol=0)
     assert not torch.allclose(pos(x[:, perm])[0], b[:, perm], atol=1e-4)
+
+
+def test_rope_keeps_float64_inputs_in_float64():
+    """Position 0 is a rotation by 0: the input comes back bit for bit (it used to be rounded to
+    float32), and the gradient passes finite differences in float64."""
+    rope = RotaryEmbedding(4)
+    x = torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+    out = rope(x)
+    assert out.dtype == torch.float64 and torch.equal(out[..., 0, :], x[..., 0, :])
+    assert torch.autograd.gradcheck(lambda t: rope(t, 5), (x,))

@@ -133,6 +133,16 @@ LABELS: dict[str, tuple[str, str]] = {
     "mlp": ("shared MLP", "共享 MLP"),
     "pooled": ("pooled maps", "池化图"),
     "conv": ("convolution", "卷积"),
+    "softcapped_scores": ("soft-capped scores", "软上限后的得分"),
+    "query_features": ("query features φ(q)", "查询的特征 φ(q)"),
+    "key_features": ("key features φ(k)", "键的特征 φ(k)"),
+    "similarities": ("similarities", "相似度"),
+    "content_keys": ("content keys from the latents", "由潜向量得到的内容键"),
+    "key_groups": ("key heads shared by the query heads", "各查询头共享的键头"),
+    "value_groups": ("value heads shared by the query heads", "各查询头共享的值头"),
+    **{f"{step}_{n}": (f"{en}, map {n}", f"第 {n} 张图的{zh}") for n in (1, 2) for step, en, zh in (
+        ("scores", "scores", "得分"), ("scaled_scores", "scaled scores", "缩放得分"),
+        ("masked_scores", "masked scores", "掩码得分"), ("weights", "attention weights", "注意力权重"))},
 }
 
 

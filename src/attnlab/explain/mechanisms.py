@@ -14,17 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import partial
 from typing import Any
 
 import torch
 
-from ..functional.attention import attention
+from ..functional.attention import attention, combine_values
 from ..functional.attentional import attentional_output
 from ..functional.channel import channel_attention, spatial_attention
-from ..functional.multihead import multi_head_attention, split_heads
+from ..functional.differential import difference
+from ..functional.latent import latent_attention
+from ..functional.linear import linear_attention
+from ..functional.multihead import multi_head_attention, repeat_kv, split_heads
 from ..functional.scores import additive, concat, general
-from ..trace import Step, Trace, trace
+from ..functional.softcap import softcap_attention
+from ..trace import Step, Trace, record, trace
 from .examples import (
     Example,
     ExampleError,
@@ -38,6 +43,7 @@ from .examples import (
     _rows,
     _scale,
 )
+from .papers import PAPERS, Paper
 
 # Score choices for mechanisms that take a ``score`` parameter (masked, attentional, ...).
 SCORE_BUILDERS: dict[str, Callable[[Example], Any]] = {
@@ -114,18 +120,21 @@ def _eye(n: int) -> torch.Tensor:
     return torch.eye(n, dtype=torch.float64)
 
 
-def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, heads: int) -> Trace:
-    """Projections + (multi-head) attention via ``attnlab.multihead``; absent weights are identities."""
+def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor, heads: int,
+                   kv_heads: int | None = None) -> Trace:
+    """Projections + (multi-head or grouped-query) attention via ``attnlab.multihead``; absent weights are
+    identities. ``kv_heads`` < ``heads``: grouped-query attention, its key/value heads shown before and
+    after ``repeat_kv`` (the library's own) shares each among ``heads // kv_heads`` query heads."""
     given = {n: _opt(ex, "params", n) for n in ("w_q", "w_k", "w_v", "w_o")}
     w_q = given["w_q"] if given["w_q"] is not None else _eye(q_in.shape[-1])
     w_k = given["w_k"] if given["w_k"] is not None else _eye(k_in.shape[-1])
     w_v = given["w_v"] if given["w_v"] is not None else _eye(v_in.shape[-1])
-    w_o = given["w_o"] if given["w_o"] is not None else _eye(w_v.shape[0])
+    w_o = given["w_o"] if given["w_o"] is not None else _eye(w_q.shape[0])  # acts on concat(heads): h·d_h
     mask = _mask(ex, q_in.shape[0], k_in.shape[0])
     with trace() as t:
         multi_head_attention(
             q_in[None], k_in[None], v_in[None], num_heads=heads, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o,
-            mask=mask, scale=_scale(ex), need_weights=True,
+            mask=mask, scale=_scale(ex), need_weights=True, num_kv_heads=kv_heads,
         )
     drop = {f"projected_{s}" for s, w in (("query", "w_q"), ("keys", "w_k"), ("values", "w_v")) if given[w] is None}
     if heads == 1:
@@ -134,11 +143,18 @@ def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: to
         drop.add("output")
     steps = [s for s in t.steps if s.name not in drop]
     if heads > 1:  # show the split: the library's own split_heads of the recorded projections
+        d_h, kv = w_q.shape[0] // heads, kv_heads or heads
         split = [
-            Step(f"{part}_heads", f"split {sym} into {heads} heads of {w_q.shape[0] // heads}",
-                 split_heads(t[f"projected_{src}"].value, heads), latex=rf"{sym}_1, \dots, {sym}_{{{heads}}}")
-            for part, src, sym in (("query", "query", "Q"), ("key", "keys", "K"), ("value", "values", "V"))
+            Step(f"{part}_heads", f"split {sym} into {n} heads of {d_h}",
+                 split_heads(t[f"projected_{src}"].value, n), latex=rf"{sym}_1, \dots, {sym}_{{{n}}}")
+            for part, src, sym, n in (("query", "query", "Q", heads), ("key", "keys", "K", kv), ("value", "values", "V", kv))
         ]
+        if kv != heads:  # grouped-query: each key/value head serves heads // kv query heads
+            split += [
+                Step(f"{part}_groups", f"{sym} head ⌈i·{kv}/{heads}⌉ for query head i",
+                     repeat_kv(split[n].value, heads // kv), latex=rf"{sym}_{{\lceil i h_{{kv}} / h \rceil}}")
+                for n, part, sym in ((1, "key", "K"), (2, "value", "V"))
+            ]
         at = max(i for i, s in enumerate(steps) if s.name.startswith("projected_")) + 1 if any(
             s.name.startswith("projected_") for s in steps) else 0
         steps[at:at] = split
@@ -157,6 +173,93 @@ def _run_multi_head(ex: Example) -> Trace:
     else:
         q, k, v = _qkv(ex)
     return _run_projected(ex, q, k, v, _int(ex, "num_heads"))
+
+
+def _run_gqa(ex: Example) -> Trace:
+    x = _rows(ex, "x")
+    heads, kv = _int(ex, "num_heads"), _int(ex, "num_kv_heads")
+    if heads % kv:
+        raise ExampleError(f"{ex.at('params', 'num_kv_heads')}: must divide num_heads={heads}; got {kv}")
+    return _run_projected(ex, x, x, x, heads, kv)
+
+
+def _run_softcap(ex: Example) -> Trace:
+    q, k, v = _qkv(ex)
+    cap = ex.params.get("cap")
+    if isinstance(cap, bool) or not isinstance(cap, (int, Decimal)):
+        raise ExampleError(f"{ex.at('params')}: mechanism 'softcap' needs cap (a positive number); got {cap!r}")
+    with trace() as t:
+        softcap_attention(q, k, v, cap=float(cap), scale=_scale(ex), mask=_mask(ex, q.shape[0], k.shape[0]),
+                          need_weights=True)
+    return t
+
+
+def _run_linear(ex: Example) -> Trace:
+    q, k, v = _qkv(ex)
+    with trace() as t:
+        linear_attention(q, k, v, mask=_mask(ex, q.shape[0], k.shape[0]), need_weights=True)
+    return t
+
+
+def _lambda(ex: Example) -> float:
+    lam = ex.params.get("lambda")
+    if isinstance(lam, bool) or not isinstance(lam, (int, Decimal)):
+        raise ExampleError(f"{ex.at('params')}: mechanism 'differential' needs lambda (a number); got {lam!r}")
+    return float(lam)
+
+
+def _run_differential(ex: Example) -> Trace:
+    """The core once per map (their steps named ``*_1``, ``*_2``), then the library's A_1 − λ A_2 and context."""
+    v = _rows(ex, "values")
+    lam, steps, weights = _lambda(ex), [], []
+    for n in (1, 2):
+        q, k = _rows(ex, f"query_{n}"), _rows(ex, f"keys_{n}")
+        with trace() as t:
+            _, w = attention(q, k, v, mask=_mask(ex, q.shape[0], k.shape[0]), scale=_scale(ex), need_weights=True)
+        steps += [Step(f"{s.name}_{n}", s.formula.replace("α_ij", f"(A_{n})_ij"), s.value,
+                       s.latex.replace(r"\alpha_{ij}", f"(A_{n})_{{ij}}"), s.note)
+                  for s in t if s.name != "context"]
+        weights.append(w)
+    with trace() as t:
+        w = difference(weights[0], weights[1], lam)
+        record("weights", "α = A_1 − λ A_2", w, latex=r"\alpha = A_1 - \lambda A_2")
+        combine_values(w, v)
+    return Trace(steps + t.steps)
+
+
+def _run_latent(ex: Example) -> Trace:
+    h = _int(ex, "num_heads", 1)
+    q_c, q_r = _rows(ex, "query"), _rows(ex, "query_rope")
+    c_kv, k_r = _rows(ex, "latents"), _rows(ex, "key_rope")
+    for name, t in (("query", q_c), ("query_rope", q_r)):
+        if t.shape[-1] % h:
+            raise ExampleError(f"{ex.at('inputs', name)}: {t.shape[-1]} features do not split into num_heads={h}")
+    with trace() as t:
+        latent_attention(split_heads(q_c[None], h), split_heads(q_r[None], h), c_kv[None], k_r[None],
+                         _need(ex, "params", "w_uk"), _need(ex, "params", "w_uv"), num_heads=h,
+                         mask=_mask(ex, q_c.shape[0], c_kv.shape[0]), need_weights=True)
+    return t
+
+
+def neighborhood_mask(ex: Example) -> torch.Tensor:
+    """The (n, n) bool mask of ``attnlab.patterns.neighborhood_2d`` over the example's H × W grid."""
+    from .. import patterns
+
+    hgt, wid, kernel = _int(ex, "height"), _int(ex, "width"), _int(ex, "kernel")
+    n = _rows(ex, "keys").shape[0]
+    if n != hgt * wid or _query(ex).shape[0] != n:
+        raise ExampleError(f"{ex.at('inputs')}: a {hgt} × {wid} grid needs {hgt * wid} queries and keys; got {n} keys")
+    try:
+        return patterns.neighborhood_2d(hgt, wid, kernel, _int(ex, "dilation", 1)).materialize(n)
+    except (ValueError, TypeError) as e:
+        raise ExampleError(f"{ex.at('params')}: {e}") from None
+
+
+def _run_neighborhood(ex: Example) -> Trace:
+    q, k, v = _qkv(ex)
+    with trace() as t:
+        attention(q, k, v, mask=neighborhood_mask(ex), scale=_scale(ex), need_weights=True)
+    return t
 
 
 def _run_cross(ex: Example) -> Trace:
@@ -192,24 +295,6 @@ def _run_attentional(ex: Example) -> Trace:
                                scale=_scale(ex) if score_arg == "scaled_dot" else None, need_weights=True)
         attentional_output(context, q, w_c, b_c)
     return t
-
-
-@dataclass(frozen=True)
-class Paper:
-    """A citation: authors, year, link (no title: a walkthrough in Chinese has no English left)."""
-
-    authors: str
-    year: int
-    url: str
-
-
-PAPERS: dict[str, Paper] = {
-    "bahdanau": Paper("Bahdanau, Cho, Bengio", 2015, "https://arxiv.org/abs/1409.0473"),
-    "luong": Paper("Luong, Pham, Manning", 2015, "https://arxiv.org/abs/1508.04025"),
-    "vaswani": Paper("Vaswani et al.", 2017, "https://arxiv.org/abs/1706.03762"),
-    "child": Paper("Child, Gray, Radford, Sutskever", 2019, "https://arxiv.org/abs/1904.10509"),
-    "woo": Paper("Woo, Park, Lee, Kweon", 2018, "https://arxiv.org/abs/1807.06521"),
-}
 
 
 @dataclass(frozen=True)
@@ -259,6 +344,20 @@ MECHANISMS: dict[str, Mechanism] = {
                          ("w1", "b1?", "w2", "b2?"), batched=True, squeeze=True),
     "spatial": Mechanism(_run_spatial, "CBAM spatial attention", "woo", ("feature_map",), ("weight", "bias?"),
                          batched=True, squeeze=True),
+    "softcap": Mechanism(_run_softcap, "logit soft-capping c·tanh(e/c) before the softmax (Gemma 2)", "gemma",
+                         _QKV, ("cap", "scale?", "causal?")),
+    "linear": Mechanism(_run_linear, "linear attention: feature map φ = elu + 1 instead of the softmax", "katharopoulos",
+                        _QKV, ("causal?",)),
+    "differential": Mechanism(_run_differential, "differential attention: two softmax maps, A_1 − λ A_2", "ye",
+                              ("query_1", "keys_1", "query_2", "keys_2", "values", "mask?"),
+                              ("lambda", "scale?", "causal?")),
+    "latent": Mechanism(_run_latent, "multi-head latent attention: keys and values up-projected from a cached latent",
+                        "deepseek", ("query", "query_rope", "latents", "key_rope", "mask?"),
+                        ("w_uk", "w_uv", "num_heads?", "causal?"), batched=True),
+    "gqa": Mechanism(_run_gqa, "grouped-query attention: h query heads share h_kv key/value heads", "ainslie",
+                     ("x", "mask?"), ("num_heads", "num_kv_heads", *_PROJ), batched=True),
+    "neighborhood": Mechanism(_run_neighborhood, "2-D neighbourhood attention: a k × k window on an H × W grid",
+                              "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?")),
 }
 
 
@@ -271,6 +370,8 @@ ALIASES: dict[str, str] = {
     "luong-general": "general",
     "luong-concat": "concat",
     "cross": "cross_attention",
+    "mla": "latent",
+    "neighborhood-2d": "neighborhood",
 }
 
 
@@ -295,9 +396,11 @@ def run(ex: Example) -> Trace:
 
 
 # Steps with no query axis (they depend on the keys only).
-KEY_STEPS = {"projected_keys", "projected_values", "key_heads", "value_heads"}
+KEY_STEPS = {"projected_keys", "projected_values", "key_heads", "value_heads", "key_features", "content_keys",
+             "key_groups", "value_groups"}
 # Steps of batched runs with a head axis (b, h, ·, ·).
-HEAD_STEPS = {"scores", "scaled_scores", "masked_scores", "weights", "context", "query_heads", "key_heads", "value_heads"}
+HEAD_STEPS = {"scores", "scaled_scores", "masked_scores", "weights", "context", "query_heads", "key_heads", "value_heads",
+              "content_keys", "key_groups", "value_groups"}
 
 
 def single_query(ex: Example) -> bool:
@@ -333,4 +436,4 @@ def head_axis(ex: Example, name: str) -> bool:
     return MECHANISMS[ex.mechanism].batched and name in HEAD_STEPS and num_heads(ex) > 1
 
 
-__all__ = ["Mechanism", "MECHANISMS", "Paper", "PAPERS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]
+__all__ = ["Mechanism", "MECHANISMS", "neighborhood_mask", "Paper", "PAPERS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]

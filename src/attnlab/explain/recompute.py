@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 
 from ..functional import steps
+from ..functional.multihead import split_heads
 from ..functional.scores import default_scale
-from .examples import Example, _feature_map, _mask, _need, _opt, _qkv, _rows
-from .mechanisms import canonical, num_heads
+from .examples import Example, _feature_map, _int, _mask, _need, _opt, _qkv, _rows
+from .mechanisms import canonical, neighborhood_mask, num_heads
 
 Env = dict[str, torch.Tensor]
 
@@ -58,7 +59,7 @@ def _projected_env(ex: Example) -> Env:
         w = _opt(ex, "params", name)
         e[name] = w if w is not None else torch.eye(x.shape[-1], dtype=torch.float64)
     w_o = _opt(ex, "params", "w_o")
-    e["w_o"] = w_o if w_o is not None else torch.eye(e["w_v"].shape[0], dtype=torch.float64)
+    e["w_o"] = w_o if w_o is not None else torch.eye(e["w_q"].shape[0], dtype=torch.float64)  # on concat(heads)
     m = _mask(ex, q.shape[0], k.shape[0])
     if m is not None:
         e["mask"] = m
@@ -98,6 +99,54 @@ def _attentional(ex: Example) -> tuple[Env, steps.Path]:
     return e, {**steps.PATHS[f"attention/{s}"], **steps.ATTENTIONAL}
 
 
+def _softcap(ex: Example) -> tuple[Env, steps.Path]:
+    e = _attention_env(ex, "scaled_dot")
+    e["cap"] = _scalar(float(ex.params["cap"]))
+    return e, steps.SOFTCAP
+
+
+def _linear(ex: Example) -> tuple[Env, steps.Path]:
+    e = _attention_env(ex, "dot")
+    del e["scale"]
+    return e, steps.LINEAR
+
+
+def _differential(ex: Example) -> tuple[Env, steps.Path]:
+    e: Env = {"v": _rows(ex, "values"), "lam": _scalar(float(ex.params["lambda"]))}
+    for n in (1, 2):
+        e[f"q{n}"], e[f"k{n}"] = _rows(ex, f"query_{n}"), _rows(ex, f"keys_{n}")
+    m = _mask(ex, e["q1"].shape[0], e["k1"].shape[0])
+    if m is not None:
+        e["mask"] = m
+    e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(e["q1"].shape[-1]))
+    return e, steps.DIFFERENTIAL
+
+
+def _latent(ex: Example) -> tuple[Env, steps.Path]:
+    h = _int(ex, "num_heads", 1)
+    q_c, q_r = split_heads(_rows(ex, "query")[None], h), split_heads(_rows(ex, "query_rope")[None], h)
+    e: Env = {"q_c": q_c, "q_r": q_r, "c_kv": _rows(ex, "latents")[None], "k_r": _rows(ex, "key_rope")[None],
+              "w_uk": _need(ex, "params", "w_uk"), "w_uv": _need(ex, "params", "w_uv"), "h": torch.tensor(h)}
+    m = _mask(ex, q_c.shape[-2], e["c_kv"].shape[1])
+    if m is not None:
+        e["mask"] = m
+    e["scale"] = _scalar(default_scale(q_c.shape[-1] + q_r.shape[-1]))  # 1/√(d_h + d_R)
+    return e, steps.LATENT
+
+
+def _gqa(ex: Example) -> tuple[Env, steps.Path]:
+    e = _projected_env(ex)
+    h, kv = num_heads(ex), _int(ex, "num_kv_heads")
+    e["h_kv"], e["groups"] = torch.tensor(kv), torch.tensor(h // kv)
+    return e, steps.GQA
+
+
+def _neighborhood(ex: Example) -> tuple[Env, steps.Path]:
+    e = _attention_env(ex, "scaled_dot")
+    e["mask"] = neighborhood_mask(ex)
+    return e, steps.PATHS["attention/scaled_dot"]
+
+
 PATHS = {
     "dot": _attention("dot"),
     "scaled_dot": _attention("scaled_dot"),
@@ -112,6 +161,12 @@ PATHS = {
     "cross_attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
     "channel": lambda ex: (_vision_env(ex), steps.CHANNEL),
     "spatial": lambda ex: (_vision_env(ex), steps.SPATIAL),
+    "softcap": _softcap,
+    "linear": _linear,
+    "differential": _differential,
+    "latent": _latent,
+    "gqa": _gqa,
+    "neighborhood": _neighborhood,
 }
 
 

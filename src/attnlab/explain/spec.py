@@ -39,6 +39,13 @@ INPUTS: dict[str, tuple[dict, str]] = {
     "mask": ({"anyOf": [{"type": "array", "items": _BIT}, {"type": "array", "items": {"type": "array", "items": _BIT}}]},
              "1/true = may attend; (q, k) or one row (k,)"),
     "feature_map": ({"anyOf": [_ARR3, _ARR4]}, "(C, H, W) or (b, C, H, W)"),
+    "query_1": (_MAT, "Q_1, the queries of the first map (q, d)"),
+    "keys_1": (_MAT, "K_1, the keys of the first map (k, d)"),
+    "query_2": (_MAT, "Q_2, the queries of the second map (q, d)"),
+    "keys_2": (_MAT, "K_2, the keys of the second map (k, d)"),
+    "query_rope": (_MAT, "q^R, the rotary part of the queries (q, h·d_R), already rotated"),
+    "latents": (_MAT, "c^KV, the cached latent vectors (k, d_c)"),
+    "key_rope": (_MAT, "k^R, the rotary key shared by the heads (k, d_R), already rotated"),
 }
 PARAMS: dict[str, tuple[dict, str]] = {
     "w_q": (_MAT, "W_q, acting on a column (W q)"),
@@ -61,6 +68,15 @@ PARAMS: dict[str, tuple[dict, str]] = {
     "pattern": ({"anyOf": [{"type": "object", "required": ["name"]}, {"type": "array", "items": {"type": "object"}}]},
                 "an attnlab.patterns pattern: {name = ..., ...} or [{kind, args}, ...]"),
     "combine": ({"enum": ["or", "and"]}, "how a list of patterns is joined"),
+    "cap": ({"type": "number", "exclusiveMinimum": 0}, "the soft cap c of c·tanh(e/c)"),
+    "lambda": ({"type": "number"}, "λ of A_1 − λ A_2"),
+    "w_uk": (_MAT, "W^UK (h·d_h, d_c): latents to content keys"),
+    "w_uv": (_MAT, "W^UV (h·d_v, d_c): latents to values"),
+    "num_kv_heads": ({"type": "integer", "minimum": 1}, "number of key/value heads (divides num_heads)"),
+    "height": ({"type": "integer", "minimum": 1}, "the grid's height H (positions are row-major, n = H·W)"),
+    "width": ({"type": "integer", "minimum": 1}, "the grid's width W"),
+    "kernel": ({"type": "integer", "minimum": 1}, "the window's side k (odd)"),
+    "dilation": ({"type": "integer", "minimum": 1}, "every dilation-th position (default 1)"),
 }
 
 

@@ -69,8 +69,12 @@ def differential_attention(
     o1, w1 = attend(q1, k1, value)  # (..., q, d_v), (..., q, k) or None
     o2, w2 = attend(q2, k2, value)
     lam_t = torch.as_tensor(lam, dtype=o1.dtype, device=o1.device)
-    out = o1 - lam_t * o2
-    return out, (w1 - lam_t * w2 if w1 is not None and w2 is not None else None)  # (weights iff need_weights)
+    return difference(o1, o2, lam_t), (difference(w1, w2, lam_t) if need_weights else None)
 
 
-__all__ = ["differential_attention", "reparam_lambda", "lambda_init"]
+def difference(a1: torch.Tensor, a2: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:
+    """Step: A_1 − λ A_2 (of the two weight maps, or of their outputs A_i V; eq. 1).  Any shapes that broadcast."""
+    return a1 - lam * a2
+
+
+__all__ = ["differential_attention", "difference", "reparam_lambda", "lambda_init"]

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks
+from ..trace import record
 from .attention import attention
 from .multihead import split_heads
 
@@ -71,12 +72,27 @@ def latent_attention(
             f"c_kv (b, k, d_c) and k_rope (b, k, d_R) must share (b, k), q_content and q_rope (b, h, q) ; got "
             f"{_checks.shape(c_kv)}, {_checks.shape(k_rope)}, {_checks.shape(q_content)}, {_checks.shape(q_rope)}"
         )
-    k_content = split_heads(F.linear(c_kv, w_uk), num_heads)  # (b, h, k, d_h)
-    value = split_heads(F.linear(c_kv, w_uv), num_heads)  # (b, h, k, d_v)
-    kr = k_rope.unsqueeze(1).expand(-1, num_heads, -1, -1)  # (b, h, k, d_R): one rotary key for all heads
-    query = torch.cat([q_content, q_rope], -1)  # (b, h, q, d_h + d_R)
-    key = torch.cat([k_content, kr], -1)  # (b, h, k, d_h + d_R)
+    k_content = up_project(c_kv, w_uk, num_heads)  # (b, h, k, d_h)
+    record("content_keys", "k_j^C = W^UK c_j^KV", k_content, latex=r"k_j^C = W^{UK} c_j^{KV}")
+    value = up_project(c_kv, w_uv, num_heads)  # (b, h, k, d_v)
+    record("value_heads", "v_j^C = W^UV c_j^KV", value, latex=r"v_j^C = W^{UV} c_j^{KV}")
+    query = join_rope(q_content, q_rope)  # (b, h, q, d_h + d_R)
+    record("query_heads", "q_i = [q_i^C; q_i^R]", query, latex=r"q_i = [q_i^C; q_i^R]")
+    key = join_rope(k_content, k_rope)  # (b, h, k, d_h + d_R)
+    record("key_heads", "k_j = [k_j^C; k_j^R]", key, latex=r"k_j = [k_j^C; k_j^R]")
     return attention(query, key, value, mask=mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights)
 
 
-__all__ = ["latent_attention"]
+def up_project(c_kv: torch.Tensor, weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Step: W^U c^KV split into heads (eqs. 10–11).  c_kv (b, k, d_c), weight (h·d, d_c) → (b, h, k, d)."""
+    return split_heads(F.linear(c_kv, weight), num_heads)
+
+
+def join_rope(content: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
+    """Step: [x^C; x^R] per head (eqs. 16–17).  content (b, h, n, d_h); rope (b, h, n, d_R) or, shared by
+    the heads (the rotary key), (b, n, d_R) → (b, h, n, d_h + d_R)."""
+    if rope.dim() == 3:
+        rope = rope.unsqueeze(1).expand(-1, content.shape[1], -1, -1)  # one rotary key for all heads
+    return torch.cat([content, rope], -1)
+
+__all__ = ["latent_attention", "up_project", "join_rope"]

@@ -23,9 +23,13 @@ Three forms compute the same numbers:
 | S_i (d × d_v), z_i (d) | ``LinearState.s`` (..., d, d_v), ``LinearState.z`` (..., d) |
 
 Masking follows the library's contract, without a softmax: a key the mask forbids contributes
-neither to the numerator nor to the denominator (φ(k) and v are replaced with zeros through
-``torch.where``, so NaN and inf there never propagate); a query with no allowed key gets a zero
-output and zero gradients. The linear form takes a key mask (broadcastable to (..., 1, k));
+neither to the numerator nor to the denominator; a query with no allowed key gets a zero output
+and zero gradients. Non-finite inputs follow the core's rule through the core's own helpers
+(``attention._guard`` / ``finish_nonfinite``, applied before φ): whenever a mask or ``causal`` is given,
+NaN/inf entries of Q, K and V are zeroed (zero gradient there), and a row that may attend such a
+key or value, or whose own query holds one, is set to NaN afterwards; so a NaN in a future token
+reaches neither an earlier row nor any gradient. (The key-mask linear form replaces φ(k) and v at
+masked keys with zeros through ``torch.where``.) The linear form takes a key mask (broadcastable to (..., 1, k));
 any other bool mask, a float mask or ``need_weights`` takes the parallel form. Causal is
 aligned bottom-right, as in ``attnlab.masks.causal``.
 """
@@ -39,6 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks, masks
+from ..trace import record
+from .attention import _guard, combine_values, finish_nonfinite
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -74,14 +80,30 @@ def _is_key_mask(mask: torch.Tensor | None) -> bool:
     return mask is None or (mask.dtype == torch.bool and mask.dim() >= 2 and mask.shape[-2] == 1)
 
 
-def _parallel(
-    fq: torch.Tensor, fk: torch.Tensor, value: torch.Tensor, allowed: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    sim = fq @ fk.transpose(-2, -1)  # (..., q, k), ≥ 0
+def feature_similarities(fq: torch.Tensor, fk: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Step: s_ij = φ(q_i)ᵀ φ(k_j), 0 where the bool mask forbids j.  (..., q, d), (..., k, d) → (..., q, k), ≥ 0."""
+    sim = fq @ fk.transpose(-2, -1)  # (..., q, k)
     if allowed is not None:
         sim = torch.where(allowed, sim, torch.zeros((), dtype=sim.dtype))
-    weights = _safe_divide(sim, sim.sum(-1, keepdim=True))  # (..., q, k)
-    return weights @ value, weights  # (..., q, d_v)
+    return sim
+
+
+def normalize_similarities(sim: torch.Tensor) -> torch.Tensor:
+    """Step: α_ij = s_ij / Σ_j' s_ij' (a row with nothing allowed stays 0).  (..., q, k) → (..., q, k)."""
+    return _safe_divide(sim, sim.sum(-1, keepdim=True))
+
+
+def _parallel(query, key, value, allowed, feature_map) -> tuple[torch.Tensor, torch.Tensor]:
+    """The parallel form, each step recorded while ``attnlab.trace()`` is active."""
+    phi = "elu(x) + 1" if feature_map is elu_feature_map else "φ(x)"
+    fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
+    record("query_features", f"φ(q_i), φ(x) = {phi}", fq, latex=r"\phi(q_i)")
+    record("key_features", f"φ(k_j), φ(x) = {phi}", fk, latex=r"\phi(k_j)")
+    sim = feature_similarities(fq, fk, allowed)  # (..., q, k)
+    record("similarities", "s_ij = φ(q_i)ᵀ φ(k_j)", sim, latex=r"s_{ij} = \phi(q_i)^\top \phi(k_j)")
+    weights = normalize_similarities(sim)  # (..., q, k)
+    record("weights", "α_ij = s_ij / Σ_j' s_ij'", weights, latex=r"\alpha_{ij} = s_{ij} / \sum_{j'} s_{ij'}")
+    return combine_values(weights, value), weights  # (..., q, d_v), recorded as context
 
 
 def linear_attention(
@@ -105,29 +127,18 @@ def linear_attention(
             raise TypeError(f"linear attention takes a bool mask (True = may attend); got dtype {mask.dtype} (an additive bias needs a softmax)")
         lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
         _checks.mask(mask, torch.Size((*lead, query.shape[-2], key.shape[-2])))
-    fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
     q_len, k_len = query.shape[-2], key.shape[-2]
     if need_weights or causal or not _is_key_mask(mask):
         allowed = mask
         if causal:
             allowed = masks.combine(allowed, masks.causal(q_len, k_len, device=query.device))
-        if allowed is not None:
-            fk_ok = allowed.any(-2, keepdim=True).transpose(-2, -1)  # (..., k, 1) keys some query may see
-            fk = torch.where(fk_ok, fk, torch.zeros((), dtype=fk.dtype))
-            value = torch.where(fk_ok, value, torch.zeros((), dtype=value.dtype))
-        bad_k = bad_v = None
-        if allowed is not None and not _checks.all_finite(fk, value):  # per-query masks: as the core does
-            bad_k, bad_v = ~torch.isfinite(fk).all(-1), ~torch.isfinite(value)  # (..., k), (..., k, d_v)
-            fk = torch.where(bad_k.unsqueeze(-1), torch.zeros((), dtype=fk.dtype), fk)
-            value = torch.where(bad_v, torch.zeros((), dtype=value.dtype), value)
-        out, weights = _parallel(fq, fk, value, allowed)
-        if bad_k is not None:  # a query that may attend a non-finite key or value gets NaN
-            assert allowed is not None and bad_v is not None  # set together with bad_k
-            reach = allowed.to(value.dtype)
-            hit = ((reach @ bad_k.unsqueeze(-1).to(value.dtype)) > 0) | ((reach @ bad_v.to(value.dtype)) > 0)
-            out = out.masked_fill(hit, float("nan"))
-            weights = weights.masked_fill((reach @ bad_k.unsqueeze(-1).to(value.dtype)) > 0, float("nan"))
-        return out, (weights if need_weights else None)
+        hit = dead = None
+        if allowed is not None:  # the core's non-finite rule, by the core's own helpers (before φ)
+            query, key, value, hit = _guard(query, key, value, allowed, False)
+            dead = ~allowed.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
+        out, weights = _parallel(query, key, value, allowed, feature_map)
+        return finish_nonfinite(out, hit, dead), (weights if need_weights else None)
+    fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)
     if mask is not None:  # key mask (..., 1, k) → (..., k, 1)
         keep = mask.transpose(-2, -1)
         fk = torch.where(keep, fk, torch.zeros((), dtype=fk.dtype))
@@ -172,4 +183,5 @@ def linear_attention_step(
     return out, LinearState(s, z, length + query.shape[-2])
 
 
-__all__ = ["linear_attention", "linear_attention_step", "elu_feature_map", "LinearState"]
+__all__ = ["linear_attention", "linear_attention_step", "elu_feature_map", "LinearState", "feature_similarities",
+           "normalize_similarities"]

@@ -14,6 +14,12 @@ is active:
     attentional: context_state = [c; s],  output_preactivation = W_c[c; s] + b_c,  output = tanh(·)
     CBAM:        avg_pool, max_pool, mlp, weights = σ(·), output = F ⊗ M (channel);
                  pooled, conv, weights, output (spatial)
+    issue 14:    softcap: …scaled_scores, softcapped_scores = c·tanh(e/c), …core…;
+                 linear: query_features = φ(Q), key_features = φ(K), similarities, weights = s / Σ s, context;
+                 differential: the core twice (*_1, *_2), weights = A_1 − λ A_2, context;
+                 latent (MLA): content_keys = W^UK c, value_heads = W^UV c, query_heads, key_heads = [·^C; ·^R], …core…;
+                 gqa: multi-head with key_groups / value_groups = repeat_kv(key_heads / value_heads);
+                 neighborhood: the core with the 2-D neighbourhood pattern as the mask
 
 ``PATHS[name]`` maps each step name of a path to a ``StepFn``: the step's
 function and the names of the earlier steps (or inputs and parameters) it
@@ -41,8 +47,12 @@ import torch
 import torch.nn.functional as F
 
 from .channel import bottleneck_mlp
-from .multihead import merge_heads, split_heads
+from .differential import difference
+from .latent import join_rope, up_project
+from .linear import elu_feature_map, feature_similarities, normalize_similarities
+from .multihead import merge_heads, repeat_kv, split_heads
 from .scores import dot
+from .softcap import softcap
 from .softmax import masked_softmax
 
 # --- the step functions ------------------------------------------------------------
@@ -204,11 +214,68 @@ SPATIAL: Path = {
     "output": StepFn(gate, ("f", "weights")),
 }
 
+SOFTCAP: Path = {
+    **SCORE_PATHS["scaled_dot"],
+    "softcapped_scores": StepFn(lambda e, c: softcap(e, float(c)), ("scaled_scores", "cap")),
+    **_core("softcapped_scores", "v"),
+}
+
+LINEAR: Path = {
+    "query_features": StepFn(elu_feature_map, ("q",)),
+    "key_features": StepFn(elu_feature_map, ("k",)),
+    "similarities": StepFn(feature_similarities, ("query_features", "key_features", "mask?")),
+    "weights": StepFn(normalize_similarities, ("similarities",)),
+    "context": StepFn(weighted_sum, ("weights", "v")),
+}
+
+
+def _map(n: int) -> Path:
+    """One of differential attention's two softmax maps, its steps named ``*_n``."""
+    return {
+        f"scores_{n}": StepFn(dot, (f"q{n}", f"k{n}")),
+        f"scaled_scores_{n}": StepFn(scale_scores, (f"scores_{n}", "scale")),
+        f"masked_scores_{n}": StepFn(mask_scores, (f"scaled_scores_{n}", "mask")),
+        f"weights_{n}": StepFn(masked_softmax, (f"scaled_scores_{n}", "mask?")),
+    }
+
+
+DIFFERENTIAL: Path = {
+    **_map(1),
+    **_map(2),
+    "weights": StepFn(difference, ("weights_1", "weights_2", "lam")),
+    "context": StepFn(weighted_sum, ("weights", "v")),
+}
+
+LATENT: Path = {
+    "content_keys": StepFn(lambda c, w, h: up_project(c, w, int(h)), ("c_kv", "w_uk", "h")),
+    "value_heads": StepFn(lambda c, w, h: up_project(c, w, int(h)), ("c_kv", "w_uv", "h")),
+    "query_heads": StepFn(join_rope, ("q_c", "q_r")),
+    "key_heads": StepFn(join_rope, ("content_keys", "k_r")),
+    "scores": StepFn(dot, ("query_heads", "key_heads")),
+    "scaled_scores": StepFn(scale_scores, ("scores", "scale")),
+    **_core("scaled_scores", "value_heads"),
+}
+
+GQA: Path = {
+    **MULTI_HEAD,
+    "key_heads": StepFn(lambda t, h: split_heads(t, int(h)), ("projected_keys", "h_kv")),
+    "value_heads": StepFn(lambda t, h: split_heads(t, int(h)), ("projected_values", "h_kv")),
+    "key_groups": StepFn(lambda t, g: repeat_kv(t, int(g)), ("key_heads", "groups")),
+    "value_groups": StepFn(lambda t, g: repeat_kv(t, int(g)), ("value_heads", "groups")),
+    "scores": StepFn(lambda qh, kh: dot(qh, kh), ("query_heads", "key_groups")),
+    **_core("scaled_scores", "value_groups"),
+}
+
 PATHS: dict[str, Path] = {
     **{f"attention/{s}": attention_path(s) for s in SCORE_PATHS},
     "multi_head": MULTI_HEAD,
     "channel": CHANNEL,
     "spatial": SPATIAL,
+    "softcap": SOFTCAP,
+    "linear": LINEAR,
+    "differential": DIFFERENTIAL,
+    "latent": LATENT,
+    "gqa": GQA,
 }
 
 
@@ -231,6 +298,7 @@ def evaluate(path: Path, env: dict[str, torch.Tensor], name: str) -> torch.Tenso
 
 __all__ = [
     "StepFn", "Path", "PATHS", "SCORE_PATHS", "ATTENTIONAL", "MULTI_HEAD", "CHANNEL", "SPATIAL",
+    "SOFTCAP", "LINEAR", "DIFFERENTIAL", "LATENT", "GQA",
     "attention_path", "evaluate", "project", "pair_sum", "vector_scores", "scale_scores", "mask_scores",
     "weighted_sum", "concat_features", "mean_pool", "max_pool", "shared_mlp", "channel_gate",
     "channel_pool", "same_conv", "gate",

@@ -191,7 +191,9 @@ class RotaryEmbedding(nn.Module):
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"rotary embedding of head_dim={self.head_dim} got heads of size {x.shape[-1]} ({_checks.shape(x)})")
         cos, sin = self.angles(x.shape[-2], offset, x.device)  # (n, d_h/2)
-        pairs = x.float().unflatten(-1, (-1, 2))  # (..., n, d_h/2, 2)
+        work = torch.promote_types(x.dtype, torch.float32)  # half precision rotates in float32; float64 stays float64
+        cos, sin = cos.to(work), sin.to(work)
+        pairs = x.to(work).unflatten(-1, (-1, 2))  # (..., n, d_h/2, 2)
         x1, x2 = pairs[..., 0], pairs[..., 1]
         out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., n, d_h/2, 2)
         return out.flatten(-2).to(x.dtype)

@@ -172,7 +172,8 @@ def from_example(ex, t) -> View:
         ms = display_value(ex, "masked_scores", t["masked_scores"].value)
         data["masked"] = np.isneginf((ms.unsqueeze(0) if ms.dim() == 1 else ms).numpy())
     if "query_heads" in names and "key_heads" in names:  # (b, h, n, d) → one layer
-        qh, kh = t["query_heads"].value, t["key_heads"].value
+        qh = t["query_heads"].value  # grouped-query: each query head's keys are its key group
+        kh = t["key_groups" if "key_groups" in names else "key_heads"].value
         if qh.dim() == 4 and qh.shape[0] == 1:
             data["queries"], data["keys"] = qh.float(), kh.float()
     return normalise(data)
