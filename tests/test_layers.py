@@ -100,10 +100,9 @@ def layer(module: str) -> int:
 
 GRAPH = {m: imports(m) for m in MODULES}
 
-# Violations in files owned elsewhere, known when this test landed: listed so that the test fails
-# for any NEW one; remove an entry when its fix lands (test_known_violations_remain says which).
+# Known violations, each to be fixed (none are left; an entry here exempts one edge or cycle).
 KNOWN_UP: set[tuple[str, str]] = set()
-KNOWN_CYCLES = {("attnlab.explain.examples", "attnlab.explain.mechanisms")}
+KNOWN_CYCLES: set[tuple[str, ...]] = set()
 
 
 def test_every_module_has_a_layer():
@@ -169,8 +168,33 @@ def test_the_checker_sees_imports_inside_functions_and_finds_cycles():
         layer("attnlab.nowhere.x")
 
 
-@pytest.mark.xfail(reason="violations in files owned on other branches (KNOWN_UP, KNOWN_CYCLES)", strict=False)
-def test_known_violations_remain_until_fixed():
-    up = {(a, b) for a, targets in GRAPH.items() for b in targets if layer(b) > layer(a)}
-    cycles = {tuple(c) for c in _cycles(GRAPH)}
-    assert not (KNOWN_UP & up) and not (KNOWN_CYCLES & cycles), (KNOWN_UP & up, KNOWN_CYCLES & cycles)
+def _package(module: str) -> str:
+    """attnlab.nn.latent → attnlab.nn; attnlab.masks → attnlab (a module at the root)."""
+    return module if _is_package(module) else module.rpartition(".")[0]
+
+
+def private_imports(module: str, text: str | None = None) -> list[str]:
+    """``from X import _name`` where X lies in another package than ``module`` (private names stay home).
+    Private *modules* (``from .. import _checks``, the input checks below every layer) and dunders
+    (``__version__``) are not private names."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8") if text is None else text)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            src = _resolve(module, node)
+            if src not in MODULES or _package(src) == _package(module):
+                continue
+            found += [f"{module} imports {a.name} from {src}" for a in node.names
+                      if a.name.startswith("_") and not a.name.endswith("__") and f"{src}.{a.name}" not in MODULES]
+    return found
+
+
+def test_no_module_imports_a_private_name_from_another_package():
+    bad = [line for m in MODULES for line in private_imports(m)]
+    assert not bad, "private names imported across packages:\n  " + "\n  ".join(bad)
+
+
+def test_the_private_import_check_sees_one():
+    text = "from ..functional.attention import _guard, attention\nfrom .. import _checks\nfrom .multihead import _x\n"
+    assert private_imports("attnlab.nn.latent", text) == [
+        "attnlab.nn.latent imports _guard from attnlab.functional.attention"]

@@ -61,3 +61,10 @@ def test_schema_rejects_bad_examples(text, words):
 def test_hyphenated_spelling_validates():
     ex = parse('mechanism = "multi-head"\n[inputs]\nx = [[1.0, 0.0]]\n[params]\nnum_heads = 2\n', "mh.toml")
     assert list(_validator().iter_errors(as_json(ex))) == []
+
+
+def test_the_names_list_and_the_runners_registry_agree():
+    from attnlab.explain.mechanisms import MECHANISMS
+    from attnlab.explain.names import NAMES
+
+    assert list(NAMES) == list(MECHANISMS)

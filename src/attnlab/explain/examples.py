@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .names import NAMES, canonical
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -102,22 +104,18 @@ def _tensor(where: str, value: Any) -> torch.Tensor:
 
 
 def parse(text: str, name: str = "<string>") -> Example:
-    from .mechanisms import MECHANISMS  # the registry runs examples, so it imports this module
-
     try:
         data = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as e:
         msg = str(e).replace("(at end of document)", f"(at the end of the file, line {len(text.splitlines())})")
         raise ExampleError(f"{name}: not valid TOML: {msg}") from None
     if "mechanism" not in data:
-        raise ExampleError(f"{name}: missing the field 'mechanism' (one of {', '.join(sorted(MECHANISMS))})")
-    from .mechanisms import canonical
-
+        raise ExampleError(f"{name}: missing the field 'mechanism' (one of {', '.join(sorted(NAMES))})")
     mech = canonical(data["mechanism"]) if isinstance(data["mechanism"], str) else data["mechanism"]
-    if mech not in MECHANISMS:
+    if mech not in NAMES:
         n = _locate(text, "", "mechanism", None)
         where = f"{name}, line {n}" if n else name
-        raise ExampleError(f"{where}: unknown mechanism {mech!r}; known: {', '.join(sorted(MECHANISMS))}")
+        raise ExampleError(f"{where}: unknown mechanism {mech!r}; known: {', '.join(sorted(NAMES))}")
     if "inputs" not in data or not isinstance(data["inputs"], dict):
         raise ExampleError(f"{name}: missing the table [inputs]")
     claims = data.get("claim", [])
@@ -155,101 +153,6 @@ def load(name_or_path: str | Path) -> Example:
         raise ExampleError(f"no built-in example {name!r}; available: {', '.join(builtin_names())}")
     text = (resources.files("attnlab.explain") / "examples" / f"{name}.toml").read_text(encoding="utf-8")
     return parse(text, name)
-
-
-# --- reading inputs and parameters --------------------------------------------
-
-
-def _need(ex: Example, table: str, key: str) -> torch.Tensor:
-    src = ex.inputs if table == "inputs" else ex.params
-    if key not in src:
-        raise ExampleError(f"{ex.at(table)}: mechanism {ex.mechanism!r} needs {key}")
-    return _tensor(ex.at(table, key), src[key])
-
-
-def _opt(ex: Example, table: str, key: str) -> torch.Tensor | None:
-    src = ex.inputs if table == "inputs" else ex.params
-    return _need(ex, table, key) if key in src else None
-
-
-def _int(ex: Example, key: str, default: int | None = None) -> int:
-    if key not in ex.params:
-        if default is None:
-            raise ExampleError(f"{ex.at('params')}: mechanism {ex.mechanism!r} needs {key}")
-        return default
-    v = ex.params[key]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ExampleError(f"{ex.at('params', key)} must be a positive integer; got {v!r}")
-    return v
-
-
-def _rows(ex: Example, key: str) -> torch.Tensor:
-    t = _need(ex, "inputs", key)
-    if t.dim() != 2:
-        raise ExampleError(f"{ex.at('inputs', key)} must be a matrix (one row per position); got shape {tuple(t.shape)}")
-    return t
-
-
-def _query(ex: Example) -> torch.Tensor:
-    q = _need(ex, "inputs", "query")
-    if q.dim() == 1:
-        q = q.unsqueeze(0)
-    if q.dim() != 2:
-        raise ExampleError(f"{ex.at('inputs', 'query')} must be a vector or rows of queries; got shape {tuple(q.shape)}")
-    return q
-
-
-def _qkv(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    q = _query(ex)
-    k = _rows(ex, "keys")
-    v = _rows(ex, "values") if "values" in ex.inputs else k
-    if v.shape[0] != k.shape[0]:
-        raise ExampleError(f"{ex.at('inputs', 'values')}: {v.shape[0]} values for {k.shape[0]} keys")
-    return q, k, v
-
-
-def _mask(ex: Example, q_len: int, k_len: int) -> torch.Tensor | None:
-    """[inputs] mask (1/true = may attend; a row per query, or one row for all) and/or [params] causal."""
-    m = None
-    if "mask" in ex.inputs:
-        raw = ex.inputs["mask"]
-
-        def conv(x):
-            if isinstance(x, list):
-                return [conv(y) for y in x]
-            if isinstance(x, bool) or x in (0, 1):
-                return bool(x)
-            raise ExampleError(f"{ex.at('inputs', 'mask')}: entries must be 1/0 or true/false; got {x!r}")
-
-        try:
-            m = torch.tensor(conv(raw), dtype=torch.bool)
-        except ValueError as e:
-            raise ExampleError(f"{ex.at('inputs', 'mask')}: rows must all have the same length ({e})") from None
-        if m.dim() == 1:
-            m = m.unsqueeze(0)
-        if m.dim() != 2 or m.shape[1] != k_len or m.shape[0] not in (1, q_len):
-            raise ExampleError(
-                f"{ex.at('inputs', 'mask')} must be ({q_len}, {k_len}) or ({k_len},) (queries × keys); "
-                f"got shape {tuple(m.shape)}"
-            )
-    if ex.params.get("causal", False) is True:
-        causal = torch.arange(k_len) <= torch.arange(q_len).unsqueeze(-1) + (k_len - q_len)
-        m = causal if m is None else (m & causal)
-    return m
-
-
-def _scale(ex: Example) -> float | None:
-    return float(ex.params["scale"]) if "scale" in ex.params else None
-
-
-def _feature_map(ex: Example) -> torch.Tensor:
-    f = _need(ex, "inputs", "feature_map")
-    if f.dim() == 3:
-        f = f.unsqueeze(0)
-    if f.dim() != 4:
-        raise ExampleError(f"{ex.at('inputs', 'feature_map')} must be (C, H, W) or (b, C, H, W); got shape {tuple(f.shape)}")
-    return f
-
 
 
 __all__ = ["Example", "ExampleError", "parse", "load", "builtin_names"]

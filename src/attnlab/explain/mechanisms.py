@@ -30,30 +30,20 @@ from ..functional.multihead import multi_head_attention, repeat_kv, split_heads
 from ..functional.scores import additive, concat, general
 from ..functional.softcap import softcap_attention
 from ..trace import Step, Trace, record, trace
-from .examples import (
-    Example,
-    ExampleError,
-    _feature_map,
-    _int,
-    _mask,
-    _need,
-    _opt,
-    _qkv,
-    _query,
-    _rows,
-    _scale,
-)
+from . import inputs
+from .examples import Example, ExampleError
+from .names import ALIASES, canonical
 from .papers import PAPERS, Paper
 
 # Score choices for mechanisms that take a ``score`` parameter (masked, attentional, ...).
 SCORE_BUILDERS: dict[str, Callable[[Example], Any]] = {
     "dot": lambda ex: "dot",
     "scaled_dot": lambda ex: "scaled_dot",
-    "general": lambda ex: partial(general, weight=_need(ex, "params", "weight")),
+    "general": lambda ex: partial(general, weight=inputs.need(ex, "params", "weight")),
     "additive": lambda ex: partial(
-        additive, w_q=_need(ex, "params", "w_q"), w_k=_need(ex, "params", "w_k"), v=_need(ex, "params", "v")
+        additive, w_q=inputs.need(ex, "params", "w_q"), w_k=inputs.need(ex, "params", "w_k"), v=inputs.need(ex, "params", "v")
     ),
-    "concat": lambda ex: partial(concat, weight=_need(ex, "params", "weight"), v=_need(ex, "params", "v")),
+    "concat": lambda ex: partial(concat, weight=inputs.need(ex, "params", "weight"), v=inputs.need(ex, "params", "v")),
 }
 
 
@@ -68,12 +58,12 @@ def _score(ex: Example, default: str) -> Any:
 
 
 def _run_attention(ex: Example, score: str, *, need_mask: bool = False) -> Trace:
-    q, k, v = _qkv(ex)  # inputs are read (and checked) before parameters
+    q, k, v = inputs.qkv(ex)  # inputs are read (and checked) before parameters
     score_arg = _score(ex, score)
-    mask = _mask(ex, q.shape[0], k.shape[0])
+    mask = inputs.mask(ex, q.shape[0], k.shape[0])
     if need_mask and mask is None:
         raise ExampleError(f"{ex.at('inputs')}: mechanism {ex.mechanism!r} needs a mask (or [params] causal = true)")
-    scale = _scale(ex) if score_arg == "scaled_dot" else None
+    scale = inputs.scale(ex) if score_arg == "scaled_dot" else None
     with trace() as t:
         attention(q, k, v, score=score_arg, mask=mask, scale=scale, need_weights=True)
     return t
@@ -89,7 +79,7 @@ def _run_sparse(ex: Example) -> Trace:
 
     pattern = ex.params.get("pattern")
     if pattern is not None and "mask" not in ex.inputs:
-        n = _rows(ex, "keys").shape[0]
+        n = inputs.rows(ex, "keys").shape[0]
         if isinstance(pattern, list):
             try:
                 pat = patterns.from_spec(pattern, str(ex.params.get("combine", "or")))
@@ -111,7 +101,7 @@ def _run_sparse(ex: Example) -> Trace:
                 f"{ex.at('params', 'pattern')} must be a table with a name, e.g. "
                 '{name = "sliding_window", before = 1, after = 1}, or a list of {kind, args} tables'
             )
-        q_len = _query(ex).shape[0]
+        q_len = inputs.query(ex).shape[0]
         ex.inputs["mask"] = pat.materialize(n)[n - q_len :].int().tolist()
     return _run_attention(ex, "scaled_dot", need_mask=True)
 
@@ -125,16 +115,16 @@ def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: to
     """Projections + (multi-head or grouped-query) attention via ``attnlab.multihead``; absent weights are
     identities. ``kv_heads`` < ``heads``: grouped-query attention, its key/value heads shown before and
     after ``repeat_kv`` (the library's own) shares each among ``heads // kv_heads`` query heads."""
-    given = {n: _opt(ex, "params", n) for n in ("w_q", "w_k", "w_v", "w_o")}
+    given = {n: inputs.optional(ex, "params", n) for n in ("w_q", "w_k", "w_v", "w_o")}
     w_q = given["w_q"] if given["w_q"] is not None else _eye(q_in.shape[-1])
     w_k = given["w_k"] if given["w_k"] is not None else _eye(k_in.shape[-1])
     w_v = given["w_v"] if given["w_v"] is not None else _eye(v_in.shape[-1])
     w_o = given["w_o"] if given["w_o"] is not None else _eye(w_q.shape[0])  # acts on concat(heads): h·d_h
-    mask = _mask(ex, q_in.shape[0], k_in.shape[0])
+    mask = inputs.mask(ex, q_in.shape[0], k_in.shape[0])
     with trace() as t:
         multi_head_attention(
             q_in[None], k_in[None], v_in[None], num_heads=heads, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o,
-            mask=mask, scale=_scale(ex), need_weights=True, num_kv_heads=kv_heads,
+            mask=mask, scale=inputs.scale(ex), need_weights=True, num_kv_heads=kv_heads,
         )
     drop = {f"projected_{s}" for s, w in (("query", "w_q"), ("keys", "w_k"), ("values", "w_v")) if given[w] is None}
     if heads == 1:
@@ -162,42 +152,42 @@ def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: to
 
 
 def _run_self(ex: Example) -> Trace:
-    x = _rows(ex, "x")
+    x = inputs.rows(ex, "x")
     return _run_projected(ex, x, x, x, 1)
 
 
 def _run_multi_head(ex: Example) -> Trace:
     if "x" in ex.inputs:
-        x = _rows(ex, "x")
+        x = inputs.rows(ex, "x")
         q = k = v = x
     else:
-        q, k, v = _qkv(ex)
-    return _run_projected(ex, q, k, v, _int(ex, "num_heads"))
+        q, k, v = inputs.qkv(ex)
+    return _run_projected(ex, q, k, v, inputs.positive_int(ex, "num_heads"))
 
 
 def _run_gqa(ex: Example) -> Trace:
-    x = _rows(ex, "x")
-    heads, kv = _int(ex, "num_heads"), _int(ex, "num_kv_heads")
+    x = inputs.rows(ex, "x")
+    heads, kv = inputs.positive_int(ex, "num_heads"), inputs.positive_int(ex, "num_kv_heads")
     if heads % kv:
         raise ExampleError(f"{ex.at('params', 'num_kv_heads')}: must divide num_heads={heads}; got {kv}")
     return _run_projected(ex, x, x, x, heads, kv)
 
 
 def _run_softcap(ex: Example) -> Trace:
-    q, k, v = _qkv(ex)
+    q, k, v = inputs.qkv(ex)
     cap = ex.params.get("cap")
     if isinstance(cap, bool) or not isinstance(cap, (int, Decimal)):
         raise ExampleError(f"{ex.at('params')}: mechanism 'softcap' needs cap (a positive number); got {cap!r}")
     with trace() as t:
-        softcap_attention(q, k, v, cap=float(cap), scale=_scale(ex), mask=_mask(ex, q.shape[0], k.shape[0]),
+        softcap_attention(q, k, v, cap=float(cap), scale=inputs.scale(ex), mask=inputs.mask(ex, q.shape[0], k.shape[0]),
                           need_weights=True)
     return t
 
 
 def _run_linear(ex: Example) -> Trace:
-    q, k, v = _qkv(ex)
+    q, k, v = inputs.qkv(ex)
     with trace() as t:
-        linear_attention(q, k, v, mask=_mask(ex, q.shape[0], k.shape[0]), need_weights=True)
+        linear_attention(q, k, v, mask=inputs.mask(ex, q.shape[0], k.shape[0]), need_weights=True)
     return t
 
 
@@ -210,12 +200,12 @@ def _lambda(ex: Example) -> float:
 
 def _run_differential(ex: Example) -> Trace:
     """The core once per map (their steps named ``*_1``, ``*_2``), then the library's A_1 − λ A_2 and context."""
-    v = _rows(ex, "values")
+    v = inputs.rows(ex, "values")
     lam, steps, weights = _lambda(ex), [], []
     for n in (1, 2):
-        q, k = _rows(ex, f"query_{n}"), _rows(ex, f"keys_{n}")
+        q, k = inputs.rows(ex, f"query_{n}"), inputs.rows(ex, f"keys_{n}")
         with trace() as t:
-            _, w = attention(q, k, v, mask=_mask(ex, q.shape[0], k.shape[0]), scale=_scale(ex), need_weights=True)
+            _, w = attention(q, k, v, mask=inputs.mask(ex, q.shape[0], k.shape[0]), scale=inputs.scale(ex), need_weights=True)
         steps += [Step(f"{s.name}_{n}", s.formula.replace("α_ij", f"(A_{n})_ij"), s.value,
                        s.latex.replace(r"\alpha_{ij}", f"(A_{n})_{{ij}}"), s.note)
                   for s in t if s.name != "context"]
@@ -228,16 +218,16 @@ def _run_differential(ex: Example) -> Trace:
 
 
 def _run_latent(ex: Example) -> Trace:
-    h = _int(ex, "num_heads", 1)
-    q_c, q_r = _rows(ex, "query"), _rows(ex, "query_rope")
-    c_kv, k_r = _rows(ex, "latents"), _rows(ex, "key_rope")
+    h = inputs.positive_int(ex, "num_heads", 1)
+    q_c, q_r = inputs.rows(ex, "query"), inputs.rows(ex, "query_rope")
+    c_kv, k_r = inputs.rows(ex, "latents"), inputs.rows(ex, "key_rope")
     for name, t in (("query", q_c), ("query_rope", q_r)):
         if t.shape[-1] % h:
             raise ExampleError(f"{ex.at('inputs', name)}: {t.shape[-1]} features do not split into num_heads={h}")
     with trace() as t:
         latent_attention(split_heads(q_c[None], h), split_heads(q_r[None], h), c_kv[None], k_r[None],
-                         _need(ex, "params", "w_uk"), _need(ex, "params", "w_uv"), num_heads=h,
-                         mask=_mask(ex, q_c.shape[0], c_kv.shape[0]), need_weights=True)
+                         inputs.need(ex, "params", "w_uk"), inputs.need(ex, "params", "w_uv"), num_heads=h,
+                         mask=inputs.mask(ex, q_c.shape[0], c_kv.shape[0]), need_weights=True)
     return t
 
 
@@ -245,54 +235,54 @@ def neighborhood_mask(ex: Example) -> torch.Tensor:
     """The (n, n) bool mask of ``attnlab.patterns.neighborhood_2d`` over the example's H × W grid."""
     from .. import patterns
 
-    hgt, wid, kernel = _int(ex, "height"), _int(ex, "width"), _int(ex, "kernel")
-    n = _rows(ex, "keys").shape[0]
-    if n != hgt * wid or _query(ex).shape[0] != n:
+    hgt, wid, kernel = inputs.positive_int(ex, "height"), inputs.positive_int(ex, "width"), inputs.positive_int(ex, "kernel")
+    n = inputs.rows(ex, "keys").shape[0]
+    if n != hgt * wid or inputs.query(ex).shape[0] != n:
         raise ExampleError(f"{ex.at('inputs')}: a {hgt} × {wid} grid needs {hgt * wid} queries and keys; got {n} keys")
     try:
-        return patterns.neighborhood_2d(hgt, wid, kernel, _int(ex, "dilation", 1)).materialize(n)
+        return patterns.neighborhood_2d(hgt, wid, kernel, inputs.positive_int(ex, "dilation", 1)).materialize(n)
     except (ValueError, TypeError) as e:
         raise ExampleError(f"{ex.at('params')}: {e}") from None
 
 
 def _run_neighborhood(ex: Example) -> Trace:
-    q, k, v = _qkv(ex)
+    q, k, v = inputs.qkv(ex)
     with trace() as t:
-        attention(q, k, v, mask=neighborhood_mask(ex), scale=_scale(ex), need_weights=True)
+        attention(q, k, v, mask=neighborhood_mask(ex), scale=inputs.scale(ex), need_weights=True)
     return t
 
 
 def _run_cross(ex: Example) -> Trace:
-    q, k, v = _qkv(ex)
-    return _run_projected(ex, q, k, v, _int(ex, "num_heads", 1))
+    q, k, v = inputs.qkv(ex)
+    return _run_projected(ex, q, k, v, inputs.positive_int(ex, "num_heads", 1))
 
 
 def _run_channel(ex: Example) -> Trace:
-    f = _feature_map(ex)
-    w1, w2 = _need(ex, "params", "w1"), _need(ex, "params", "w2")
+    f = inputs.feature_map(ex)
+    w1, w2 = inputs.need(ex, "params", "w1"), inputs.need(ex, "params", "w2")
     with trace() as t:
-        channel_attention(f, w1, _opt(ex, "params", "b1"), w2, _opt(ex, "params", "b2"))
+        channel_attention(f, w1, inputs.optional(ex, "params", "b1"), w2, inputs.optional(ex, "params", "b2"))
     return t
 
 
 def _run_spatial(ex: Example) -> Trace:
-    f = _feature_map(ex)
-    w = _need(ex, "params", "weight")
+    f = inputs.feature_map(ex)
+    w = inputs.need(ex, "params", "weight")
     if w.dim() == 3:
         w = w.unsqueeze(0)  # (2, k, k) as written → (1, 2, k, k)
-    b = _opt(ex, "params", "bias")
+    b = inputs.optional(ex, "params", "bias")
     with trace() as t:
         spatial_attention(f, w, b.reshape(1) if b is not None else None)
     return t
 
 
 def _run_attentional(ex: Example) -> Trace:
-    q, k, v = _qkv(ex)
+    q, k, v = inputs.qkv(ex)
     score_arg = _score(ex, "dot")
-    w_c, b_c = _need(ex, "params", "w_c"), _opt(ex, "params", "b_c")
+    w_c, b_c = inputs.need(ex, "params", "w_c"), inputs.optional(ex, "params", "b_c")
     with trace() as t:
-        context, _ = attention(q, k, v, score=score_arg, mask=_mask(ex, q.shape[0], k.shape[0]),
-                               scale=_scale(ex) if score_arg == "scaled_dot" else None, need_weights=True)
+        context, _ = attention(q, k, v, score=score_arg, mask=inputs.mask(ex, q.shape[0], k.shape[0]),
+                               scale=inputs.scale(ex) if score_arg == "scaled_dot" else None, need_weights=True)
         attentional_output(context, q, w_c, b_c)
     return t
 
@@ -359,30 +349,6 @@ MECHANISMS: dict[str, Mechanism] = {
     "neighborhood": Mechanism(_run_neighborhood, "2-D neighbourhood attention: a k × k window on an H × W grid",
                               "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?")),
 }
-
-
-# Other spellings of the mechanisms' names: nn's registry spells names with hyphens
-# (``multi-head``) and by paper (``bahdanau``, ``luong-dot``). A local map until
-# ``attnlab.nn.registry.canonical`` lands; explain's own names stay as they are.
-ALIASES: dict[str, str] = {
-    "bahdanau": "additive",
-    "luong-dot": "dot",
-    "luong-general": "general",
-    "luong-concat": "concat",
-    "cross": "cross_attention",
-    "mla": "latent",
-    "neighborhood-2d": "neighborhood",
-}
-
-
-def canonical(name: str) -> str:
-    """explain's name for a mechanism written either way (``multi-head`` → ``multi_head``); unknown names unchanged."""
-    if name in MECHANISMS:
-        return name
-    if name in ALIASES:
-        return ALIASES[name]
-    under = name.replace("-", "_")
-    return under if under in MECHANISMS else name
 
 
 def run(ex: Example) -> Trace:

@@ -16,7 +16,8 @@ import torch
 from ..functional import steps
 from ..functional.multihead import split_heads
 from ..functional.scores import default_scale
-from .examples import Example, _feature_map, _int, _mask, _need, _opt, _qkv, _rows
+from . import inputs
+from .examples import Example
 from .mechanisms import canonical, neighborhood_mask, num_heads
 
 Env = dict[str, torch.Tensor]
@@ -31,36 +32,36 @@ def _score_name(ex: Example, default: str) -> str:
 
 
 def _attention_env(ex: Example, score: str) -> Env:
-    q, k, v = _qkv(ex)
+    q, k, v = inputs.qkv(ex)
     e: Env = {"q": q, "k": k, "v": v}
-    m = _mask(ex, q.shape[0], k.shape[0])
+    m = inputs.mask(ex, q.shape[0], k.shape[0])
     if m is not None:
         e["mask"] = m
     e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(q.shape[-1]))
     if score in ("additive", "concat"):
-        e["v_vec"] = _need(ex, "params", "v")
+        e["v_vec"] = inputs.need(ex, "params", "v")
     if score == "additive":
-        e["w_q"], e["w_k"] = _need(ex, "params", "w_q"), _need(ex, "params", "w_k")
+        e["w_q"], e["w_k"] = inputs.need(ex, "params", "w_q"), inputs.need(ex, "params", "w_k")
     elif score == "concat":  # W [q; k] = W_q q + W_k k: W's query and key columns (views)
-        w = _need(ex, "params", "weight")
+        w = inputs.need(ex, "params", "weight")
         e["w_q"], e["w_k"] = w[:, : q.shape[-1]], w[:, q.shape[-1] :]
     elif score == "general":
-        e["w_k"] = _need(ex, "params", "weight")
+        e["w_k"] = inputs.need(ex, "params", "weight")
     return e
 
 
 def _projected_env(ex: Example) -> Env:
     if "x" in ex.inputs:
-        q = k = v = _rows(ex, "x")
+        q = k = v = inputs.rows(ex, "x")
     else:
-        q, k, v = _qkv(ex)
+        q, k, v = inputs.qkv(ex)
     e: Env = {"q": q[None], "k": k[None], "v": v[None], "h": torch.tensor(num_heads(ex))}
     for name, x in (("w_q", q), ("w_k", k), ("w_v", v)):
-        w = _opt(ex, "params", name)
+        w = inputs.optional(ex, "params", name)
         e[name] = w if w is not None else torch.eye(x.shape[-1], dtype=torch.float64)
-    w_o = _opt(ex, "params", "w_o")
+    w_o = inputs.optional(ex, "params", "w_o")
     e["w_o"] = w_o if w_o is not None else torch.eye(e["w_q"].shape[0], dtype=torch.float64)  # on concat(heads)
-    m = _mask(ex, q.shape[0], k.shape[0])
+    m = inputs.mask(ex, q.shape[0], k.shape[0])
     if m is not None:
         e["mask"] = m
     d_h = e["w_q"].shape[0] // num_heads(ex)
@@ -69,9 +70,9 @@ def _projected_env(ex: Example) -> Env:
 
 
 def _vision_env(ex: Example) -> Env:
-    e: Env = {"f": _feature_map(ex)}
+    e: Env = {"f": inputs.feature_map(ex)}
     for name in ("w1", "b1", "w2", "b2", "weight", "bias"):
-        t = _opt(ex, "params", name)
+        t = inputs.optional(ex, "params", name)
         if t is not None:
             e[name] = t
     if "weight" in e and e["weight"].dim() == 3:
@@ -92,8 +93,8 @@ def _attention(default: str):
 def _attentional(ex: Example) -> tuple[Env, steps.Path]:
     s = _score_name(ex, "dot")
     e = _attention_env(ex, s)
-    e["w_c"] = _need(ex, "params", "w_c")
-    b = _opt(ex, "params", "b_c")
+    e["w_c"] = inputs.need(ex, "params", "w_c")
+    b = inputs.optional(ex, "params", "b_c")
     if b is not None:
         e["b_c"] = b
     return e, {**steps.PATHS[f"attention/{s}"], **steps.ATTENTIONAL}
@@ -112,10 +113,10 @@ def _linear(ex: Example) -> tuple[Env, steps.Path]:
 
 
 def _differential(ex: Example) -> tuple[Env, steps.Path]:
-    e: Env = {"v": _rows(ex, "values"), "lam": _scalar(float(ex.params["lambda"]))}
+    e: Env = {"v": inputs.rows(ex, "values"), "lam": _scalar(float(ex.params["lambda"]))}
     for n in (1, 2):
-        e[f"q{n}"], e[f"k{n}"] = _rows(ex, f"query_{n}"), _rows(ex, f"keys_{n}")
-    m = _mask(ex, e["q1"].shape[0], e["k1"].shape[0])
+        e[f"q{n}"], e[f"k{n}"] = inputs.rows(ex, f"query_{n}"), inputs.rows(ex, f"keys_{n}")
+    m = inputs.mask(ex, e["q1"].shape[0], e["k1"].shape[0])
     if m is not None:
         e["mask"] = m
     e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(e["q1"].shape[-1]))
@@ -123,11 +124,11 @@ def _differential(ex: Example) -> tuple[Env, steps.Path]:
 
 
 def _latent(ex: Example) -> tuple[Env, steps.Path]:
-    h = _int(ex, "num_heads", 1)
-    q_c, q_r = split_heads(_rows(ex, "query")[None], h), split_heads(_rows(ex, "query_rope")[None], h)
-    e: Env = {"q_c": q_c, "q_r": q_r, "c_kv": _rows(ex, "latents")[None], "k_r": _rows(ex, "key_rope")[None],
-              "w_uk": _need(ex, "params", "w_uk"), "w_uv": _need(ex, "params", "w_uv"), "h": torch.tensor(h)}
-    m = _mask(ex, q_c.shape[-2], e["c_kv"].shape[1])
+    h = inputs.positive_int(ex, "num_heads", 1)
+    q_c, q_r = split_heads(inputs.rows(ex, "query")[None], h), split_heads(inputs.rows(ex, "query_rope")[None], h)
+    e: Env = {"q_c": q_c, "q_r": q_r, "c_kv": inputs.rows(ex, "latents")[None], "k_r": inputs.rows(ex, "key_rope")[None],
+              "w_uk": inputs.need(ex, "params", "w_uk"), "w_uv": inputs.need(ex, "params", "w_uv"), "h": torch.tensor(h)}
+    m = inputs.mask(ex, q_c.shape[-2], e["c_kv"].shape[1])
     if m is not None:
         e["mask"] = m
     e["scale"] = _scalar(default_scale(q_c.shape[-1] + q_r.shape[-1]))  # 1/√(d_h + d_R)
@@ -136,7 +137,7 @@ def _latent(ex: Example) -> tuple[Env, steps.Path]:
 
 def _gqa(ex: Example) -> tuple[Env, steps.Path]:
     e = _projected_env(ex)
-    h, kv = num_heads(ex), _int(ex, "num_kv_heads")
+    h, kv = num_heads(ex), inputs.positive_int(ex, "num_kv_heads")
     e["h_kv"], e["groups"] = torch.tensor(kv), torch.tensor(h // kv)
     return e, steps.GQA
 

@@ -86,7 +86,7 @@ def _validate(
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
 
-def _bad_rows(x: torch.Tensor) -> torch.Tensor:
+def nonfinite_rows(x: torch.Tensor) -> torch.Tensor:
     """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf.
 
     One summation pass (in float32 at least) instead of an element-wise test: a NaN or
@@ -97,7 +97,7 @@ def _bad_rows(x: torch.Tensor) -> torch.Tensor:
     return ~torch.isfinite(x.sum(-1, dtype=acc))
 
 
-def _zero_nonfinite(x: torch.Tensor) -> torch.Tensor:
+def zero_nonfinite_entries(x: torch.Tensor) -> torch.Tensor:
     """NaN and ±inf entries → 0 (their gradient is zero); finite entries pass through."""
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
@@ -111,8 +111,8 @@ def zero_nonfinite(
     query rows that held one, ``bad`` (..., k) bool: the key/value rows that held one). The caller
     sets to NaN the output rows it lets attend a ``bad`` row, and the ``bad_q`` rows (``finish_nonfinite``).
     """
-    bad_q, bad = _bad_rows(query), _bad_rows(key) | _bad_rows(value)  # (..., q), (..., k)
-    return _zero_nonfinite(query), _zero_nonfinite(key), _zero_nonfinite(value), bad_q, bad
+    bad_q, bad = nonfinite_rows(query), nonfinite_rows(key) | nonfinite_rows(value)  # (..., q), (..., k)
+    return zero_nonfinite_entries(query), zero_nonfinite_entries(key), zero_nonfinite_entries(value), bad_q, bad
 
 
 def _guard(
@@ -325,4 +325,5 @@ def attention(
     return finish_nonfinite(context, hit, dead), (weights if need_weights else None)
 
 
-__all__ = ["attention", "weigh", "combine_values", "zero_nonfinite", "finish_nonfinite"]
+__all__ = ["attention", "weigh", "combine_values", "zero_nonfinite", "finish_nonfinite", "nonfinite_rows",
+           "zero_nonfinite_entries"]

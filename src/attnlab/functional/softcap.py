@@ -35,7 +35,7 @@ from .attention import attention
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _check_cap(cap: float) -> float:
+def check_cap(cap: float) -> float:
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0 or cap != cap:
         raise ValueError(f"cap must be a positive number (Gemma 2 uses 50.0 for attention); got {cap!r}")
     return float(cap)
@@ -43,7 +43,7 @@ def _check_cap(cap: float) -> float:
 
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
     """ê = cap · tanh(scores / cap), elementwise; any shape. A new tensor (the input is not written)."""
-    cap = _check_cap(cap)
+    cap = check_cap(cap)
     out = torch.tanh(scores / cap) * cap
     record("softcapped_scores", f"ê_ij = {cap:g} · tanh(e_ij / {cap:g})", out, latex=r"\hat e_{ij} = c \tanh(e_{ij} / c)")
     return out
@@ -54,7 +54,7 @@ def softcapped(score: str | ScoreFn, cap: float, *, scale: float | None = None) 
 
     ``score``: ``"scaled_dot"`` (with ``scale``, default 1/√d), ``"dot"`` or any score callable.
     """
-    cap = _check_cap(cap)
+    cap = check_cap(cap)
     if score == "scaled_dot":
         base: ScoreFn = lambda q, k: _scores.scaled_dot(q, k, scale)  # noqa: E731
     elif score == "dot":
@@ -90,4 +90,4 @@ def softcap_attention(
     )
 
 
-__all__ = ["softcap", "softcapped", "softcap_attention"]
+__all__ = ["softcap", "softcapped", "softcap_attention", "check_cap"]

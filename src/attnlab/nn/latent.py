@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional.attention import _bad_rows, _zero_nonfinite
+from ..functional.attention import nonfinite_rows, zero_nonfinite_entries
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
@@ -41,8 +41,8 @@ def _norm_finite_rows(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
     The core's helpers zero such tokens before the norm and put NaN back after it, so the core's
     non-finite rule (``attnlab.functional.attention``) still sees them and applies.
     """
-    bad = _bad_rows(x).unsqueeze(-1)  # (b, n, 1)
-    return torch.where(bad, torch.full((), float("nan"), dtype=x.dtype, device=x.device), norm(_zero_nonfinite(x)))
+    bad = nonfinite_rows(x).unsqueeze(-1)  # (b, n, 1)
+    return torch.where(bad, torch.full((), float("nan"), dtype=x.dtype, device=x.device), norm(zero_nonfinite_entries(x)))
 
 
 class LatentCache:

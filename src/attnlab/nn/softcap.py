@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional.softcap import _check_cap, softcap_attention
+from ..functional.softcap import check_cap, softcap_attention
 from .registry import register
 
 
@@ -23,7 +23,7 @@ class SoftcapAttention(nn.Module):
 
     def __init__(self, *, cap: float = 50.0, scale: float | None = None, attn_drop: float = 0.0):
         super().__init__()
-        self.cap, self.scale, self.attn_drop = _check_cap(cap), scale, attn_drop
+        self.cap, self.scale, self.attn_drop = check_cap(cap), scale, attn_drop
 
     def forward(
         self,

@@ -1,0 +1,105 @@
+"""Reading a worked example's inputs and parameters: the named tensors each mechanism takes.
+
+Each reader raises ``ExampleError`` naming the table and key at fault (``[inputs] keys``) and
+what was expected (a matrix, a positive integer, a mask of the queries × keys shape).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .examples import Example, ExampleError, _tensor
+
+
+def need(ex: Example, table: str, key: str) -> torch.Tensor:
+    src = ex.inputs if table == "inputs" else ex.params
+    if key not in src:
+        raise ExampleError(f"{ex.at(table)}: mechanism {ex.mechanism!r} needs {key}")
+    return _tensor(ex.at(table, key), src[key])
+
+
+def optional(ex: Example, table: str, key: str) -> torch.Tensor | None:
+    src = ex.inputs if table == "inputs" else ex.params
+    return need(ex, table, key) if key in src else None
+
+
+def positive_int(ex: Example, key: str, default: int | None = None) -> int:
+    if key not in ex.params:
+        if default is None:
+            raise ExampleError(f"{ex.at('params')}: mechanism {ex.mechanism!r} needs {key}")
+        return default
+    v = ex.params[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ExampleError(f"{ex.at('params', key)} must be a positive integer; got {v!r}")
+    return v
+
+
+def rows(ex: Example, key: str) -> torch.Tensor:
+    t = need(ex, "inputs", key)
+    if t.dim() != 2:
+        raise ExampleError(f"{ex.at('inputs', key)} must be a matrix (one row per position); got shape {tuple(t.shape)}")
+    return t
+
+
+def query(ex: Example) -> torch.Tensor:
+    q = need(ex, "inputs", "query")
+    if q.dim() == 1:
+        q = q.unsqueeze(0)
+    if q.dim() != 2:
+        raise ExampleError(f"{ex.at('inputs', 'query')} must be a vector or rows of queries; got shape {tuple(q.shape)}")
+    return q
+
+
+def qkv(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    q = query(ex)
+    k = rows(ex, "keys")
+    v = rows(ex, "values") if "values" in ex.inputs else k
+    if v.shape[0] != k.shape[0]:
+        raise ExampleError(f"{ex.at('inputs', 'values')}: {v.shape[0]} values for {k.shape[0]} keys")
+    return q, k, v
+
+
+def mask(ex: Example, q_len: int, k_len: int) -> torch.Tensor | None:
+    """[inputs] mask (1/true = may attend; a row per query, or one row for all) and/or [params] causal."""
+    m = None
+    if "mask" in ex.inputs:
+        raw = ex.inputs["mask"]
+
+        def conv(x):
+            if isinstance(x, list):
+                return [conv(y) for y in x]
+            if isinstance(x, bool) or x in (0, 1):
+                return bool(x)
+            raise ExampleError(f"{ex.at('inputs', 'mask')}: entries must be 1/0 or true/false; got {x!r}")
+
+        try:
+            m = torch.tensor(conv(raw), dtype=torch.bool)
+        except ValueError as e:
+            raise ExampleError(f"{ex.at('inputs', 'mask')}: rows must all have the same length ({e})") from None
+        if m.dim() == 1:
+            m = m.unsqueeze(0)
+        if m.dim() != 2 or m.shape[1] != k_len or m.shape[0] not in (1, q_len):
+            raise ExampleError(
+                f"{ex.at('inputs', 'mask')} must be ({q_len}, {k_len}) or ({k_len},) (queries × keys); "
+                f"got shape {tuple(m.shape)}"
+            )
+    if ex.params.get("causal", False) is True:
+        causal = torch.arange(k_len) <= torch.arange(q_len).unsqueeze(-1) + (k_len - q_len)
+        m = causal if m is None else (m & causal)
+    return m
+
+
+def scale(ex: Example) -> float | None:
+    return float(ex.params["scale"]) if "scale" in ex.params else None
+
+
+def feature_map(ex: Example) -> torch.Tensor:
+    f = need(ex, "inputs", "feature_map")
+    if f.dim() == 3:
+        f = f.unsqueeze(0)
+    if f.dim() != 4:
+        raise ExampleError(f"{ex.at('inputs', 'feature_map')} must be (C, H, W) or (b, C, H, W); got shape {tuple(f.shape)}")
+    return f
+
+
+__all__ = ["need", "optional", "positive_int", "rows", "query", "qkv", "mask", "scale", "feature_map"]
