@@ -138,15 +138,8 @@ def _layout(
 
 
 def _forward(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    keys: torch.Tensor | None,
-    pattern: Pattern,
-    block: int,
-    scale: float,
-    dropout_p: float,
-    grad: bool,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern: Pattern,
+    block: int, scale: float, dropout_p: float, grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(out (b, h, n, d_v), lse (b, h, n) on the fused path else (0,), the dropout seed) on finite inputs."""
     b, h, n, d = q.shape
@@ -389,12 +382,7 @@ def block_sparse_attention(
 @torch.compiler.disable  # an inspection path: the plan (host reads) and tile-by-tile weights
 @torch.no_grad()
 def _tile_weights(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    pl: Plan,
-    pad: torch.Tensor | None,
-    scale: float,
-    hit: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, pl: Plan, pad: torch.Tensor | None, scale: float, hit: torch.Tensor | None = None
 ) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
