@@ -69,7 +69,9 @@ def differential_attention(
     o1, w1 = attend(q1, k1, value)  # (..., q, d_v), (..., q, k) or None
     o2, w2 = attend(q2, k2, value)
     lam_t = torch.as_tensor(lam, dtype=o1.dtype, device=o1.device)
-    return difference(o1, o2, lam_t), (difference(w1, w2, lam_t) if need_weights else None)
+    # attention returns weights iff need_weights, so both are tensors exactly then
+    weights = difference(w1, w2, lam_t) if w1 is not None and w2 is not None else None
+    return difference(o1, o2, lam_t), weights
 
 
 def difference(a1: torch.Tensor, a2: torch.Tensor, lam: float | torch.Tensor) -> torch.Tensor:

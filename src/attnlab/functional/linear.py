@@ -93,7 +93,13 @@ def normalize_similarities(sim: torch.Tensor) -> torch.Tensor:
     return _safe_divide(sim, sim.sum(-1, keepdim=True))
 
 
-def _parallel(query, key, value, allowed, feature_map) -> tuple[torch.Tensor, torch.Tensor]:
+def _parallel(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    allowed: torch.Tensor | None,
+    feature_map: Callable[[torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The parallel form, each step recorded while ``attnlab.trace()`` is active."""
     phi = "elu(x) + 1" if feature_map is elu_feature_map else "φ(x)"
     fq, fk = feature_map(query), feature_map(key)  # (..., q, d), (..., k, d)

@@ -35,6 +35,8 @@ https://arxiv.org/abs/2205.14135.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 
@@ -74,7 +76,19 @@ def _segments(n: int, nt: int, T: int, before: int, after: int) -> list[tuple[in
     return out
 
 
-def _calls(n, nt, T, before, after, real, b, h, d, device, budget=None):
+def _calls(
+    n: int,
+    nt: int,
+    T: int,
+    before: int,
+    after: int,
+    real: torch.Tensor | None,
+    b: int,
+    h: int,
+    d: int,
+    device: torch.device,
+    budget: int | None = None,
+) -> Iterator[tuple[int | None, int, int, torch.Tensor, torch.Tensor | None]]:
     """The fused kernel's calls of one band: (batch element or None for all, first tile, end tile,
     allowed (T, L) or (e − s, T, L) bool, rows with no key (e − s, T) or None).
 
@@ -98,7 +112,7 @@ def _calls(n, nt, T, before, after, real, b, h, d, device, budget=None):
             yield bi, s, e, allow, ~allow.any(-1)  # rows with no key (a tensor: no host read)
 
 
-def _kernel_mask(allow: torch.Tensor, dtype) -> torch.Tensor:
+def _kernel_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """(T, L) or (e − s, T, L) bool → the fused kernel's additive mask, 2-D or 4-D (1, e − s, T, L)."""
     bias = flash.additive(allow, dtype)
     return bias if bias.dim() == 2 else bias[None]
@@ -129,7 +143,16 @@ def _chunk_spans(x: torch.Tensor, s: int, e: int, T: int, before: int, after: in
     return x.reshape(b * h, n, d)[:, pos.clamp(0, n - 1)].masked_fill_(~ok[None, :, :, None], 0.0)
 
 
-def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
+def band_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    before: int,
+    after: int,
+    real: torch.Tensor | None,
+    scale: float,
+    T: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The window with PyTorch's fused kernel, no autograd: (out (b, h, n, d_v), lse (b, h, n)).
 
     Rows that may attend no key get out = 0 and lse = −inf (``attnlab.kernels.flash.merge``)."""
@@ -151,10 +174,23 @@ def band_forward(q, k, v, before: int, after: int, real, scale: float, T: int):
             lse = lp.new_empty(b, h, nt, T)
         out[sel, :, s:e] = o.view(m, h, e - s, T, dv)
         lse[sel, :, s:e] = lp.reshape(m, h, e - s, T)
+    assert lse is not None  # n >= 1: there was a call
     return out.view(b, h, nt * T, dv)[:, :, :n], lse.view(b, h, nt * T)[:, :, :n]
 
 
-def band_backward(dout, q, k, v, out, lse, before: int, after: int, real, scale: float, T: int):
+def band_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    before: int,
+    after: int,
+    real: torch.Tensor | None,
+    scale: float,
+    T: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of the window part, given the output and lse of the *whole* softmax
     (this part alone, or merged with others); rows with no key must come with dout = 0 and a finite lse."""
     b, h, n, d = q.shape

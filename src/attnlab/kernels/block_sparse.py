@@ -71,13 +71,14 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .. import _checks
 from ..functional.attention import finish_nonfinite, zero_nonfinite
 from ..functional.softmax import masked_softmax
-from ..patterns import Pattern
+from ..patterns import Pattern, Window
 from . import devices, flash
 from .band import band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
@@ -121,7 +122,9 @@ def _fused(d: int, d_v: int, dropout_p: float) -> bool:
     return HAS_FUSED and dropout_p == 0 and d_v == d
 
 
-def _layout(pattern: Pattern, n: int, block: int, bh: int, grad: bool):
+def _layout(
+    pattern: Pattern, n: int, block: int, bh: int, grad: bool
+) -> tuple[Window | None, int, torch.Tensor | None, Plan | None]:
     """The fused path's parts: (window or None, query tile T, global positions < n or None, plan or None)."""
     win, glob, rest = split(pattern)
     g = None if glob is None else glob.indices[glob.indices < n]
@@ -134,13 +137,16 @@ def _layout(pattern: Pattern, n: int, block: int, bh: int, grad: bool):
     return win, query_tile(block, grad), g, pl
 
 
-def _forward(q, k, v, keys, pattern: Pattern, block: int, scale: float, dropout_p: float, grad: bool):
+def _forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern: Pattern,
+    block: int, scale: float, dropout_p: float, grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(out (b, h, n, d_v), lse (b, h, n) on the fused path else (0,), the dropout seed) on finite inputs."""
     b, h, n, d = q.shape
     if _fused(d, v.shape[-1], dropout_p):
         win, T, g, pl = _layout(pattern, n, block, b * h, grad)
         real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
-        parts = []
+        parts: list[tuple[torch.Tensor, ...]] = []
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
         if g is not None:
@@ -153,7 +159,9 @@ def _forward(q, k, v, keys, pattern: Pattern, block: int, scale: float, dropout_
     return tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed), q.new_empty(0), seed
 
 
-def _hit(bad_q, bad, keys, pattern: Pattern, block: int) -> torch.Tensor:
+def _hit(
+    bad_q: torch.Tensor, bad: torch.Tensor, keys: torch.Tensor | None, pattern: Pattern, block: int
+) -> torch.Tensor:
     """(b, h, n) bool: the rows whose output is NaN, as in the core: they may attend a bad key or
     value row, or their own query is bad and they may attend some key (a row with none stays zero)."""
     b, h, n = bad.shape
@@ -189,7 +197,9 @@ def _kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tenso
 
 
 @_kernel.register_fake
-def _kernel_fake(q, k, v, keys, pattern_id, block, scale, dropout_p, grad):
+def _kernel_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor | None, pattern_id: int,
+                 block: int, scale: float, dropout_p: float, grad: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     b, h, n, d = q.shape
     lse = q.new_empty(b, h, n) if _fused(d, v.shape[-1], dropout_p) else q.new_empty(0)
     hit = q.new_empty(b, h, n, dtype=torch.bool)
@@ -217,7 +227,8 @@ def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
     dead = torch.isneginf(lse)  # rows with no key: zero output, zero gradients (no host read)
     dout, lse = dout.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, 0.0)
-    acc = None  # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
+    # (dq, dk, dv): the first part's fresh buffers, the others add into them in place
+    acc: tuple[torch.Tensor, ...] | None = None
     if win is not None:
         acc = band_backward(dout, q, k, v, out, lse, win.before, win.after, real, scale, T)
     if g is not None:
@@ -225,15 +236,20 @@ def _kernel_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     if pl is not None:
         grads = plan_backward(dout, q, k, v, out, lse, pl, keys, scale)
         acc = grads if acc is None else tuple(a.add_(x) for a, x in zip(acc, grads))
-    return tuple(x.contiguous() for x in acc)
+    assert acc is not None  # _layout gives at least one part
+    dq, dk, dv = (x.contiguous() for x in acc)
+    return dq, dk, dv
 
 
 @_kernel_backward.register_fake
-def _kernel_backward_fake(dout, q, k, v, out, lse, seed, hit, keys, pattern_id, block, scale, dropout_p, grad):
+def _kernel_backward_fake(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, seed: torch.Tensor, hit: torch.Tensor, keys: torch.Tensor | None,
+                          pattern_id: int, block: int, scale: float, dropout_p: float, grad: bool
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernel's
 
 
-def _setup(ctx, inputs, output):
+def _setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
     q, k, v, keys, pattern_id, block, scale, dropout_p, grad = inputs
     out, lse, seed, hit = output
     ctx.save_for_backward(q, k, v, out, lse, seed, hit, keys)
@@ -241,7 +257,9 @@ def _setup(ctx, inputs, output):
     ctx.pattern = _PATTERNS[pattern_id]  # alive until the backward has run
 
 
-def _backward(ctx, dout, _dlse, _dseed, _dhit):
+def _backward(
+    ctx: Any, dout: torch.Tensor, _dlse: torch.Tensor | None, _dseed: torch.Tensor | None, _dhit: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
     q, k, v, out, lse, seed, hit, keys = ctx.saved_tensors
     dq, dk, dv = _kernel_backward(dout, q, k, v, out, lse, seed, hit, keys, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None
@@ -274,7 +292,7 @@ class BlockWeights:
 
 
 
-def _validate(q, k, v, pattern, block):
+def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: object, block: object) -> None:
     for name, t in (("query", q), ("key", k), ("value", v)):
         _checks.tensor(name, t, 4)
         if t.dim() != 4:
@@ -334,6 +352,7 @@ def block_sparse_attention(
         out = value * 0.0 + (query.sum() + key.sum()) * 0.0
         empty = BlockWeights(torch.zeros(0, 2, dtype=torch.long), query.new_zeros(b, h, 0, block, block), block, n)
         return out, (empty if need_weights else None)
+    real: torch.Tensor | None
     if pad is not None:  # padded keys and values never influence anything, even NaN/inf: zeroed, no host read
         real = pad.flatten(1)[:, None, :n, None]  # (b, 1, n, 1)
         key, value = torch.where(real, key, 0.0), torch.where(real, value, 0.0)
@@ -362,7 +381,9 @@ def block_sparse_attention(
 
 @torch.compiler.disable  # an inspection path: the plan (host reads) and tile-by-tile weights
 @torch.no_grad()
-def _tile_weights(q, k, pl: Plan, pad, scale, hit=None) -> BlockWeights:
+def _tile_weights(
+    q: torch.Tensor, k: torch.Tensor, pl: Plan, pad: torch.Tensor | None, scale: float, hit: torch.Tensor | None = None
+) -> BlockWeights:
     b, h, n, _ = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb = _blocks(q, nb, B) * scale, _blocks(k, nb, B)

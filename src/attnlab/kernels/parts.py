@@ -29,10 +29,10 @@ class _Without(Pattern):
     def __init__(self, a: Pattern, b: Pattern):
         self.a, self.b = a, b
 
-    def allows(self, q_idx, kv_idx, n):
+    def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         return self.a.allows(q_idx, kv_idx, n) & ~self.b.allows(q_idx, kv_idx, n)
 
-    def block_layout(self, n, block):
+    def block_layout(self, n: int, block: int) -> torch.Tensor:
         return self.a.block_layout(n, block)  # a superset; plan() drops the empty tiles
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -127,7 +128,7 @@ def _workspaces(pl: Plan, like: torch.Tensor, widths: tuple[int, ...]) -> list[t
     return [like.new_empty(b * h * blocks * pl.block * w) for w in widths]
 
 
-def _scores(qg, kg, grp: _Group, keys, B: int):
+def _scores(qg: torch.Tensor, kg: torch.Tensor, grp: _Group, keys: torch.Tensor | None, B: int) -> torch.Tensor:
     """Masked scores (b, h, R, B, m·B) of a group; qg already scaled; ``keys`` (b, nb, B) True = real key."""
     s = qg @ kg.transpose(-1, -2)  # (b, h, R, B, m·B)
     if grp.allow is not None:
@@ -137,7 +138,7 @@ def _scores(qg, kg, grp: _Group, keys, B: int):
     return s
 
 
-def _dead(grp: _Group, keys) -> torch.Tensor | None:
+def _dead(grp: _Group, keys: torch.Tensor | None) -> torch.Tensor | None:
     """(b, 1, R, B, 1) bool: query rows of the group that may attend no key; None when the plan has
     none and there is no padding (with padding always a tensor: no host read)."""
     if keys is None:
@@ -154,12 +155,20 @@ def _softmax(s: torch.Tensor, dead: torch.Tensor | None) -> torch.Tensor:
     return p.masked_fill_(dead, 0.0) if dead is not None else p
 
 
-def _dropout_keep(shape, p: float, seed: int, gi: int) -> torch.Tensor:
+def _dropout_keep(shape: tuple[int, ...], p: float, seed: int, gi: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed + 7919 * gi)
     return (torch.rand(shape, generator=g) >= p).float().div_(1.0 - p)
 
 
-def _additive(allow: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor | None:
+@overload
+def _additive(allow: torch.Tensor, dtype: torch.dtype = ...) -> torch.Tensor: ...
+
+
+@overload
+def _additive(allow: None, dtype: torch.dtype = ...) -> None: ...
+
+
+def _additive(allow: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
     """allow (R, B, m·B) or (b, R, B, m·B) bool → the additive mask (0 or −inf), (1 or b, R, B, m·B).
 
     A row with no key is all −inf: the kernel gives it a zero output (overwritten with an lse of
@@ -170,7 +179,7 @@ def _additive(allow: torch.Tensor | None, dtype=torch.float32) -> torch.Tensor |
     return bias[None] if bias.dim() == 3 else bias
 
 
-def _bias(grp: _Group, keys, b: int, h: int, dtype) -> torch.Tensor | None:
+def _bias(grp: _Group, keys: torch.Tensor | None, b: int, h: int, dtype: torch.dtype) -> torch.Tensor | None:
     """Additive mask (b·h or 1, R, B, m·B) of a group, 0 = may attend (the plan's own when no padding)."""
     if keys is None:
         return grp.bias if dtype == torch.float32 or grp.bias is None else grp.bias.to(dtype)
@@ -179,7 +188,9 @@ def _bias(grp: _Group, keys, b: int, h: int, dtype) -> torch.Tensor | None:
     return bias[:, None].expand(b, h, *bias.shape[1:]).reshape(b * h, *bias.shape[1:])
 
 
-def plan_forward(q, k, v, pl: Plan, keys, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def plan_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pl: Plan, keys: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
 
     Query rows the pattern gives no key (and rows of blocks outside the plan) get out = 0, lse = −inf."""
@@ -205,7 +216,17 @@ def plan_forward(q, k, v, pl: Plan, keys, scale: float) -> tuple[torch.Tensor, t
     return out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n]
 
 
-def plan_backward(dout, q, k, v, out, lse, pl: Plan, keys, scale: float):
+def plan_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    pl: Plan,
+    keys: torch.Tensor | None,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of the plan's tiles, given the output and lse of the *whole* softmax;
     rows with no key anywhere must come with dout = 0 and a finite lse."""
     b, h, n, d = q.shape
@@ -234,7 +255,16 @@ def plan_backward(dout, q, k, v, out, lse, pl: Plan, keys, scale: float):
     return dq.flatten(2, 3)[:, :, :n], dk.flatten(2, 3)[:, :, :n], dv.flatten(2, 3)[:, :, :n]
 
 
-def tiles_forward(q, k, v, pl: Plan, keys, scale: float, dropout_p: float, seed: int) -> torch.Tensor:
+def tiles_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pl: Plan,
+    keys: torch.Tensor | None,
+    scale: float,
+    dropout_p: float,
+    seed: int,
+) -> torch.Tensor:
     """The explicit path, one tile group at a time, no autograd: scores, one fused ``torch.softmax``,
     the weighted sum → out (b, h, n, d_v). For dropout (its mask drawn per group from ``seed`` and
     replayed by ``tiles_backward``), values wider or narrower than the keys, and torch builds
@@ -256,7 +286,18 @@ def tiles_forward(q, k, v, pl: Plan, keys, scale: float, dropout_p: float, seed:
     return out.flatten(2, 3)[:, :, :n].contiguous()  # (b, h, n, d_v)
 
 
-def tiles_backward(dout, q, k, v, out, pl: Plan, keys, scale: float, dropout_p: float, seed: int):
+def tiles_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    pl: Plan,
+    keys: torch.Tensor | None,
+    scale: float,
+    dropout_p: float,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of ``tiles_forward`` (its weights recomputed, its dropout mask replayed)."""
     b, h, n, d = q.shape
     dv_ = v.shape[-1]
@@ -288,10 +329,21 @@ def tiles_backward(dout, q, k, v, out, pl: Plan, keys, scale: float, dropout_p: 
         dkg = (ds.transpose(-1, -2) @ qs).reshape(b, h, R * m, B, d)
         dk.index_add_(2, idx, dkg)
         dv.index_add_(2, idx, dvg)
-    return tuple(x.flatten(2, 3)[:, :, :n].contiguous() for x in (dq, dk, dv))
+    gq, gk, gv = (x.flatten(2, 3)[:, :, :n].contiguous() for x in (dq, dk, dv))
+    return gq, gk, gv
 
 
-def _key_real(key_padding_mask, b: int, n: int, nb: int, B: int, device) -> torch.Tensor | None:
+@overload
+def _key_real(key_padding_mask: torch.Tensor, b: int, n: int, nb: int, B: int, device: torch.device | str) -> torch.Tensor: ...
+
+
+@overload
+def _key_real(key_padding_mask: None, b: int, n: int, nb: int, B: int, device: torch.device | str) -> None: ...
+
+
+def _key_real(
+    key_padding_mask: torch.Tensor | None, b: int, n: int, nb: int, B: int, device: torch.device | str
+) -> torch.Tensor | None:
     """(b, k) or (b, 1, 1, k) bool, True = real token → (b, nb, B) True = real key (False beyond n)."""
     if key_padding_mask is None:
         return None
