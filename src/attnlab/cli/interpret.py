@@ -22,6 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ..viz.heatmap import save as save_figure
 from . import UsageError
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
@@ -119,11 +120,7 @@ def draw(m, labels: list[str], path: str, title: str) -> None:
     ax.set_title(title, fontsize=9, wrap=True)
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     fig.tight_layout()
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure(fig, path)  # written whole, then renamed
 
 
 def heads_loss(args: argparse.Namespace, loaded):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..viz.heatmap import save as save_figure
 from . import UsageError
 
 
@@ -52,10 +53,6 @@ def run_plot(args: argparse.Namespace) -> int:
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(f"{run.name}: {len(records)} records")
     fig.tight_layout()
-    out = Path(args.output)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(out)
+    out = save_figure(fig, args.output)  # written whole, then renamed
     print(f"wrote {out}")
     return 0

@@ -54,6 +54,7 @@ from ..data.vocab import PAD
 from ..functional.softmax import masked_softmax
 from ..models import Seq2Seq, Seq2SeqConfig
 from ..train.loop import TrainConfig, train
+from ..viz.heatmap import save as save_figure
 
 METHODS = ("uniform", "permuted", "random", "adversarial")
 
@@ -312,12 +313,7 @@ def plot(results: dict, path: str | Path) -> Path | None:
               title=f"adversarial weights with output TVD ≤ {eps:g}")
     right.legend()
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)  # written whole, then renamed
 
 
 __all__ = ["FaithfulnessConfig", "METHODS", "run", "measure", "write", "table", "plot", "tvd", "jsd",

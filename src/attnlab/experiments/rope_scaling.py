@@ -33,6 +33,7 @@ from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
 from ..train.lm import LMTrainConfig, split, train_lm
+from ..viz.heatmap import save as save_figure
 
 METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "alibi")
 
@@ -180,12 +181,7 @@ def plot(results: dict, path: str | Path) -> Path | None:
     ax.set_title(f"Beyond the trained context (s = {cfg['factor']:g})")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path)  # written whole, then renamed
 
 
 __all__ = ["RopeScalingConfig", "run", "table", "plot", "METHODS"]

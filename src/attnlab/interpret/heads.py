@@ -34,6 +34,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..nn.multihead import MultiHeadAttention
+from ..viz.heatmap import save as save_figure
 
 LossFn = Callable[[nn.Module], torch.Tensor]
 
@@ -145,7 +146,6 @@ def plot_ablation(losses: list[float], path: str, *, title: str = "head ablation
 
     Written to a temporary name and renamed, so ``path`` is never half-written.
     """
-    from pathlib import Path
 
     import matplotlib
 
@@ -163,11 +163,7 @@ def plot_ablation(losses: list[float], path: str, *, title: str = "head ablation
         top.set_xticks(range(1, len(labels) + 1), labels, rotation=90, fontsize=6)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(out)
+    save_figure(fig, path)  # written whole, then renamed
 
 
 __all__ = ["attention_modules", "gated_loss", "head_importance", "ablation_curve", "plot_ablation", "LossFn"]

@@ -87,15 +87,13 @@ def _cells(ax, image: np.ndarray, cells: int | None) -> None:
             ax.axvline(k * side / cells - 0.5, color="grey", lw=0.6)
 
 
-def _save(fig, plt, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _save(fig, plt, path: str | Path) -> Path:  # noqa: ARG001 (plt: the callers' handle, closed by save)
     with warnings.catch_warnings():  # no CJK font: use_cjk_font has warned once; silence per-glyph warnings
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        from .heatmap import save
+
+        return save(fig, path)  # written whole, then renamed
 
 
 def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str | Path, *,
