@@ -23,8 +23,6 @@ Caveat: NATTEN's relative positional bias (rpb) is not modelled.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from .. import _checks
@@ -32,10 +30,24 @@ from ..functional.attention import attention
 from ..patterns import Neighborhood2D, neighborhood_2d
 from .block_sparse import block_sparse_attention
 
+# One pattern object per grid (the kernel keeps its plan on it), found by its sizes: under
+# torch.compile the key is a constant of the graph and the lookup reads a plain dict, so no
+# pattern object is built inside the traced code.
+_GRIDS: dict[tuple[int, int, int, int], Neighborhood2D] = {}
 
-@functools.lru_cache(maxsize=32)
+
+@torch.compiler.assume_constant_result
+def _grid(height: int, width: int, kernel: int, dilation: int) -> tuple[int, int, int, int]:
+    key = (height, width, kernel, dilation)
+    if key not in _GRIDS:
+        if len(_GRIDS) >= 64:
+            _GRIDS.clear()
+        _GRIDS[key] = neighborhood_2d(height, width, kernel, dilation)
+    return key
+
+
 def _pattern(height: int, width: int, kernel: int, dilation: int) -> Neighborhood2D:
-    return neighborhood_2d(height, width, kernel, dilation)  # one object per grid: the kernel's plan is kept
+    return _GRIDS[_grid(height, width, kernel, dilation)]
 
 
 def neighborhood_attention_2d(
