@@ -211,7 +211,7 @@ def _reference(
     """
     e = score_fn(query, key)  # (..., q, k)
     if mask is not None and active():
-        masked = e.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else e + mask
+        masked = mask_scores(e, mask)
         n_out = int((~masks.allowed(mask)).expand(masked.shape).sum())
         record(
             "masked_scores",
@@ -233,6 +233,11 @@ def _reference(
         # (a multiplication: the weights are finite, and a broadcast mul is one fast pass)
         weights = weights.masked_fill_(dead, 0.0) if ours else weights * (~dead).to(weights.dtype)
     return context, weights
+
+
+def mask_scores(e: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Step: e_ij ← −∞ where the bool mask forbids j (True = may attend); e_ij + bias_ij for a float mask."""
+    return e.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else e + mask
 
 
 def weigh(e: torch.Tensor, mask: torch.Tensor | None, *, inplace: bool = False) -> torch.Tensor:
@@ -325,5 +330,5 @@ def attention(
     return finish_nonfinite(context, hit, dead), (weights if need_weights else None)
 
 
-__all__ = ["attention", "weigh", "combine_values", "zero_nonfinite", "finish_nonfinite", "nonfinite_rows",
+__all__ = ["attention", "weigh", "combine_values", "mask_scores", "zero_nonfinite", "finish_nonfinite", "nonfinite_rows",
            "zero_nonfinite_entries"]

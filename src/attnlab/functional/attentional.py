@@ -23,10 +23,15 @@ W_s) and calls this function.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .. import _checks
 from ..trace import record
+from .scores import project
+
+
+def concat_features(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Step: [a; b] along the features."""
+    return torch.cat([a, b], dim=-1)
 
 
 def attentional_output(
@@ -51,13 +56,13 @@ def attentional_output(
         )
     if bias is not None:
         _checks.param("bias", bias, (weight.shape[0],), "b_c, (d_out,)")
-    cs = torch.cat([context, state], dim=-1)  # (..., d_c + d_s)
+    cs = concat_features(context, state)  # (..., d_c + d_s)
     record("context_state", "[c_t; s_t]", cs, latex=r"[c_t; s_t]")
-    pre = F.linear(cs, weight, bias)  # (..., d_out)
+    pre = project(cs, weight, bias)  # (..., d_out)
     record("output_preactivation", "W_c [c_t; s_t] + b_c", pre, latex=r"W_c [c_t; s_t] + b_c")
     out = torch.tanh(pre)
     record("output", "s̃_t = tanh(W_c [c_t; s_t] + b_c)", out, latex=r"\tilde{s}_t = \tanh(W_c [c_t; s_t] + b_c)")
     return out
 
 
-__all__ = ["attentional_output"]
+__all__ = ["attentional_output", "concat_features"]

@@ -66,6 +66,48 @@ def bottleneck_mlp(z: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w
     return F.linear(F.relu(F.linear(z, w1, b1)), w2, b2)
 
 
+# --- the steps (``functional.steps`` names them for ``attnlab verify``) ------------------------
+
+
+def mean_pool(f: torch.Tensor) -> torch.Tensor:
+    """AvgPool over H, W: (b, C, H, W) → (b, C)."""
+    return f.mean(dim=(2, 3))
+
+
+def max_pool(f: torch.Tensor) -> torch.Tensor:
+    """MaxPool over H, W: (b, C, H, W) → (b, C)."""
+    return f.amax(dim=(2, 3))
+
+
+def shared_mlp(avg: torch.Tensor, mx: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
+               w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
+    """MLP(avg) + MLP(max), MLP(x) = W_1 relu(W_0 x + b_0) + b_1: (b, C) → (b, C)."""
+    return bottleneck_mlp(avg, w1, b1, w2, b2) + bottleneck_mlp(mx, w1, b1, w2, b2)
+
+
+def channel_gate(logits: torch.Tensor) -> torch.Tensor:
+    """M_c = σ(logits) as (b, C, 1, 1)."""
+    return torch.sigmoid(logits)[:, :, None, None]
+
+
+def channel_pool(f: torch.Tensor) -> torch.Tensor:
+    """[mean_c F; max_c F]: (b, C, H, W) → (b, 2, H, W)."""
+    return torch.cat([f.mean(dim=1, keepdim=True), f.amax(dim=1, keepdim=True)], dim=1)
+
+
+def same_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A 2-D convolution with 'same' padding (odd kernel)."""
+    return F.conv2d(x, weight, bias, padding=weight.shape[-1] // 2)
+
+
+def gate(f: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """F' = F ⊗ M (broadcast)."""
+    return f * m
+
+
+# --- the mechanisms ---------------------------------------------------------------------------
+
+
 def channel_attention(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -76,16 +118,16 @@ def channel_attention(
     """CBAM channel attention. x (b, C, H, W), w1 (C_r, C), w2 (C, C_r) → (F', M_c (b, C, 1, 1))."""
     _feature_map(x)
     _mlp_weights(x, w1, w2)
-    avg = x.mean(dim=(2, 3))  # (b, C)
-    mx = x.amax(dim=(2, 3))  # (b, C)
+    avg = mean_pool(x)  # (b, C)
+    mx = max_pool(x)  # (b, C)
     record("avg_pool", "F_avg = AvgPool(F)", avg, latex=r"F^c_{avg} = \mathrm{AvgPool}(F)")
     record("max_pool", "F_max = MaxPool(F)", mx, latex=r"F^c_{max} = \mathrm{MaxPool}(F)")
 
-    logits = bottleneck_mlp(avg, w1, b1, w2, b2) + bottleneck_mlp(mx, w1, b1, w2, b2)  # (b, C)
+    logits = shared_mlp(avg, mx, w1, b1, w2, b2)  # (b, C)
     record("mlp", "MLP(F_avg) + MLP(F_max)", logits, latex=r"\mathrm{MLP}(F_{avg}) + \mathrm{MLP}(F_{max})")
-    m_c = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
+    m_c = channel_gate(logits)  # (b, C, 1, 1)
     record("weights", "M_c = σ(MLP(F_avg) + MLP(F_max))", m_c, latex=r"M_c = \sigma(\cdot)")
-    out = x * m_c
+    out = gate(x, m_c)
     record("output", "F' = F ⊗ M_c", out, latex=r"F' = F \otimes M_c")
     return out, m_c
 
@@ -97,15 +139,13 @@ def spatial_attention(
     _feature_map(x)
     if weight.dim() != 4 or weight.shape[:2] != (1, 2) or weight.shape[2] != weight.shape[3] or weight.shape[2] % 2 == 0:
         raise ValueError(f"weight must be (1, 2, k, k) with k odd; got {_checks.shape(weight)}")
-    avg = x.mean(dim=1, keepdim=True)  # (b, 1, H, W)
-    mx = x.amax(dim=1, keepdim=True)  # (b, 1, H, W)
-    pooled = torch.cat([avg, mx], dim=1)  # (b, 2, H, W)
+    pooled = channel_pool(x)  # (b, 2, H, W)
     record("pooled", "[mean_c F; max_c F]", pooled, latex=r"[F^s_{avg}; F^s_{max}]")
-    logits = F.conv2d(pooled, weight, bias, padding=weight.shape[-1] // 2)  # (b, 1, H, W)
+    logits = same_conv(pooled, weight, bias)  # (b, 1, H, W)
     record("conv", f"f^{{{weight.shape[-1]}×{weight.shape[-1]}}}([F_avg; F_max])", logits, latex=r"f([F_{avg}; F_{max}])")
     m_s = torch.sigmoid(logits)
     record("weights", "M_s = σ(f([F_avg; F_max]))", m_s, latex=r"M_s = \sigma(\cdot)")
-    out = x * m_s
+    out = gate(x, m_s)
     record("output", "F' = F ⊗ M_s", out, latex=r"F' = F \otimes M_s")
     return out, m_s
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .. import _checks
 from ..trace import active, record
@@ -47,6 +48,26 @@ def dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return scores
 
 
+def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Step: W x for each row: x (..., n, d_in), weight (d_out, d_in) → (..., n, d_out)."""
+    return F.linear(x, weight, bias)
+
+
+def pair_sum(wq: torch.Tensor, wk: torch.Tensor) -> torch.Tensor:
+    """Step: W_q q_i + W_k k_j for every pair: (..., q, d_a), (..., k, d_a) → (..., q, k, d_a)."""
+    return wq.unsqueeze(-2) + wk.unsqueeze(-3)
+
+
+def vector_scores(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Step: e_ij = vᵀ u_ij: u (..., q, k, d_a), v (d_a,) → (..., q, k)."""
+    return u @ v
+
+
+def scale_scores(e: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
+    """Step: e · s."""
+    return e * scale
+
+
 def default_scale(d: int) -> float:
     return 1.0 / math.sqrt(d)
 
@@ -56,7 +77,7 @@ def scaled_dot(q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> 
     s = None if scale is None else _checks.scale(scale)
     scores = dot(q, k)
     s = default_scale(q.shape[-1]) if s is None else s
-    scaled = scores * s
+    scaled = scale_scores(scores, s)
     record(
         "scaled_scores",
         f"e_ij = q_iᵀ k_j · {s:.6g}" + ("  (= 1/√d)" if scale is None else ""),
@@ -70,7 +91,7 @@ def general(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     """e_ij = q_iᵀ W k_j with ``weight`` W of shape (d_q, d_k).  → (..., q, k)."""
     _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
     _checks.param("weight", weight, (q.shape[-1], k.shape[-1]), "W of the general score, (d_q, d_k)")
-    wk = k @ weight.transpose(-2, -1)  # (..., k, d_q)
+    wk = project(k, weight)  # (..., k, d_q)
     record("projected_keys", "W k_j", wk, latex=r"W k_j")
     scores = q @ wk.transpose(-2, -1)
     record("scores", "e_ij = q_iᵀ W k_j", scores, latex=r"e_{ij} = q_i^\top W k_j")
@@ -80,16 +101,16 @@ def general(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor) -> torch.Ten
 def _additive(
     q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, v: torch.Tensor, what: str
 ) -> torch.Tensor:
-    wq = q @ w_q.transpose(-2, -1)  # (..., q, d_a)
-    wk = k @ w_k.transpose(-2, -1)  # (..., k, d_a)
+    wq = project(q, w_q)  # (..., q, d_a)
+    wk = project(k, w_k)  # (..., k, d_a)
     record("projected_query", "W_q q_i", wq, latex=r"W_q q_i")
     record("projected_keys", "W_k k_j", wk, latex=r"W_k k_j")
-    pre = wq.unsqueeze(-2) + wk.unsqueeze(-3)  # (..., q, k, d_a)
+    pre = pair_sum(wq, wk)  # (..., q, k, d_a)
     if active():
         record("preactivation", "W_q q_i + W_k k_j", pre, latex=r"W_q q_i + W_k k_j")
     u = torch.tanh(pre)
     record("tanh", "u_ij = tanh(W_q q_i + W_k k_j)", u, latex=r"u_{ij} = \tanh(W_q q_i + W_k k_j)")
-    scores = u @ v  # (..., q, k)
+    scores = vector_scores(u, v)  # (..., q, k)
     record("scores", f"e_ij = vᵀ u_ij  ({what})", scores, latex=r"e_{ij} = v^\top u_{ij}")
     return scores
 
@@ -132,4 +153,5 @@ def concat(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor, v: torch.Tens
 
 SCORES = {"dot": dot, "scaled_dot": scaled_dot, "general": general, "additive": additive, "concat": concat}
 
-__all__ = ["dot", "scaled_dot", "general", "additive", "concat", "default_scale", "SCORES"]
+__all__ = ["dot", "scaled_dot", "general", "additive", "concat", "default_scale", "SCORES", "project", "pair_sum",
+           "vector_scores", "scale_scores"]

@@ -24,10 +24,11 @@ is active:
 ``PATHS[name]`` maps each step name of a path to a ``StepFn``: the step's
 function and the names of the earlier steps (or inputs and parameters) it
 reads. ``attnlab verify`` recomputes a step "from the example's own rounded
-values" by calling that step's function on the (rounded) earlier values:
-the same functions, never a second copy of the arithmetic. A step whose
-function already exists elsewhere in ``functional`` (``masked_softmax``,
-``scores.dot``, ``split_heads``, ``merge_heads``) is that function.
+values" by calling that step's function on the (rounded) earlier values.
+Every step function is the one the mechanism's own code calls (``scores.project``,
+``scores.pair_sum``, ``attention.mask_scores``, ``attention.combine_values``,
+``channel.channel_pool``, ``masked_softmax``, ``split_heads``, ...): this module only
+names them, so the traced run and the recomputation share one copy of the arithmetic.
 
 | symbol   | argument name in an environment |
 |----------|---------------------------------|
@@ -44,90 +45,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from .channel import bottleneck_mlp
+from .attention import combine_values, mask_scores
+from .attentional import concat_features
+from .channel import channel_gate, channel_pool, gate, max_pool, mean_pool, same_conv, shared_mlp
 from .differential import difference
 from .latent import join_rope, up_project
 from .linear import elu_feature_map, feature_similarities, normalize_similarities
 from .multihead import merge_heads, repeat_kv, split_heads
-from .scores import dot
+from .scores import dot, pair_sum, project, scale_scores, vector_scores
 from .softcap import softcap
 from .softmax import masked_softmax
-
-# --- the step functions ------------------------------------------------------------
-
-
-def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """W x for each row: x (..., n, d_in), weight (d_out, d_in) → (..., n, d_out)."""
-    return F.linear(x, weight, bias)
-
-
-def pair_sum(wq: torch.Tensor, wk: torch.Tensor) -> torch.Tensor:
-    """W_q q_i + W_k k_j for every pair: (..., q, d_a), (..., k, d_a) → (..., q, k, d_a)."""
-    return wq.unsqueeze(-2) + wk.unsqueeze(-3)
-
-
-def vector_scores(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """e_ij = vᵀ u_ij: u (..., q, k, d_a), v (d_a,) → (..., q, k)."""
-    return u @ v
-
-
-def scale_scores(e: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
-    """e · s."""
-    return e * scale
-
-
-def mask_scores(e: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """e_ij ← −∞ where the bool mask forbids j (True = may attend)."""
-    return e.masked_fill(~mask, float("-inf"))
-
-
-def weighted_sum(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """c_i = Σ_j α_ij v_j: weights (..., q, k), values (..., k, d_v) → (..., q, d_v)."""
-    return weights.to(values.dtype) @ values
-
-
-def concat_features(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """[a; b] along the features."""
-    return torch.cat([a, b], dim=-1)
-
-
-def mean_pool(f: torch.Tensor) -> torch.Tensor:
-    """AvgPool over H, W: (b, C, H, W) → (b, C)."""
-    return f.mean(dim=(2, 3))
-
-
-def max_pool(f: torch.Tensor) -> torch.Tensor:
-    """MaxPool over H, W: (b, C, H, W) → (b, C)."""
-    return f.amax(dim=(2, 3))
-
-
-def shared_mlp(avg: torch.Tensor, mx: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
-               w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
-    """MLP(avg) + MLP(max), MLP(x) = W_1 relu(W_0 x + b_0) + b_1: (b, C) → (b, C)."""
-    return bottleneck_mlp(avg, w1, b1, w2, b2) + bottleneck_mlp(mx, w1, b1, w2, b2)
-
-
-def channel_gate(logits: torch.Tensor) -> torch.Tensor:
-    """M_c = σ(logits) as (b, C, 1, 1)."""
-    return torch.sigmoid(logits)[:, :, None, None]
-
-
-def channel_pool(f: torch.Tensor) -> torch.Tensor:
-    """[mean_c F; max_c F]: (b, C, H, W) → (b, 2, H, W)."""
-    return torch.cat([f.mean(dim=1, keepdim=True), f.amax(dim=1, keepdim=True)], dim=1)
-
-
-def same_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """A 2-D convolution with 'same' padding (odd kernel)."""
-    return F.conv2d(x, weight, bias, padding=weight.shape[-1] // 2)
-
-
-def gate(f: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """F' = F ⊗ M (broadcast)."""
-    return f * m
-
 
 # --- the paths: step name → (function, names of what it reads) -------------------------
 
@@ -154,7 +82,7 @@ def _core(score_step: str, values: str) -> Path:
     return {
         "masked_scores": StepFn(mask_scores, (score_step, "mask")),
         "weights": StepFn(masked_softmax, (score_step, "mask?")),
-        "context": StepFn(weighted_sum, ("weights", values)),
+        "context": StepFn(combine_values, ("weights", values)),
     }
 
 
@@ -225,7 +153,7 @@ LINEAR: Path = {
     "key_features": StepFn(elu_feature_map, ("k",)),
     "similarities": StepFn(feature_similarities, ("query_features", "key_features", "mask?")),
     "weights": StepFn(normalize_similarities, ("similarities",)),
-    "context": StepFn(weighted_sum, ("weights", "v")),
+    "context": StepFn(combine_values, ("weights", "v")),
 }
 
 
@@ -243,7 +171,7 @@ DIFFERENTIAL: Path = {
     **_map(1),
     **_map(2),
     "weights": StepFn(difference, ("weights_1", "weights_2", "lam")),
-    "context": StepFn(weighted_sum, ("weights", "v")),
+    "context": StepFn(combine_values, ("weights", "v")),
 }
 
 LATENT: Path = {
@@ -300,6 +228,6 @@ __all__ = [
     "StepFn", "Path", "PATHS", "SCORE_PATHS", "ATTENTIONAL", "MULTI_HEAD", "CHANNEL", "SPATIAL",
     "SOFTCAP", "LINEAR", "DIFFERENTIAL", "LATENT", "GQA",
     "attention_path", "evaluate", "project", "pair_sum", "vector_scores", "scale_scores", "mask_scores",
-    "weighted_sum", "concat_features", "mean_pool", "max_pool", "shared_mlp", "channel_gate",
+    "combine_values", "concat_features", "mean_pool", "max_pool", "shared_mlp", "channel_gate",
     "channel_pool", "same_conv", "gate",
 ]
