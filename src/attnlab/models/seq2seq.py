@@ -172,7 +172,9 @@ class Seq2Seq(nn.Module):
         return memory, state
 
     def _attend(self, memory, query):
-        return self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"])
+        # kv_finite: the encoder's states (and their bias-free projections) are exactly zero on padding
+        return self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"],
+                              kv_finite=True)
 
     def _cell(self, x, state):
         if self.bridge_c is None:

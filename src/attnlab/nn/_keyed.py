@@ -76,12 +76,13 @@ def check_projected(projected_keys: torch.Tensor, keys: torch.Tensor, width: int
         )
 
 
-def finish(query, keys, values, score, mask, single, need_weights):
+def finish(query, keys, values, score, mask, single, need_weights, kv_finite=False):
     """The core: score(query, keys) → masked softmax → Σ α v; squeeze the step dimension back.
 
     query (b, q, d_q), keys (b, k, ·) (what ``score`` reads: raw or projected keys), values (b, k, d_v).
+    ``kv_finite``: the caller vouches that keys and values are finite at masked positions (the core's flag).
     """
-    context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True)
+    context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True, kv_finite=kv_finite)
     if single:
         context, weights = context.squeeze(1), weights.squeeze(1)
     return context, (weights if need_weights else None)
