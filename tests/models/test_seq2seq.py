@@ -150,3 +150,32 @@ def test_the_models_padding_id_is_the_vocabularies():
 
     m = Seq2Seq(Seq2SeqConfig(src_vocab=7, tgt_vocab=5))
     assert m.config.pad_id == PAD == m.encoder.embed.padding_idx == m.embed.padding_idx
+
+
+@pytest.mark.parametrize("decoder", ["none", "bahdanau", "luong"])
+@pytest.mark.parametrize("training", [False, True])
+def test_teacher_forcing_equals_stepwise_decoding_for_every_decoder(decoder, training):
+    """forward() (whose output layer runs once over all steps for bahdanau and none) equals
+    start() + step() one token at a time, in values and in gradients."""
+    m = small(decoder).double().train(training)
+    src = torch.tensor([[4, 5, 6, 7], [7, 8, 0, 0], [5, 0, 0, 0]])
+    mask = src != 0
+    tgt = torch.tensor([[1, 6, 5, 4, 2], [1, 8, 7, 2, 0], [1, 4, 4, 4, 3]])
+    logits, w = m(src, mask, tgt, need_weights=True)
+    g1 = torch.autograd.grad(logits.square().sum(), list(m.parameters()), allow_unused=True)
+    memory, state = m.start(src, mask)
+    steps = []
+    for t in range(tgt.shape[1]):
+        lg, state, wt = m.step(memory, state, tgt[:, t])
+        steps.append(lg)
+        if w is not None:
+            torch.testing.assert_close(wt, w[:, t], atol=1e-12, rtol=0)
+        else:
+            assert wt is None
+    stepwise = torch.stack(steps, 1)
+    torch.testing.assert_close(logits, stepwise, atol=1e-12, rtol=0)
+    g2 = torch.autograd.grad(stepwise.square().sum(), list(m.parameters()), allow_unused=True)
+    for a, b in zip(g1, g2):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=0)

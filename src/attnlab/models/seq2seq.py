@@ -17,6 +17,8 @@ Interface (shared with any model the training loop and decoders accept):
 
 * ``forward(src, src_mask, tgt_in) -> logits (b, t, V)`` (teacher forcing);
   ``need_weights=True`` also returns the weights (b, t, s) (None for ``none``).
+  The same numbers as ``step`` one token at a time (tested); where h̃_t is not fed back
+  (bahdanau, none) and no dropout is active, the embedding and output layer run once over all steps.
 * ``start(src, src_mask) -> (memory, state)`` and
   ``step(memory, state, y_prev (b,)) -> (logits (b, V), state, weights (b, s) | None)``:
   memory and state are dicts of tensors whose first dimension is the batch, so
@@ -205,12 +207,31 @@ class Seq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False):
         """src (b, s), src_mask (b, s), tgt_in (b, t) → logits (b, t, V) [, weights (b, t, s) | None]."""
         memory, state = self.start(src, src_mask)
+        if self.config.decoder != "luong" and not (self.training and self.config.dropout > 0):
+            return self._forward_batched_output(memory, state, tgt_in, need_weights)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
             lg, state, w = self.step(memory, state, tgt_in[:, t])
             logits.append(lg)
             weights.append(w)
         out = torch.stack(logits, 1)  # (b, t, V)
+        if not need_weights:
+            return out
+        return out, (torch.stack(weights, 1) if self.attention is not None else None)
+
+    def _forward_batched_output(self, memory, state, tgt_in, need_weights):
+        """Teacher forcing for the decoders whose h̃_t is not fed back (bahdanau, none): the recurrence
+        runs step by step, the embedding and the output layer once over all steps (b, t, ·)."""
+        e = self.embed(tgt_in)  # (b, t, d_emb)
+        contexts, states, weights = [], [], []
+        for t in range(tgt_in.shape[1]):
+            if self.attention is None:
+                context, w = memory["fixed"], None  # (b, d_e)
+            else:
+                context, w = self._attend(memory, state["h"])  # from s_{t-1}
+            state = self._cell(torch.cat([e[:, t], context], -1), state)
+            contexts.append(context), states.append(state["h"]), weights.append(w)
+        _, out = self.output(torch.stack(contexts, 1), torch.stack(states, 1))  # (b, t, V)
         if not need_weights:
             return out
         return out, (torch.stack(weights, 1) if self.attention is not None else None)
