@@ -123,7 +123,7 @@ class Encoder(nn.Module):
             finals.append(out.gather(1, at_last).squeeze(1))  # (b, H)
             outs.append(_reverse_within(out, lengths) if suffix else out)
         out = torch.cat(outs, -1) if len(outs) > 1 else outs[0]  # (b, s, d_e)
-        out = torch.where(src_mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype))  # padding: zero
+        out = torch.where(src_mask.unsqueeze(-1), out, out.new_zeros(()))  # padding: zero, as pad_packed_sequence
         return out, (torch.cat(finals, -1) if len(finals) > 1 else finals[0]), None
 
 
