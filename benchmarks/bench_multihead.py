@@ -1,9 +1,10 @@
 """attnlab.nn.MultiHeadAttention against torch.nn.MultiheadAttention (same weights).
 
     .venv/bin/python benchmarks/bench_multihead.py [--sizes 256 1024 4096] [--repeats 5] [--batch 1]
+        [--modes fwd fwd+bwd] [--weights off on]
 
 dim 512, 8 heads, float32, self-attention, batch-first. Modes: ``fwd`` is
-inference (eval, ``torch.no_grad``: PyTorch's native fast path may run),
+inference (eval, ``torch.inference_mode``: PyTorch's native fast path runs when weights are off),
 ``fwd+bwd`` is training mode (dropout 0) with a backward pass. ``weights on``:
 both return per-head weights (PyTorch with ``average_attn_weights=False``).
 The two modules run interleaved (one call each per round); figures are
@@ -28,20 +29,20 @@ def timed(fn, backward: bool) -> float:
     if backward:
         fn().sum().backward()
     else:
-        with torch.no_grad():
+        with torch.inference_mode():
             fn()
     return time.perf_counter() - start
 
 
-def run(sizes, repeats, batch, dim=512, heads=8) -> list[dict]:
+def run(sizes, repeats, batch, modes=("fwd", "fwd+bwd"), weight_opts=(False, True), dim=512, heads=8) -> list[dict]:
     torch.manual_seed(0)
     ours = MultiHeadAttention(dim, heads)
     theirs = to_torch(ours)
     rows = []
     for n in sizes:
-        for backward in (False, True):
+        for backward in [m == "fwd+bwd" for m in modes]:
             ours.train(backward), theirs.train(backward)
-            for weights in (False, True):
+            for weights in weight_opts:
                 x = torch.randn(batch, n, dim, requires_grad=backward)
                 variants = {
                     "torch": lambda x=x, w=weights: theirs(x, x, x, need_weights=w, average_attn_weights=False)[0],
@@ -80,10 +81,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--modes", nargs="+", choices=["fwd", "fwd+bwd"], default=["fwd", "fwd+bwd"])
+    p.add_argument("--weights", nargs="+", choices=["off", "on"], default=["off", "on"])
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}, batch={args.batch}")
-    rows = run(args.sizes, args.repeats, args.batch)
+    rows = run(args.sizes, args.repeats, args.batch, args.modes, [w == "on" for w in args.weights])
     print()
     print(markdown(rows))
 

@@ -366,3 +366,42 @@ def test_all_finite_is_exact_when_the_sum_overflows():
         assert not all_finite(torch.ones(3), t)
     both = torch.tensor([float("inf"), float("-inf")])  # sums to NaN
     assert not all_finite(both)
+
+
+# ---------------------------------------------------------------- kv_finite (the caller vouches for keys and values)
+
+
+@pytest.mark.parametrize("score", ["scaled_dot", "dot"])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_kv_finite_gives_the_numpy_values_and_the_guarded_gradients(score, need_weights):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, n, 3, generator=g, dtype=torch.float64) for n in (5, 6, 6))
+    allowed = torch.rand(2, 1, 5, 6, generator=g) > 0.4
+    allowed[0, 0, 2] = False  # a fully masked row: zeros, and zero gradients
+    k = torch.where(allowed.any(-2).unsqueeze(-1), k, torch.zeros(()))  # masked keys/values: zero, as an encoder's padding
+    v = torch.where(allowed.any(-2).unsqueeze(-1), v, torch.zeros(()))
+    fn = ref.scaled_dot if score == "scaled_dot" else ref.dot
+    want, want_w = ref.attention(q.numpy(), k.numpy(), v.numpy(), fn, allowed=allowed.numpy())
+    grads = []
+    for flag in (False, True):
+        qq, kk, vv = (x.clone().requires_grad_() for x in (q, k, v))
+        out, w = attnlab.attention(qq, kk, vv, score=score, mask=allowed, need_weights=need_weights, kv_finite=flag)
+        np.testing.assert_allclose(out.detach().numpy(), want, atol=1e-12, rtol=0)
+        if need_weights:
+            np.testing.assert_allclose(w.detach().numpy(), want_w, atol=1e-12, rtol=0)
+        out.pow(2).sum().backward()
+        grads.append([x.grad for x in (qq, kk, vv)])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    assert torch.all(grads[1][0][0, 0, 2] == 0)  # the fully masked row's query gets no gradient
+
+
+def test_kv_finite_still_guards_the_query_and_lets_an_allowed_nan_through():
+    q, k, v = torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 2)
+    mask = torch.tensor([[True, True, True, False, False]]).unsqueeze(1)  # (1, 1, 5)
+    q[0, 1, 0] = float("nan")
+    out, _ = attnlab.attention(q, k, v, mask=mask, kv_finite=True, need_weights=True)
+    assert torch.isnan(out[0, 1]).all() and torch.isfinite(out[0, [0, 2]]).all()  # the NaN query's row only
+    v[0, 2, 1] = float("nan")  # allowed: the arithmetic carries it into that feature of every row
+    out, _ = attnlab.attention(q, k, v, mask=mask, kv_finite=True)
+    assert torch.isnan(out[0, :, 1]).all()

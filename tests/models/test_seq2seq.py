@@ -150,3 +150,57 @@ def test_the_models_padding_id_is_the_vocabularies():
 
     m = Seq2Seq(Seq2SeqConfig(src_vocab=7, tgt_vocab=5))
     assert m.config.pad_id == PAD == m.encoder.embed.padding_idx == m.embed.padding_idx
+
+
+@pytest.mark.parametrize("decoder", ["none", "bahdanau", "luong"])
+@pytest.mark.parametrize("training", [False, True])
+def test_teacher_forcing_equals_stepwise_decoding_for_every_decoder(decoder, training):
+    """forward() (whose output layer runs once over all steps for bahdanau and none) equals
+    start() + step() one token at a time, in values and in gradients."""
+    m = small(decoder).double().train(training)
+    src = torch.tensor([[4, 5, 6, 7], [7, 8, 0, 0], [5, 0, 0, 0]])
+    mask = src != 0
+    tgt = torch.tensor([[1, 6, 5, 4, 2], [1, 8, 7, 2, 0], [1, 4, 4, 4, 3]])
+    logits, w = m(src, mask, tgt, need_weights=True)
+    g1 = torch.autograd.grad(logits.square().sum(), list(m.parameters()), allow_unused=True)
+    memory, state = m.start(src, mask)
+    steps = []
+    for t in range(tgt.shape[1]):
+        lg, state, wt = m.step(memory, state, tgt[:, t])
+        steps.append(lg)
+        if w is not None:
+            torch.testing.assert_close(wt, w[:, t], atol=1e-12, rtol=0)
+        else:
+            assert wt is None
+    stepwise = torch.stack(steps, 1)
+    torch.testing.assert_close(logits, stepwise, atol=1e-12, rtol=0)
+    g2 = torch.autograd.grad(stepwise.square().sum(), list(m.parameters()), allow_unused=True)
+    for a, b in zip(g1, g2):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_gru_encoder_equals_torch_packed_gru_with_gradients(bidirectional):
+    """The CPU GRU encoder (each direction over the padded batch) against torch's packed GRU,
+    the same module's weights: outputs, final states and every weight's gradient."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    m = small("bahdanau", bidirectional=bidirectional).double()
+    src = torch.tensor([[4, 5, 6, 7, 8], [7, 8, 9, 0, 0], [5, 0, 0, 0, 0]])
+    mask = src != 0
+    out, fin, _ = m.encoder(src, mask)
+    g = torch.randn_like(out)
+    params = list(m.encoder.parameters())
+    ours = torch.autograd.grad((out * g).sum() + fin.square().sum(), params)
+    x = m.encoder.embed(src)
+    packed = pack_padded_sequence(x, mask.sum(1), batch_first=True, enforce_sorted=False)
+    ref, h = m.encoder.rnn(packed)
+    ref, _ = pad_packed_sequence(ref, batch_first=True, total_length=src.shape[1])
+    ref_fin = h.transpose(0, 1).reshape(src.shape[0], -1)
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
+    torch.testing.assert_close(fin, ref_fin, atol=1e-12, rtol=0)
+    theirs = torch.autograd.grad((ref * g).sum() + ref_fin.square().sum(), params)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)

@@ -171,6 +171,36 @@ def test_matches_numpy_float64_including_grouped_query(h, h_kv, causal):
             assert not w.detach().numpy().transpose(0, 2, 1, 3)[~real].any()
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_long_inference_on_contiguous_heads_matches_numpy(monkeypatch, causal):
+    """The no-grad path that copies the heads contiguous (long inputs; and the weights path), forced on a short one."""
+    import attnlab.nn.multihead as mh
+
+    monkeypatch.setattr(mh, "CONTIGUOUS_HEADS_FROM", 1)
+    torch.manual_seed(5)
+    m = MultiHeadAttention(16, 4).double().eval()
+    with torch.no_grad():
+        m.in_proj_bias.normal_()
+        m.out_proj.bias.normal_()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    pad = attnlab.masks.padding([6, 4])
+    p = {k: v.detach().numpy() for k, v in m.projection_weights().items()}
+    ref_out, ref_w = numpy_mha(
+        x.numpy(), x.numpy(), x.numpy(), p["w_q"], p["w_k"], p["w_v"], m.out_proj.weight.detach().numpy(),
+        p["b_q"], p["b_k"], p["b_v"], m.out_proj.bias.detach().numpy(), 4, 4, mask=pad.numpy(), causal=causal,
+    )
+    real = pad.numpy()
+    for need in (False, True):
+        with torch.inference_mode():
+            out, w = m(x, mask=pad, causal=causal, need_weights=need)
+        np.testing.assert_allclose(out.numpy()[real], ref_out[real], atol=1e-10)
+        assert not out.numpy()[~real].any()
+        if need:
+            np.testing.assert_allclose(w.numpy().transpose(0, 2, 1, 3)[real], ref_w.transpose(0, 2, 1, 3)[real], atol=1e-12)
+        else:
+            assert w is None
+
+
 def test_gqa_registry_and_parameter_count():
     g = attnlab.create("gqa", dim=32, num_heads=8, num_kv_heads=2)
     assert isinstance(g, GroupedQueryAttention)

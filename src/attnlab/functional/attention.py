@@ -33,6 +33,11 @@ non-finite query row is zeroed the same way and its output set to NaN, so its
 NaN reaches no other row's gradient; a fully masked row is zero regardless.
 All of it is tensor algebra: no host synchronisation, no data-dependent
 Python branch, so it compiles into one graph and runs on the ``meta`` device.
+``kv_finite=True`` is the caller's word that the keys and values hold no NaN or
+inf where the mask forbids (an RNN decoder attending, at every step, to encoder
+states whose padding it zeroed once): the passes over keys and values are then
+skipped (the query is still guarded), and a NaN at an allowed position reaches
+the output through the arithmetic itself (in the features it touches).
 """
 
 from __future__ import annotations
@@ -270,6 +275,7 @@ def attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    kv_finite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attend from ``query`` to ``key``/``value``.
 
@@ -285,6 +291,8 @@ def attention(
         scale: the factor of ``"scaled_dot"``; default 1/√d_q.
         dropout_p: dropout on the weights (applied whenever > 0: pass 0 in eval).
         need_weights: return the weights (..., q, k) (before dropout) as well.
+        kv_finite: the caller vouches that key and value are finite wherever the mask forbids;
+            skips the non-finite rule's passes over them (see the module docstring).
 
     Returns:
         ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None.
@@ -307,7 +315,10 @@ def attention(
     if mask is not None or fused_causal:  # the non-finite rule (see the module docstring)
         attend = masks.allowed(mask) if mask is not None else None
         cheap = _host_checks(query)
-        if not (cheap and _checks.all_finite(query, key, value)):  # finite inputs need no guard
+        if kv_finite:  # the caller vouches for key and value: the query's part of the rule only, (..., q) rows
+            if not (cheap and _checks.all_finite(query)):
+                hit, query = nonfinite_rows(query), zero_nonfinite_entries(query)
+        elif not (cheap and _checks.all_finite(query, key, value)):  # finite inputs need no guard
             query, key, value, hit = _guard(query, key, value, attend, fused_causal)
         if attend is not None:
             dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing

@@ -17,6 +17,8 @@ Interface (shared with any model the training loop and decoders accept):
 
 * ``forward(src, src_mask, tgt_in) -> logits (b, t, V)`` (teacher forcing);
   ``need_weights=True`` also returns the weights (b, t, s) (None for ``none``).
+  The same numbers as ``step`` one token at a time (tested); where h̃_t is not fed back
+  (bahdanau, none) and no dropout is active, the embedding and output layer run once over all steps.
 * ``start(src, src_mask) -> (memory, state)`` and
   ``step(memory, state, y_prev (b,)) -> (logits (b, V), state, weights (b, s) | None)``:
   memory and state are dicts of tensors whose first dimension is the batch, so
@@ -72,8 +74,25 @@ class Seq2SeqConfig:
                 raise ValueError(f"{f} must be >= 1; got {getattr(self, f)}")
 
 
+def _reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """x (b, s, d) with each row's first L_i steps reversed, padding left in place (its own inverse)."""
+    j = torch.arange(x.shape[1], device=x.device)  # (s,)
+    idx = torch.where(j < lengths[:, None], lengths[:, None] - 1 - j, j)  # (b, s)
+    return x.gather(1, idx.unsqueeze(-1).expand_as(x))
+
+
 class Encoder(nn.Module):
-    """embed + (Bi)GRU/LSTM over packed sequences: src (b, s) → outputs (b, s, d_e), final (b, d_e)."""
+    """embed + (Bi)GRU/LSTM over the real tokens only: src (b, s) → outputs (b, s, d_e), final (b, d_e).
+
+    Padding never enters the recurrence. The LSTM (and any GRU on CUDA, where cuDNN runs packed
+    sequences natively) goes through ``pack_padded_sequence``. A GRU on the CPU runs each
+    direction over the padded batch instead: the forward direction reads padding only after
+    a sentence's last token, the backward direction reads each sentence reversed within its
+    length (padding still at the end), and each direction's final state is its output at
+    step L − 1. The same numbers, but PyTorch's CPU backward of a packed RNN slices one
+    time step at a time, and each slice's gradient is a zero-filled copy of the whole
+    packed input (quadratic in the source length: at the CLI defaults ~40 % of a training step).
+    """
 
     def __init__(self, cfg: Seq2SeqConfig):
         super().__init__()
@@ -88,6 +107,8 @@ class Encoder(nn.Module):
         if bool((lengths == 0).any()):
             raise ValueError("every source sentence needs at least one token; got an empty one")
         x = self.dropout(self.embed(src))  # (b, s, d_emb)
+        if not self.lstm and x.device.type != "cuda":
+            return self._unpacked_gru(x, src_mask, lengths)
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, final = self.rnn(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (b, s, d_e)
@@ -96,6 +117,21 @@ class Encoder(nn.Module):
         if self.lstm:
             return out, last(final[0]), last(final[1])
         return out, last(final), None
+
+    def _unpacked_gru(self, x: torch.Tensor, src_mask: torch.Tensor, lengths: torch.Tensor):
+        rnn, b = self.rnn, x.shape[0]
+        h0 = x.new_zeros(1, b, rnn.hidden_size)
+        at_last = (lengths - 1).view(b, 1, 1).expand(b, 1, rnn.hidden_size)  # step L - 1 of each row
+        outs, finals = [], []
+        for suffix in ("", "_reverse") if rnn.bidirectional else ("",):
+            weights = [getattr(rnn, f"{n}_l0{suffix}") for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            xi = _reverse_within(x, lengths) if suffix else x
+            out = torch._VF.gru(xi, h0, weights, True, 1, 0.0, self.training, False, True)[0]  # (b, s, H)
+            finals.append(out.gather(1, at_last).squeeze(1))  # (b, H)
+            outs.append(_reverse_within(out, lengths) if suffix else out)
+        out = torch.cat(outs, -1) if len(outs) > 1 else outs[0]  # (b, s, d_e)
+        out = torch.where(src_mask.unsqueeze(-1), out, out.new_zeros(()))  # padding: zero, as pad_packed_sequence
+        return out, (torch.cat(finals, -1) if len(finals) > 1 else finals[0]), None
 
 
 class Seq2Seq(nn.Module):
@@ -145,7 +181,9 @@ class Seq2Seq(nn.Module):
         return memory, state
 
     def _attend(self, memory, query, weights_override=None):
-        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"])
+        # kv_finite: the encoder's states (and their bias-free projections) are exactly zero on padding
+        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"],
+                                          kv_finite=True)
         if weights_override is None:
             return context, weights
         new = weights_override(weights)  # (b, s)
@@ -189,12 +227,31 @@ class Seq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False):
         """src (b, s), src_mask (b, s), tgt_in (b, t) → logits (b, t, V) [, weights (b, t, s) | None]."""
         memory, state = self.start(src, src_mask)
+        if self.config.decoder != "luong" and not (self.training and self.config.dropout > 0):
+            return self._forward_batched_output(memory, state, tgt_in, need_weights)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
             lg, state, w = self.step(memory, state, tgt_in[:, t])
             logits.append(lg)
             weights.append(w)
         out = torch.stack(logits, 1)  # (b, t, V)
+        if not need_weights:
+            return out
+        return out, (torch.stack(weights, 1) if self.attention is not None else None)
+
+    def _forward_batched_output(self, memory, state, tgt_in, need_weights):
+        """Teacher forcing for the decoders whose h̃_t is not fed back (bahdanau, none): the recurrence
+        runs step by step, the embedding and the output layer once over all steps (b, t, ·)."""
+        e = self.embed(tgt_in)  # (b, t, d_emb)
+        contexts, states, weights = [], [], []
+        for t in range(tgt_in.shape[1]):
+            if self.attention is None:
+                context, w = memory["fixed"], None  # (b, d_e)
+            else:
+                context, w = self._attend(memory, state["h"])  # from s_{t-1}
+            state = self._cell(torch.cat([e[:, t], context], -1), state)
+            contexts.append(context), states.append(state["h"]), weights.append(w)
+        _, out = self.output(torch.stack(contexts, 1), torch.stack(states, 1))  # (b, t, V)
         if not need_weights:
             return out
         return out, (torch.stack(weights, 1) if self.attention is not None else None)

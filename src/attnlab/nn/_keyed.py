@@ -86,12 +86,14 @@ def finish(
     mask: torch.Tensor | None,
     single: bool,
     need_weights: bool,
+    kv_finite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The core: score(query, keys) → masked softmax → Σ α v; squeeze the step dimension back.
 
     query (b, q, d_q), keys (b, k, ·) (what ``score`` reads: raw or projected keys), values (b, k, d_v).
+    ``kv_finite``: the caller vouches that keys and values are finite at masked positions (the core's flag).
     """
-    context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True)
+    context, weights = attention(query, keys, values, score=score, mask=mask, need_weights=True, kv_finite=kv_finite)
     assert weights is not None  # asked for
     if single:
         context, weights = context.squeeze(1), weights.squeeze(1)

@@ -81,20 +81,26 @@ class AdditiveAttention(nn.Module):
         need_weights: bool = True,
         *,
         projected_keys: torch.Tensor | None = None,
+        kv_finite: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights)."""
+        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights).
+
+        ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
+        NaN or inf at masked positions, so the core skips its per-call passes over them
+        (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
+        """
         query, values, mask, single = prepare(query, keys, values, mask)
         w_q, v = self.w_q.weight, self.v
         if active() or self.impl == "reference":
             score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)
-            return finish(query, keys, values, score, mask, single, need_weights)
+            return finish(query, keys, values, score, mask, single, need_weights, kv_finite)
         chunk = self.max_elems
         if projected_keys is None:  # project inside the score: the core has zeroed non-finite keys
             score = lambda q, k: chunked_additive_scores(self.w_q(q), self.w_k(k), v, max_elems=chunk)  # noqa: E731
-            return finish(query, keys, values, score, mask, single, need_weights)
+            return finish(query, keys, values, score, mask, single, need_weights, kv_finite)
         check_projected(projected_keys, keys, self.attn_dim)
         score = lambda q, wk: chunked_additive_scores(self.w_q(q), wk, v, max_elems=chunk)  # noqa: E731
-        return finish(query, projected_keys, values, score, mask, single, need_weights)
+        return finish(query, projected_keys, values, score, mask, single, need_weights, kv_finite)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, impl={self.impl!r}"

@@ -112,8 +112,14 @@ class LuongAttention(nn.Module):
         need_weights: bool = True,
         *,
         projected_keys: torch.Tensor | None = None,
+        kv_finite: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights)."""
+        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights).
+
+        ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
+        NaN or inf at masked positions, so the core skips its per-call passes over them
+        (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
+        """
         query, values, mask, single = prepare(query, keys, values, mask)
         if query.shape[-1] != self.query_dim or keys.shape[-1] != self.key_dim:
             raise ValueError(
@@ -121,10 +127,10 @@ class LuongAttention(nn.Module):
                 f"got query {tuple(query.shape)} and keys {tuple(keys.shape)}"
             )
         if projected_keys is None or active():
-            return finish(query, keys, values, self._score(False), mask, single, need_weights)
+            return finish(query, keys, values, self._score(False), mask, single, need_weights, kv_finite)
         width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
         check_projected(projected_keys, keys, width)
-        return finish(query, projected_keys, values, self._score(True), mask, single, need_weights)
+        return finish(query, projected_keys, values, self._score(True), mask, single, need_weights, kv_finite)
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, score={self.score!r}, scale={self.scale}"
