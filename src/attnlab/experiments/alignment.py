@@ -33,6 +33,7 @@ from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
 from ..train import metrics
 from ..train.loop import TrainConfig, train
+from ..viz.heatmap import pyplot_or_none
 from . import ibm1
 
 DECODERS = ("bahdanau", "luong")
@@ -168,12 +169,8 @@ def table(results: dict) -> str:
 
 def plot(results: dict, path: Path) -> Path | None:
     """AER against source length, one line per alignment method (needs matplotlib; None without it)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     mids = [(lo + hi) / 2 for lo, hi in results["buckets"]]
     fig, ax = plt.subplots(figsize=(6, 4))

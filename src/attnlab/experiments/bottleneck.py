@@ -31,6 +31,7 @@ from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTrans
 from ..train import metrics
 from ..train.decode import greedy
 from ..train.loop import TrainConfig, train
+from ..viz.heatmap import pyplot_or_none
 
 DECODERS = ("none", "bahdanau", "luong")
 MODEL_NAMES = (*DECODERS, "transformer")  # what ``decoders`` may hold
@@ -147,12 +148,8 @@ def table(results: dict) -> str:
 
 def plot(results: dict, path: str | Path) -> Path | None:
     """chrF against source length, one line per decoder (needs matplotlib; returns None without it)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     mids = [(lo + hi) / 2 for lo, hi in results["buckets"]]

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
+from ..viz.heatmap import pyplot_or_none
 
 MODELS = ("gru", "lstm", "attention")
 # two-sided 95 % Student t quantiles by degrees of freedom (df ≥ 30: the normal 1.96 is close enough)
@@ -190,12 +191,8 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     ks = results["config"]["distances"]
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))

@@ -54,6 +54,7 @@ from ..data.vocab import PAD
 from ..functional.softmax import masked_softmax
 from ..models import Seq2Seq, Seq2SeqConfig
 from ..train.loop import TrainConfig, train
+from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
 
 METHODS = ("uniform", "permuted", "random", "adversarial")
@@ -290,12 +291,8 @@ def table(results: dict) -> str:
 
 def plot(results: dict, path: str | Path) -> Path | None:
     """Left: mean output TVD per replacement and decoder; right: the adversary's attention JSD histogram."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     decs = list(results["models"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..train import metrics
+from ..viz.heatmap import pyplot_or_none
 from .bottleneck import BottleneckConfig
 from .bottleneck import run as run_models
 
@@ -111,12 +112,8 @@ def table(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     mids = [(lo + hi) / 2 for lo, hi in results["buckets"]]

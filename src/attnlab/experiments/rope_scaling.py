@@ -33,6 +33,7 @@ from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
 from ..train.lm import LMTrainConfig, split, train_lm
+from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
 
 METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "alibi")
@@ -163,12 +164,8 @@ def table(results: dict) -> str:
 
 def plot(results: dict, path: str | Path) -> Path | None:
     """Validation loss against evaluation length, one line per method (None without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     cfg = results["config"]
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
+from ..viz.heatmap import pyplot_or_none
 
 VARIANTS = ("none", "se", "eca", "cbam")
 
@@ -266,12 +267,8 @@ def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
 
 
 def _plot(result: VisionResult, path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot_or_none()
+    if plt is None:  # no matplotlib: the table and JSON only
         return None
     cfg = result.config
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))

@@ -34,6 +34,15 @@ import numpy as np
 from .fonts import use_cjk_font
 
 
+def pyplot_or_none():
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed (for code
+    whose pictures are optional: the experiments write their tables either way)."""
+    try:
+        return _plt()
+    except ImportError:
+        return None
+
+
 def _plt():
     try:
         import matplotlib
@@ -313,4 +322,4 @@ def save(fig, path: str | Path) -> Path:
     return path
 
 
-__all__ = ["heatmap", "head_grid", "alignment", "pattern", "spatial_overlay", "save", "as_array"]
+__all__ = ["pyplot_or_none", "heatmap", "head_grid", "alignment", "pattern", "spatial_overlay", "save", "as_array"]
