@@ -153,3 +153,11 @@ def test_progress_iter_yields_the_items_with_a_bar_only_on_a_terminal():
     assert plain.getvalue() == ""
     assert list(progress_iter(range(4), desc="decode", stream=tty, total=4)) == [0, 1, 2, 3]
     assert "decode:" in tty.getvalue() and "/4 [" in tty.getvalue()  # the bar (cleared at the end: leave=False)
+
+
+def test_an_experiments_progress_lines_name_their_model(tmp_path, capsys):
+    """Off a terminal, each training's lines say which model they belong to (make demo's stage 4)."""
+    assert main(["experiment", "bottleneck", "--quick", "--models", "none,luong", "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    steps = [line for line in err if ": step " in line]
+    assert steps and {line.split(":")[0] for line in steps} == {"none", "luong"}

@@ -47,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
     cfg = replace(cfg, seed=args.seed, **changes)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
-    secs = ", ".join(f"{d} {r['seconds']:.0f} s" for d, r in results["models"].items())
+    secs = ", ".join(f"{d} {r['seconds']:.1f} s" for d, r in results["models"].items())
     print(f"(exact match % / chrF on the test split by source length; training+eval: {secs}; written to {args.out})")
     return 0

@@ -136,7 +136,7 @@ def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool =
         model = Seq2Seq(Seq2SeqConfig(src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab), decoder=dec,
                                       emb_dim=cfg.emb_dim, hidden=cfg.hidden, attn_dim=cfg.attn_dim))
         t0 = time.perf_counter()
-        train(model, train_ex, [], tcfg, progress=progress)
+        train(model, train_ex, [], tcfg, progress=progress, desc=dec)
         arg, thr = attention_links(model, test_ex, 64, cfg.threshold)
         methods[f"{dec} argmax"], methods[f"{dec} ≥{cfg.threshold:g}"] = arg, thr
         seconds[dec] = time.perf_counter() - t0

@@ -109,7 +109,8 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
     for dec in cfg.decoders:
         model = _build(dec, cfg, len(corpus.src_vocab), len(corpus.tgt_vocab))
         t0 = time.perf_counter()
-        r = train(model, corpus.train, [], replace(tcfg, lr=cfg.tf_lr) if dec == "transformer" else tcfg, progress=progress)
+        r = train(model, corpus.train, [], replace(tcfg, lr=cfg.tf_lr) if dec == "transformer" else tcfg,
+                  progress=progress, desc=dec)
         model.eval()
         hyps, refs, lengths = _evaluate(model, corpus, test, cfg.batch_size)
         results["models"][dec] = {

@@ -245,7 +245,7 @@ def run(cfg: FaithfulnessConfig, out: str | Path | None = None, *, progress=None
         model = Seq2Seq(Seq2SeqConfig(src_vocab=len(corpus.src_vocab), tgt_vocab=len(corpus.tgt_vocab), decoder=dec,
                                       emb_dim=cfg.emb_dim, hidden=cfg.hidden, attn_dim=cfg.attn_dim))
         t1 = time.perf_counter()
-        r = train(model, corpus.train, [], tcfg, progress=progress is not None)
+        r = train(model, corpus.train, [], tcfg, progress=progress is not None, desc=dec)
         t2 = time.perf_counter()
         results["models"][dec] = {**measure(model, test, cfg), "train_loss": r.train_loss,
                                   "train_seconds": t2 - t1, "measure_seconds": time.perf_counter() - t2}

@@ -129,6 +129,7 @@ def train(
     stop_after: int | None = None,
     runtime: Runtime | None = None,
     tensorboard: bool = False,
+    desc: str = "train",
 ) -> TrainResult:
     """Train ``model`` for ``cfg.steps`` steps; checkpoints go to ``out`` (a folder).
 
@@ -136,7 +137,8 @@ def train(
     stops after that many steps *without* saving (as if the run were killed).
     ``runtime`` (``train.runtime.Runtime``): device, precision and torchrun's processes
     (default: one CPU process in float32). Under torchrun, rank r trains on its shard of
-    each global batch; rank 0 validates, logs and writes the checkpoint.
+    each global batch; rank 0 validates, logs and writes the checkpoint. ``desc`` names the
+    run in the progress bar and lines (an experiment's model, say).
     """
     if not train_examples:
         raise ValueError("no training examples")
@@ -167,7 +169,7 @@ def train(
     loss_sum, loss_n = torch.zeros((), device=rt.device), 0
     n_batches = len(batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=0))
     order, order_epoch = None, -1
-    bar = Progress(cfg.steps, initial=step, desc="train", enabled=progress and rt.is_main, stream=stream)
+    bar = Progress(cfg.steps, initial=step, desc=desc, enabled=progress and rt.is_main, stream=stream)
     train_loss = float("nan")
     while step < cfg.steps:
         if stop_after is not None and step >= stop_after:
@@ -187,7 +189,7 @@ def train(
             log.add({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
             bar.update(step, loss=train_loss)
             if not bar.tty:
-                bar.line(f"step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s")
+                bar.line(f"{desc}: step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s")
             loss_sum, loss_n = torch.zeros((), device=rt.device), 0
         last = step == cfg.steps
         if rt.is_main and valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
@@ -198,7 +200,7 @@ def train(
             log.add({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
                      "wall_s": round(time.perf_counter() - wall0, 3)})
             ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
-            bar.line(f"step {step}: valid loss {valid['loss']:.4f}{ex}")
+            bar.line(f"{desc}: step {step}: valid loss {valid['loss']:.4f}{ex}")
         if rt.is_main and out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
             t_save = time.perf_counter()
             save(out, model, opt, cfg, step, extra, files, valid, log.records)
