@@ -143,3 +143,5 @@ def test_a_stopped_caption_run_resumes_to_the_weights_of_an_uninterrupted_one(tm
     assert "final loss" in capsys.readouterr().out
     records = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["loss"] for r in records] == h_whole
+    assert all(r["tokens_per_s"] > 0 for r in records)  # each epoch's rate and wall time, across the resume
+    assert [r["wall_s"] for r in records] == sorted(r["wall_s"] for r in records)

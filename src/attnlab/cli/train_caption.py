@@ -99,10 +99,11 @@ def run_train_caption(args: argparse.Namespace) -> int:
     rt = runtime_from(args)
     model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
     if rt.is_main:
-        path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history)
+        path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history,
+                              timing=result["timing"])
         if args.tensorboard:
             log = RunLog(tensorboard=path / "tensorboard")
-            for record in epoch_records(history, cfg):
+            for record in epoch_records(history, cfg, result["timing"]):
                 log.add(record)
             log.close()
         print(f"final loss {history[-1]:.3f}; wrote {path}"

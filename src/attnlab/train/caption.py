@@ -136,6 +136,7 @@ def fit(
     on_checkpoint: Callable[[dict], None] | None = None,
     resume_from: tuple[dict, dict] | None = None,
     stop_after: int | None = None,
+    timing: list[dict] | None = None,
 ) -> list[float]:
     """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch.
 
@@ -144,7 +145,8 @@ def fit(
     is called on rank 0 after every epoch with what a resume needs (``training_tensors`` of
     the model and optimizer plus the batch generator, the scheduler, the epoch, the history);
     ``resume_from=(tensors, state)`` continues from it; ``stop_after`` stops after that many
-    epochs, as if the run were killed."""
+    epochs, as if the run were killed. ``timing``: a list that gets each epoch's ``wall_s``
+    (since the run began) and ``tokens_per_s`` (caption tokens of all ranks per second)."""
     rt = runtime or Runtime()
     net = rt.prepare(model)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -161,10 +163,14 @@ def fit(
         for group, saved in zip(opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
             group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
         first, history = int(state["epoch"]), list(state["history"])
+        if timing is not None:
+            timing[:] = state.get("timing", [])
     bar = Progress(epochs * per_epoch, initial=first * per_epoch, desc="train caption", enabled=progress and rt.is_main)
+    clock = time.perf_counter() - (timing[-1]["wall_s"] if timing else 0.0)
     for epoch in range(first, epochs):
         if stop_after is not None and epoch >= stop_after:
             break
+        t_epoch = time.perf_counter()
         model.train()
         order = torch.randperm(len(images), generator=g)
         total, n = 0.0, 0
@@ -177,6 +183,9 @@ def fit(
             total, n = total + float(loss_sum), n + k
             bar.update(epoch * per_epoch + i // batch_size + 1)
         history.append(rt.mean(total, n))
+        if timing is not None:
+            timing.append({"wall_s": round(time.perf_counter() - clock, 3),
+                           "tokens_per_s": round(rt.world.sum(n) / max(1e-9, time.perf_counter() - t_epoch), 1)})
         model.eval()
         if log and rt.is_main:
             extra = on_epoch(epoch) if on_epoch else ""
@@ -184,7 +193,8 @@ def fit(
             bar.line(msg) if bar.tty else log(msg)
         if on_checkpoint is not None and rt.is_main:
             on_checkpoint({"tensors": {**training_tensors(model, opt), "rng.batches": g.get_state()},
-                           "state": {"epoch": epoch + 1, "history": history, "scheduler": sched.state_dict(),
+                           "state": {"epoch": epoch + 1, "history": history, "timing": timing or [],
+                                     "scheduler": sched.state_dict(),
                                      "param_groups": [{k: v for k, v in group.items() if k != "params"}
                                                       for group in opt.param_groups]}})
     bar.close()
@@ -276,7 +286,7 @@ def train_captioner(
             s = evaluate_scenes(model, vocab, sub, cfg.cells, cfg.lang)
             return f"; first 64 held-out: exact {s['exact_match']:.0%}, attention acc {s['attention_accuracy']:.0%}"
 
-    resume_from = None
+    resume_from, timing = None, []  # timing: each epoch's wall time and tokens per second
     if resume:
         tensors, config, _ = load_checkpoint(out)
         if config.get("model") != model_config(model) or "state" not in config:
@@ -284,12 +294,13 @@ def train_captioner(
         resume_from = (tensors, config["state"])
 
     def checkpoint(st: dict) -> None:
-        save_captioner(out, model, vocab, cfg, history=st["state"]["history"], training=(st["tensors"], st["state"]))
+        save_captioner(out, model, vocab, cfg, history=st["state"]["history"], training=(st["tensors"], st["state"]),
+                       timing=st["state"]["timing"])
 
     history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                   seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress,
                   on_checkpoint=checkpoint if out is not None else None, resume_from=resume_from,
-                  stop_after=stop_after)
+                  stop_after=stop_after, timing=timing)
     main = runtime is None or runtime.is_main
     scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None and main else None
     seconds = time.perf_counter() - t0
@@ -297,19 +308,23 @@ def train_captioner(
         log(f"trained in {seconds:.1f} s")
         if scores:
             log(f"validation: {format_scores(scores)}")
-    return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds}
+    return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds, "timing": timing}
 
 
-def epoch_records(history: list[float], train_cfg: CaptionTrainConfig) -> list[dict]:
-    """The run log: one record per epoch, its step the epoch's last optimizer step (scenes) or the epoch."""
+def epoch_records(history: list[float], train_cfg: CaptionTrainConfig, timing: list[dict] | None = None) -> list[dict]:
+    """The run log: one record per epoch, its step the epoch's last optimizer step (scenes) or the epoch,
+    with the epoch's ``wall_s`` and ``tokens_per_s`` where ``timing`` has them."""
     cfg = train_cfg.resolved()
     steps = -(-cfg.n_train // cfg.batch_size) if cfg.data == "scenes" else None
-    return [{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss} for e, loss in enumerate(history)]
+    timing = timing or []
+    return [{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss,
+             **(timing[e] if e < len(timing) else {})} for e, loss in enumerate(history)]
 
 
 def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
                    scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8,
-                   history: list[float] | None = None, training: tuple[dict, dict] | None = None) -> Path:
+                   history: list[float] | None = None, training: tuple[dict, dict] | None = None,
+                   timing: list[dict] | None = None) -> Path:
     """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out);
     with ``training=(tensors, state)`` what ``fit`` needs to resume (a ``fit`` checkpoint)."""
     cfg = train_cfg.resolved()
@@ -318,7 +333,7 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
               "scores": scores}
     files = {"vocab.json": vocab.to_json()}
     if history is not None:
-        files[runlog.NAME] = runlog.jsonl(epoch_records(history, cfg))
+        files[runlog.NAME] = runlog.jsonl(epoch_records(history, cfg, timing))
     tensors = dict(model.state_dict())
     if training is not None:
         tensors, config["state"] = training
