@@ -22,15 +22,15 @@ from ..train.caption import (
 )
 from ..train.runtime import RunLog
 from . import UsageError
+from ._fields import config_from, field_option
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads, apply_threads
 
-POSITIVE = ("epochs", "batch_size", "d_model", "heads", "image_size", "n_train", "n_test", "cells", "max_objects",
+POSITIVE = ("epochs", "batch_size", "d_model", "num_heads", "image_size", "n_train", "n_test", "cells", "max_objects",
             "pool", "limit", "layers")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    d = CaptionTrainConfig()
     p = sub.add_parser(
         "caption",
         help="train an image captioner on Twemoji scenes (or single emoji) and their CLDR names",
@@ -40,26 +40,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scenes under DIR/test-scenes/).",
     )
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--data", choices=DATASETS, default=d.data,
-                   help="scenes: 1-3 emoji in a grid, caption = names in reading order (default); "
-                   "emoji: one emoji per image")
-    p.add_argument("--lang", choices=LANGS, default=d.lang, help="caption language (default en)")
-    p.add_argument("--n-train", type=int, default=d.n_train, help=f"scenes: training layouts (default {d.n_train})")
-    p.add_argument("--n-test", type=int, default=d.n_test, help=f"scenes: held-out layouts (default {d.n_test})")
-    p.add_argument("--cells", type=int, default=d.cells, help="scenes: a CELLS×CELLS grid (default 3)")
-    p.add_argument("--max-objects", type=int, default=d.max_objects, help="scenes: emoji per scene, 1..N (default 3)")
-    p.add_argument("--pool", type=int, default=d.pool, help=f"scenes: number of different emoji (default {d.pool})")
-    p.add_argument("--limit", type=int, help="emoji: train on a random sample of N images (default: all)")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--d-model", type=int, default=d.d_model)
-    p.add_argument("--heads", type=int, default=d.num_heads, help=f"cross-attention heads (default {d.num_heads})")
-    p.add_argument("--decoder", choices=sorted(DECODERS), default=d.decoder,
-                   help="gru (default; Luong attention with input feeding) or transformer")
-    p.add_argument("--layers", type=int, default=d.layers, help="transformer decoder layers (default 2)")
-    p.add_argument("--image-size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    C = CaptionTrainConfig  # each option's default and type come from it (cli/_fields.py)
+    field_option(p, C, "data", choices=DATASETS,
+                 help="scenes: 1-3 emoji in a grid, caption = names in reading order; emoji: one emoji per image")
+    field_option(p, C, "lang", choices=LANGS, help="caption language")
+    field_option(p, C, "n_train", help="scenes: training layouts")
+    field_option(p, C, "n_test", help="scenes: held-out layouts")
+    field_option(p, C, "cells", help="scenes: a CELLS×CELLS grid")
+    field_option(p, C, "max_objects", help="scenes: emoji per scene, 1..N")
+    field_option(p, C, "pool", help="scenes: number of different emoji")
+    field_option(p, C, "limit", type=int, help="emoji: train on a random sample of N images (default: all)")
+    for name in ("epochs", "batch_size", "lr", "d_model"):
+        field_option(p, C, name)
+    field_option(p, C, "num_heads", "--heads", help="cross-attention heads")
+    field_option(p, C, "decoder", choices=sorted(DECODERS), help="gru (Luong attention with input feeding) or transformer")
+    field_option(p, C, "layers", help="transformer decoder layers")
+    field_option(p, C, "image_size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
+    field_option(p, C, "seed")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (checkpointed after every epoch) to its planned end, with its settings")
     add_threads(p)
@@ -75,7 +72,8 @@ def run_train_caption(args: argparse.Namespace) -> int:
     for name in POSITIVE:
         v = getattr(args, name)
         if v is not None and v < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 1; got {v}")
+            flag = "heads" if name == "num_heads" else name.replace("_", "-")
+            raise UsageError(f"--{flag} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
     if args.resume:
@@ -89,11 +87,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
         names = {f.name for f in fields(CaptionTrainConfig)}
         cfg = CaptionTrainConfig(**{k: tuple(v) if k == "widths" else v for k, v in saved.items() if k in names})
     else:
-        cfg = CaptionTrainConfig(data=args.data, lang=args.lang, limit=args.limit, n_train=args.n_train,
-                                 n_test=args.n_test, cells=args.cells, max_objects=args.max_objects, pool=args.pool,
-                                 image_size=args.image_size, d_model=args.d_model, num_heads=args.heads,
-                                 decoder=args.decoder, layers=args.layers,
-                                 epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
+        cfg = config_from(args, CaptionTrainConfig)
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     rt = runtime_from(args)
