@@ -220,3 +220,13 @@ def test_scaled_scores_written_as_scores_is_another_step_with_its_formula():
     t = run(ex)
     assert (v.status, v.rule) == (OTHER_STEP, "scaled_scores")
     assert v.extra["formula"] == t["scaled_scores"].formula and v.extra["formula"] != t["scores"].formula
+
+
+def test_another_step_is_found_past_steps_of_another_shape():
+    # additive, W_q = W_k = I, v = [1, 1], q = 0: scores_j = Σ tanh(k_j) = [tanh 1, tanh 1, 0] = [0.7616, 0.7616, 0];
+    # the steps before "scores" (projected query (2,), projected keys / preactivation / tanh (3, 2)) have other shapes
+    assert np.round([np.tanh(1.0), np.tanh(1.0), 0.0], 2).tolist() == [0.76, 0.76, 0.0]
+    text = ('mechanism = "additive"\n[inputs]\nquery = [0.0, 0.0]\nkeys = [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]\n'
+            '[params]\nw_q = [[1.0, 0.0], [0.0, 1.0]]\nw_k = [[1.0, 0.0], [0.0, 1.0]]\nv = [1.0, 1.0]\n')
+    (v,) = verify(parse(text + _claims(("weights", "", "[0.76, 0.76, 0.00]")), "t.toml"))
+    assert (v.status, v.rule) == (OTHER_STEP, "scores")
