@@ -280,6 +280,9 @@ def test_dropout_one_drops_every_embedding_and_h_tilde():
         m.embed.weight.zero_()
     _, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy())
     np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=TOL, rtol=0)
+    # the none decoder has no weights in that (step by step) path too
+    logits, w = model(decoder="none", dropout=1.0).train()(src, mask, tgt, need_weights=True)
+    assert w is None and logits.shape == (3, 5, V_TGT)
 
 
 def test_config_checks_and_what_it_sets():
