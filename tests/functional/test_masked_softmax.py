@@ -53,3 +53,30 @@ def test_checks_name_the_argument():
         masked_softmax(torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(DtypeError, match=r"must have the scores' dtype torch.float32; got mask dtype torch.float64"):
         masked_softmax(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.float64))
+
+
+def test_in_place_reuses_the_scores_storage_only_when_allowed():
+    """``_softmax(..., inplace=True)`` (the core's reference path) overwrites the caller's own scores
+    instead of allocating: the weights live in the scores' storage. Never when the scores need a gradient."""
+    from attnlab.functional.softmax import _softmax
+
+    s = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
+    keep = torch.tensor([[True, True, False], [False, False, False]])  # softmax([1, 2]) = [0.2689, 0.7311]; row 2 dead
+    e = 1 / (1 + math.e)
+    want = torch.tensor([[e, 1 - e, 0.0], [0.0, 0.0, 0.0]])
+    for mask in (keep, torch.zeros(2, 3).masked_fill(~keep, float("-inf"))):
+        for grad_mode in (torch.no_grad, torch.enable_grad):  # grad on, but these scores need none
+            x = s.clone()
+            with grad_mode():
+                w = _softmax(x, mask, -1, inplace=True)
+            torch.testing.assert_close(w, want, atol=1e-7, rtol=0)
+            assert w.data_ptr() == x.data_ptr()
+        x = s.clone()
+        w = _softmax(x, mask, -1, inplace=False)
+        assert w.data_ptr() != x.data_ptr() and torch.equal(x, s)
+        x = s.clone().requires_grad_()
+        w = _softmax(x, mask, -1, inplace=True)
+        assert w.data_ptr() != x.data_ptr() and torch.equal(x.detach(), s)
+    x = s[:1].clone()
+    with torch.no_grad():
+        assert _softmax(x, None, -1, inplace=True).data_ptr() == x.data_ptr()
