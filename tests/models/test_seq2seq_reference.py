@@ -104,8 +104,11 @@ def scores(m, s, Hs):
     return np.array([va @ np.tanh(Wa @ np.concatenate([s, h])) for h in Hs])
 
 
-def reference(m, src, mask, tgt_in):
-    """Teacher-forced logits (b, t, V) and weights (b, t, s), one sentence at a time."""
+def reference(m, src, mask, tgt_in, override=None):
+    """Teacher-forced logits (b, t, V) and weights (b, t, s), one sentence at a time.
+
+    decoder "none": c = [h→_S; h←_1] at every step (weights stay zero). ``override(α, ok) -> α'``
+    replaces the weights before the context is formed."""
     cfg = m.config
     Wb, bb = np_(m.bridge.weight), np_(m.bridge.bias)
     E = np_(m.embed.weight)
@@ -124,8 +127,12 @@ def reference(m, src, mask, tgt_in):
         h_tilde = np.zeros(cfg.hidden)  # h̃_0 = 0 (Luong input feeding)
         for t in range(T):
             e_y = E[tgt_in[b, t]]
-            if cfg.decoder == "bahdanau":
+            if cfg.decoder == "none":
+                a, ctx = np.zeros(len(ok)), fin  # the fixed vector
+                x = np.concatenate([e_y, ctx])
+            elif cfg.decoder == "bahdanau":
                 a = masked_softmax(scores(m, s, Hs), ok)  # from s_{t-1}
+                a = a if override is None else override(a, ok)
                 ctx = a @ Hs
                 x = np.concatenate([e_y, ctx])
             else:
@@ -136,6 +143,7 @@ def reference(m, src, mask, tgt_in):
                 s, c_mem = step(x, (s, c_mem), *cell_w)
             if cfg.decoder == "luong":
                 a = masked_softmax(scores(m, s, Hs), ok)  # from s_t
+                a = a if override is None else override(a, ok)
                 ctx = a @ Hs
             h_tilde = np.tanh(Wc @ np.concatenate([ctx, s]) + bc)
             logits[b, t] = Ws @ h_tilde + bs
@@ -151,6 +159,8 @@ CASES = [
     dict(decoder="luong", luong_score="general", rnn="gru"),
     dict(decoder="luong", luong_score="general", rnn="lstm"),
     dict(decoder="luong", luong_score="concat", rnn="gru"),
+    dict(decoder="none", rnn="gru"),
+    dict(decoder="none", rnn="lstm"),
 ]
 
 
@@ -172,8 +182,130 @@ def test_decoder_matches_paper_equations(kw):
     src, mask, tgt = batch()
     logits, w = m(src, mask, tgt, need_weights=True)
     ref_logits, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy())
-    np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=TOL, rtol=0)
     np.testing.assert_allclose(logits.detach().numpy(), ref_logits, atol=TOL, rtol=0)
+    if kw["decoder"] == "none":  # no attention: no weights
+        assert w is None
+        return
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=TOL, rtol=0)
     assert np.all(w.detach().numpy()[~mask.numpy()[:, None, :].repeat(tgt.shape[1], 1)] == 0)
     # the weights are not trivially uniform, and they move from step to step
     assert np.abs(ref_w[0, 1:] - ref_w[0, :-1]).max() > 1e-3
+
+
+def model(**kw):
+    torch.manual_seed(1)
+    cfg = dict(src_vocab=V_SRC, tgt_vocab=V_TGT, emb_dim=5, hidden=6, attn_dim=4)
+    m = Seq2Seq(Seq2SeqConfig(**{**cfg, **kw})).double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(2.5)
+    return m
+
+
+def unsorted_batch():
+    """Lengths 2, 4, 1 (not sorted; one single-token sentence; every row padded, so s = 5 > 4)."""
+    src = torch.tensor([[3, 4, 0, 0, 0], [8, 9, 10, 5, 0], [6, 0, 0, 0, 0]])
+    tgt = torch.tensor([[1, 5, 6, 2], [1, 3, 4, 8], [1, 8, 8, 3]])
+    return src, src != 0, tgt
+
+
+STEP_CASES = [dict(decoder="none", rnn="gru"), dict(decoder="none", rnn="lstm"), dict(decoder="bahdanau", rnn="gru"),
+              dict(decoder="bahdanau", rnn="lstm"), dict(decoder="luong", luong_score="general", rnn="lstm")]
+
+
+@pytest.mark.parametrize("kw", STEP_CASES, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_start_and_step_match_paper_equations(kw):
+    """start() + step() one token at a time (what greedy and beam search run) against the NumPy reference."""
+    m = model(**kw)
+    src, mask, tgt = unsorted_batch()
+    ref_logits, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy())
+    memory, state = m.start(src, mask)
+    for t in range(tgt.shape[1]):
+        lg, state, w = m.step(memory, state, tgt[:, t])
+        np.testing.assert_allclose(lg.detach().numpy(), ref_logits[:, t], atol=TOL, rtol=0)
+        if kw["decoder"] == "none":
+            assert w is None
+        else:
+            np.testing.assert_allclose(w.detach().numpy(), ref_w[:, t], atol=TOL, rtol=0)
+    out = m(src, mask, tgt)  # need_weights defaults to False: logits only
+    assert isinstance(out, torch.Tensor)
+    np.testing.assert_allclose(out.detach().numpy(), ref_logits, atol=TOL, rtol=0)
+
+
+def uniform(a, ok):
+    return np.where(ok, 1.0 / ok.sum(), 0.0)
+
+
+@pytest.mark.parametrize("kw", [dict(decoder="bahdanau", rnn="gru"), dict(decoder="luong", luong_score="general", rnn="gru")],
+                         ids=["bahdanau", "luong"])
+def test_weights_override_replaces_the_weights_before_the_context(kw):
+    """c_t = Σ_j fn(α_t)_j h_j: uniform weights over the real tokens, against the reference with α'_tj = 1/L."""
+    m = model(**kw)
+    src, mask, tgt = unsorted_batch()
+    ref_logits, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy(), override=uniform)
+    assert ref_w[0, 0].tolist() == [0.5, 0.5, 0, 0, 0]
+    fn = lambda w: mask.double() / mask.sum(1, keepdim=True)  # noqa: E731
+    memory, state = m.start(src, mask)
+    for t in range(tgt.shape[1]):
+        lg, state, w = m.step(memory, state, tgt[:, t], weights_override=fn)
+        np.testing.assert_allclose(w.detach().numpy(), ref_w[:, t], atol=TOL, rtol=0)
+        np.testing.assert_allclose(lg.detach().numpy(), ref_logits[:, t], atol=TOL, rtol=0)
+    memory, state = m.start(src, mask)
+    with pytest.raises(ValueError, match=r"weights_override must return a tensor of the weights' shape \(b, s\) = "
+                                         r"\(3, 5\); got \(3, 4\)"):
+        m.step(memory, state, tgt[:, 0], weights_override=lambda w: w[:, :4])
+    with pytest.raises(ValueError, match=r"= \(3, 5\); got list$"):
+        m.step(memory, state, tgt[:, 0], weights_override=lambda w: w.tolist())
+
+
+def test_weights_override_needs_an_attention_decoder():
+    m = model(decoder="none")
+    src, mask, tgt = unsorted_batch()
+    memory, state = m.start(src, mask)
+    with pytest.raises(ValueError, match=r"^weights_override needs an attention decoder \(bahdanau or luong\); "
+                                         r"this one is 'none'$"):
+        m.step(memory, state, tgt[:, 0], weights_override=lambda w: w)
+
+
+def test_dropout_one_drops_every_embedding_and_h_tilde():
+    """Training with p = 1: the embeddings (source and target) and h̃ are dropped to zero, so the logits are
+    the output bias b_s, and the weights are the reference's with both embedding tables zero."""
+    m = model(decoder="bahdanau", dropout=1.0).train()
+    src, mask, tgt = batch()
+    logits, w = m(src, mask, tgt, need_weights=True)
+    bias = m.output.predict.bias.detach().numpy()
+    np.testing.assert_allclose(logits.detach().numpy(), np.broadcast_to(bias, logits.shape), atol=TOL, rtol=0)
+    with torch.no_grad():
+        m.encoder.embed.weight.zero_()
+        m.embed.weight.zero_()
+    _, ref_w = reference(m, src.numpy(), mask.numpy(), tgt.numpy())
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=TOL, rtol=0)
+    # the none decoder has no weights in that (step by step) path too
+    logits, w = model(decoder="none", dropout=1.0).train()(src, mask, tgt, need_weights=True)
+    assert w is None and logits.shape == (3, 5, V_TGT)
+
+
+def test_config_checks_and_what_it_sets():
+    with pytest.raises(ValueError, match=r"^decoder must be one of \('none', 'bahdanau', 'luong'\); got 'x'$"):
+        Seq2SeqConfig(src_vocab=5, tgt_vocab=5, decoder="x")
+    with pytest.raises(ValueError, match=r"^rnn must be one of \('gru', 'lstm'\); got 'rnn'$"):
+        Seq2SeqConfig(src_vocab=5, tgt_vocab=5, rnn="rnn")
+    for f in ("src_vocab", "tgt_vocab", "emb_dim", "hidden", "attn_dim"):
+        with pytest.raises(ValueError, match=rf"^{f} must be >= 1; got 0$"):
+            Seq2SeqConfig(**{"src_vocab": 5, "tgt_vocab": 5, f: 0})
+    Seq2SeqConfig(src_vocab=1, tgt_vocab=1, emb_dim=1, hidden=1, attn_dim=1)  # 1 is allowed
+    m = Seq2Seq(Seq2SeqConfig(src_vocab=7, tgt_vocab=5, decoder="luong", luong_score="concat", hidden=6, attn_dim=3,
+                              pad_id=2, dropout=0.25))
+    assert m.config_dict() == {"kind": "seq2seq", **{k: getattr(m.config, k) for k in m.config.__dataclass_fields__}}
+    assert m.config_dict()["pad_id"] == 2
+    assert m.attention.weight.weight.shape == (3, 6 + 12)  # W_a (d_a, d + d_e) of the concat score
+    assert m.output.dropout.p == 0.25
+    for emb in (m.encoder.embed, m.embed):  # the padding id's embedding row is zero
+        assert emb.padding_idx == 2 and not emb.weight[2].any()
+
+
+def test_an_empty_source_sentence_is_refused():
+    m = model()
+    src = torch.tensor([[3, 4], [0, 0]])
+    with pytest.raises(ValueError, match=r"^every source sentence needs at least one token; got an empty one$"):
+        m(src, src != 0, torch.tensor([[1], [1]]))
