@@ -47,4 +47,19 @@ def config_from(args: argparse.Namespace, cls: type, **extra: Any):
     return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None}, **extra)
 
 
-__all__ = ["field_option", "field_default", "config_from"]
+def saved_config(out: str, cls: type, **given: Any):
+    """``cls`` as the training run in folder ``out`` saved it (its config.json's ``"train"``), with the
+    options ``given`` on top (``--resume``): a ValueError when ``out`` holds no checkpoint."""
+    from pathlib import Path
+
+    from ..train.checkpoint import load_checkpoint
+
+    if not (Path(out) / "config.json").is_file():
+        raise ValueError(f"--resume: no checkpoint to resume at {out}")
+    saved = load_checkpoint(out)[1].get("train", {})
+    names = {f.name for f in fields(cls)}
+    kept = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names}  # JSON lists → tuples
+    return cls(**{**kept, **given})
+
+
+__all__ = ["field_option", "field_default", "config_from", "saved_config"]

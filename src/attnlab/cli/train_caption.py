@@ -9,7 +9,6 @@ Twemoji per image, captioned by its CLDR name.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..data.emoji import LANGS
 from ..models.captioner import DECODERS
@@ -22,7 +21,7 @@ from ..train.caption import (
 )
 from ..train.runtime import RunLog
 from . import UsageError
-from ._fields import config_from, field_option
+from ._fields import config_from, field_option, saved_config
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads, apply_threads
 
@@ -76,18 +75,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
             raise UsageError(f"--{flag} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
-    if args.resume:
-        from dataclasses import fields
-
-        from ..train.checkpoint import load_checkpoint
-
-        if not (Path(args.out) / "config.json").is_file():
-            raise UsageError(f"--resume: no checkpoint to resume at {args.out}")
-        saved = load_checkpoint(args.out)[1].get("train", {})
-        names = {f.name for f in fields(CaptionTrainConfig)}
-        cfg = CaptionTrainConfig(**{k: tuple(v) if k == "widths" else v for k, v in saved.items() if k in names})
-    else:
-        cfg = config_from(args, CaptionTrainConfig)
+    cfg = saved_config(args.out, CaptionTrainConfig) if args.resume else config_from(args, CaptionTrainConfig)
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     rt = runtime_from(args)

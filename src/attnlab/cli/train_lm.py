@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..nn.positional import POSITIONAL
 from . import UsageError
+from ._fields import saved_config
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 from ._types import positive_int
@@ -69,15 +70,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     else:
         text = shakespeare.load_text(plays=args.plays)
     given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
-    saved = {}
-    if args.resume:
-        from ..train.checkpoint import load_checkpoint
-
-        if not (Path(args.out) / "config.json").exists():
-            raise UsageError(f"--resume: no checkpoint to resume at {args.out}")
-        saved = load_checkpoint(args.out)[1].get("train", {})
-    names = {f.name for f in fields(LMTrainConfig)}
-    cfg = LMTrainConfig(**{**{k: v for k, v in saved.items() if k in names}, **given})
+    cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
     model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard,

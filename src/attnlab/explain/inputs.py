@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import masks
 from .examples import Example, ExampleError, _tensor
 
 
@@ -84,7 +85,7 @@ def mask(ex: Example, q_len: int, k_len: int) -> torch.Tensor | None:
                 f"got shape {tuple(m.shape)}"
             )
     if ex.params.get("causal", False) is True:
-        causal = torch.arange(k_len) <= torch.arange(q_len).unsqueeze(-1) + (k_len - q_len)
+        causal = masks.causal(q_len, k_len)  # bottom-right aligned, as the mechanisms' own causal=True
         m = causal if m is None else (m & causal)
     return m
 

@@ -172,22 +172,27 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         x, y = rt.to(x[rows], y[rows])
         total, _ = rt.step(net, opt, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0)
         train_time += time.perf_counter() - t0
-        loss = rt.mean(float(total), len(rows) * cfg.block_size)
+        # the running loss stays a tensor on the device (no read, no collective per step); the mean of
+        # the ranks' running losses is the running global loss (their shares are equal)
+        loss = total.detach() / (len(rows) * cfg.block_size)
         loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
-        bar.update(step + 1, loss=loss_ema)
+        bar.update(step + 1)
         last = step == cfg.steps - 1 or (cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds)
         if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
             with rt.autocast():
                 val = evaluate(model, val_ids, cfg, gen)  # every rank, so that the generators stay equal
+            train_loss = rt.world.mean(float(loss_ema))
             tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
-            runlog_.add({"step": step + 1, "train_loss": round(loss_ema, 4), "val_loss": round(val, 4),
+            runlog_.add({"step": step + 1, "train_loss": round(train_loss, 4), "val_loss": round(val, 4),
                          "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3)})
+            bar.update(step + 1, loss=train_loss)
             if log is not None and rt.is_main:
-                msg = f"step {step + 1:>5}  train {loss_ema:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
+                msg = f"step {step + 1:>5}  train {train_loss:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
                 bar.line(msg) if bar.tty else log(msg)
-        if out is not None and rt.is_main and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
-            state = {"step": step + 1, "loss_ema": loss_ema, "train_time": train_time}
-            save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
+        if out is not None and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
+            state = {"step": step + 1, "loss_ema": rt.world.mean(float(loss_ema)), "train_time": train_time}
+            if rt.is_main:
+                save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
         if last:
             break
     bar.close()
@@ -202,9 +207,11 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         seconds=time.perf_counter() - start,
         history=history,
     )
-    if out is not None and rt.is_main and not killed:
-        state = {"step": steps_done, "loss_ema": loss_ema, "train_time": train_time}
-        save_lm(out, model, vocab, cfg, result, training=(opt, gen, state))
+    if out is not None and not killed:
+        ema = None if loss_ema is None else rt.world.mean(float(loss_ema))  # every rank: a collective
+        if rt.is_main:
+            save_lm(out, model, vocab, cfg, result, training=(opt, gen, {"step": steps_done, "loss_ema": ema,
+                                                                          "train_time": train_time}))
     rt.world.barrier()
     return model, vocab, result
 
