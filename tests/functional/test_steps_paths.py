@@ -144,3 +144,29 @@ def test_map_steps_evaluated_from_qn_kn_match_numpy(n: int) -> None:
     np.testing.assert_allclose(
         steps.evaluate(m, dict(env), f"weights_{n}").numpy(), np_softmax(e * s, a["allowed"]), rtol=1e-12, atol=1e-14
     )
+
+
+def test_core_masked_scores_adds_a_float_bias() -> None:
+    env, _ = env_qkv()
+    e, bias = RNG.normal(size=(2, 3, 5)), RNG.normal(size=(2, 3, 5))
+    bias[0, 1, 2] = -np.inf
+    env.update(e=t(e), mask=t(bias))
+    core = steps._core("e", "v")
+    np.testing.assert_array_equal(steps.evaluate(core, dict(env), "masked_scores").numpy(), e + bias)
+    np.testing.assert_allclose(
+        steps.evaluate(core, dict(env), "weights").numpy(), np_softmax(e + bias), rtol=1e-12, atol=1e-14
+    )
+
+
+@pytest.mark.parametrize("name", ["doubled", "sum_X"])
+def test_evaluate_computes_an_optional_argument_that_names_a_step_first(name: str) -> None:
+    path = {
+        name: steps.StepFn(lambda x: 2 * x, ("x",)),
+        "out": steps.StepFn(lambda a, b: a + (0 if b is None else b), ("x", f"{name}?")),
+    }
+    env = {"x": torch.tensor([1.0, 2.0])}
+    np.testing.assert_array_equal(steps.evaluate(path, env, "out").numpy(), [3.0, 6.0])  # x + 2x
+    assert env[name].tolist() == [2.0, 4.0]  # kept in env
+    # absent and not a step: None
+    path2 = {"out": steps.StepFn(lambda a, b: a if b is None else a + b, ("x", "nothing?"))}
+    np.testing.assert_array_equal(steps.evaluate(path2, {"x": torch.tensor([1.0])}, "out").numpy(), [1.0])
