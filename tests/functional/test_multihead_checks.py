@@ -59,3 +59,81 @@ def test_multi_head_attention_returns_no_weights_unless_asked_and_the_numpy_head
     np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-10)
     np.testing.assert_allclose(out2.numpy()[0], ref, rtol=1e-10)
     np.testing.assert_allclose(weights2.numpy()[0], np.stack(alphas), rtol=1e-10)
+
+
+def _mha_args(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """x (1, 2, 3): q = 2 ≠ d = 3; two heads of size 2; d_out = 5."""
+    return {"w_q": rng.normal(size=(4, 3)), "w_k": rng.normal(size=(4, 3)), "w_v": rng.normal(size=(4, 3)),
+            "w_o": rng.normal(size=(5, 4))}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"w_q": [1.0]}, "w_q must be a torch.Tensor; got list"),
+        ({"w_k": [1.0]}, "w_k must be a torch.Tensor; got list"),
+        ({"w_v": [1.0]}, "w_v must be a torch.Tensor; got list"),
+        ({"w_q": r(4, 5)}, "w_q must be (out, 3) to act on inputs of size 3; got (4, 5)"),
+        ({"w_k": r(4, 5)}, "w_k must be (out, 3) to act on inputs of size 3; got (4, 5)"),
+        ({"w_v": r(4, 3, 1)}, "w_v must be (out, 3) to act on inputs of size 3; got (4, 3, 1)"),
+        ({"w_o": [1.0]}, "w_o must be a torch.Tensor; got list"),
+        ({"w_o": r(5, 3)}, "w_o must be (d_out, 4); got (5, 3)"),
+        ({"w_o": r(5, 4, 1)}, "w_o must be (d_out, 4); got (5, 4, 1)"),
+    ],
+)
+def test_multi_head_attention_weight_errors_name_the_weight_and_the_shapes(change, message) -> None:
+    args = {n: torch.tensor(a, dtype=torch.float32) for n, a in _mha_args(np.random.default_rng(0)).items()}
+    args.update({n: (w.float() if isinstance(w, torch.Tensor) else w) for n, w in change.items()})
+    x = r(1, 2, 3)
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        mh.multi_head_attention(x, x, x, num_heads=2, **args)
+
+
+def np_mha(xq, xk, xv, p, h, scale, allowed):
+    """Vaswani et al. §3.2.2 in float64, one batch element: biases, a given scale, a bool mask (h, q, k)."""
+    q, k, v = xq @ p["w_q"].T + p["b_q"], xk @ p["w_k"].T + p["b_k"], xv @ p["w_v"].T + p["b_v"]
+    d = q.shape[-1] // h
+    heads, alphas = [], []
+    for i in range(h):
+        sl = slice(i * d, (i + 1) * d)
+        e = np.where(allowed[i], q[:, sl] @ k[:, sl].T * scale, -np.inf)
+        a = np.exp(e - e.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        alphas.append(a)
+        heads.append(a @ v[:, sl])
+    return np.concatenate(heads, -1) @ p["w_o"].T + p["b_o"], np.stack(alphas)
+
+
+def test_multi_head_attention_with_biases_scale_and_a_per_head_mask_matches_numpy() -> None:
+    rng = np.random.default_rng(4)
+    p = _mha_args(rng)
+    p.update(b_q=rng.normal(size=4), b_k=rng.normal(size=4), b_v=rng.normal(size=4), b_o=rng.normal(size=5))
+    xq, xkv = rng.normal(size=(1, 2, 3)), rng.normal(size=(1, 4, 3))
+    allowed = np.ones((1, 2, 2, 4), dtype=bool)  # (b, h, q, k), q = 2 ≠ d = 3
+    allowed[0, 0, 0, [1, 2]] = False
+    allowed[0, 1, 1, [0, 3]] = False
+    ref, alphas = np_mha(xq[0], xkv[0], xkv[0], p, 2, 0.3, allowed[0])
+    tt = {n: torch.tensor(a) for n, a in p.items()}
+    for need in (False, True):
+        out, w = mh.multi_head_attention(
+            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), num_heads=2, scale=0.3,
+            mask=torch.tensor(allowed), need_weights=need, **tt,
+        )
+        np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-10, atol=1e-12)
+        if need:
+            np.testing.assert_allclose(w.numpy()[0], alphas, rtol=1e-10, atol=1e-12)
+
+
+def test_multi_head_attention_applies_its_dropout_to_the_weights_with_the_mean_kept() -> None:
+    """Identity projections and all-ones values: each output entry is Σ_j m_j α_j / (1 − p), 1 without dropout."""
+    torch.manual_seed(0)
+    n, p = 400, 0.5
+    eye = torch.eye(2, dtype=torch.float64)
+    x = torch.randn(1, n, 2, dtype=torch.float64)
+    ones = torch.ones(1, 8, 2, dtype=torch.float64)
+    out, _ = mh.multi_head_attention(x, ones, ones, num_heads=1, w_q=eye, w_k=eye, w_v=eye, w_o=eye, dropout_p=p)
+    out = out[0, :, 0]
+    assert float((out - 1).abs().max()) > 0.5  # some rows lost most of their weight, some gained
+    assert abs(float(out.mean()) - 1.0) < 0.1  # unbiased: E[m / (1 − p)] = 1
+    plain, _ = mh.multi_head_attention(x, ones, ones, num_heads=1, w_q=eye, w_k=eye, w_v=eye, w_o=eye)
+    torch.testing.assert_close(plain, torch.ones_like(plain))
