@@ -81,3 +81,19 @@ def test_general_score_records_projected_keys_and_scores_with_their_formulas() -
     ]
     np.testing.assert_allclose(tr["projected_keys"].value.numpy(), k @ w.T, rtol=1e-12)
     np.testing.assert_allclose(tr["scores"].value.numpy(), ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "q, k, message",
+    [
+        (torch.randn(4), torch.randn(5, 6), "query must have at least 2 dimensions; got shape (4)"),
+        ([[1.0]], torch.randn(5, 6), "query must be a torch.Tensor; got list"),
+        (torch.randn(3, 4), torch.randn(6), "key must have at least 2 dimensions; got shape (6)"),
+        (torch.randn(3, 4), [[1.0]], "key must be a torch.Tensor; got list"),
+    ],
+)
+def test_additive_score_errors_name_the_query_or_key_and_its_shape(q, k, message: str) -> None:
+    d_q = q.shape[-1] if isinstance(q, torch.Tensor) else 1
+    d_k = k.shape[-1] if isinstance(k, torch.Tensor) else 1
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        scores.additive(q, k, torch.randn(7, d_q), torch.randn(7, d_k), torch.randn(7))
