@@ -159,3 +159,84 @@ def test_trace_of_the_dot_score_without_a_mask_has_no_scaling_or_masking_step() 
     alpha = np_softmax(q @ k.swapaxes(-1, -2))
     np.testing.assert_allclose(w, alpha, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(out, alpha @ v, rtol=1e-12)
+
+
+def _np_attention(q, k, v, e, allowed=None):
+    alpha = np_softmax(e, allowed)
+    return alpha @ v, alpha
+
+
+def test_callable_score_without_need_weights_returns_no_weights() -> None:
+    rng = np.random.default_rng(1)
+    q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2))
+    out, w = attnlab.attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), score=_dot)
+    assert w is None
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, q @ k.swapaxes(-1, -2))[0], rtol=1e-12)
+
+
+def test_callable_score_in_another_dtype_gives_the_context_in_the_values_dtype() -> None:
+    """A score function may compute in float64 for float32 inputs: the weights are cast to the values' dtype."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=s).astype(np.float32) for s in ((1, 3, 4), (1, 5, 4), (1, 5, 2)))
+    out, w = attnlab.attention(
+        torch.tensor(q), torch.tensor(k), torch.tensor(v), score=lambda a, b: a.double() @ b.double().transpose(-1, -2),
+        need_weights=True,
+    )
+    assert out.dtype == torch.float32
+    ref, alpha = _np_attention(q, k, v, q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2))
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(w.numpy(), alpha, rtol=1e-6, atol=1e-7)
+
+
+def test_a_score_tensor_returned_by_a_callable_is_never_overwritten() -> None:
+    """The reference path may work in place only in scores it made itself, not in what a callable returns."""
+    rng = np.random.default_rng(3)
+    e = torch.tensor(rng.normal(size=(1, 3, 5)))
+    before = e.clone()
+    v = torch.tensor(rng.normal(size=(1, 5, 2)))
+    q, k = torch.zeros(1, 3, 4, dtype=torch.float64), torch.zeros(1, 5, 4, dtype=torch.float64)
+    for mask in (None, torch.tensor([True, True, False, True, True]).view(1, 1, 5)):
+        for need in (False, True):
+            out, _ = attnlab.attention(q, k, v, score=lambda a, b: e, mask=mask, need_weights=need)
+            assert torch.equal(e, before)
+            allowed = None if mask is None else mask.numpy()
+            np.testing.assert_allclose(out.numpy(), _np_attention(None, None, v.numpy(), e.numpy(), allowed)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("score, scale, factor", [("dot", None, 1.0), ("scaled_dot", None, 1 / np.sqrt(4)), ("scaled_dot", 0.3, 0.3)])
+def test_both_paths_scale_as_told_with_query_length_unlike_feature_size(need_weights, score, scale, factor) -> None:
+    rng = np.random.default_rng(4)
+    q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 2))
+    out, _ = attnlab.attention(
+        torch.tensor(q), torch.tensor(k), torch.tensor(v), score=score, scale=scale, need_weights=need_weights
+    )
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, q @ k.swapaxes(-1, -2) * factor)[0], rtol=1e-10)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_keys_broadcast_over_the_queries_batch(need_weights) -> None:
+    rng = np.random.default_rng(5)
+    q, k, v = rng.normal(size=(2, 3, 4)), rng.normal(size=(1, 5, 4)), rng.normal(size=(1, 5, 2))
+    out, w = attnlab.attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), need_weights=need_weights)
+    ref, alpha = _np_attention(q, k, v, q @ k.swapaxes(-1, -2) / 2.0)
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-10)
+    if need_weights:
+        np.testing.assert_allclose(w.numpy(), alpha, rtol=1e-10)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_a_positive_infinity_in_a_masked_key_changes_nothing(need_weights) -> None:
+    """+inf in a key the bias forbids: q·k would be +inf, and +inf + (−inf) NaN, unless the key is zeroed first."""
+    rng = np.random.default_rng(6)
+    q, k, v = np.abs(rng.normal(size=(1, 3, 4))) + 0.1, rng.normal(size=(1, 5, 4)), rng.normal(size=(1, 5, 2))
+    bias = np.zeros((1, 1, 5))
+    bias[..., 2] = -np.inf
+    q[..., 0] = 5.0  # 5 · 0.5 · (the largest float64) overflows: +inf where the key were kept as its largest value
+    k_bad, v_bad = k.copy(), v.copy()
+    k_bad[0, 2, 0] = np.inf
+    v_bad[0, 2, 1] = np.inf
+    out, _ = attnlab.attention(
+        torch.tensor(q), torch.tensor(k_bad), torch.tensor(v_bad), mask=torch.tensor(bias), need_weights=need_weights
+    )
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, q @ k.swapaxes(-1, -2) / 2.0 + bias)[0], rtol=1e-10)

@@ -137,3 +137,90 @@ def test_multi_head_attention_applies_its_dropout_to_the_weights_with_the_mean_k
     assert abs(float(out.mean()) - 1.0) < 0.1  # unbiased: E[m / (1 − p)] = 1
     plain, _ = mh.multi_head_attention(x, ones, ones, num_heads=1, w_q=eye, w_k=eye, w_v=eye, w_o=eye)
     torch.testing.assert_close(plain, torch.ones_like(plain))
+
+
+@pytest.mark.parametrize(
+    "q, k, v, message",
+    [
+        (r(2, 3), r(1, 4, 3), r(1, 4, 3), "query must be (b, n, d); got shape (2, 3)"),
+        (r(1, 2, 3), r(4, 3), r(1, 4, 3), "key must be (b, n, d); got shape (4, 3)"),
+        (r(1, 2, 3), r(1, 4, 3), r(4, 3), "value must be (b, n, d); got shape (4, 3)"),
+        (r(1, 2, 3), [1.0], r(1, 4, 3), "key must be a torch.Tensor; got list"),
+        (r(1, 2, 3), r(1, 4, 3), [1.0], "value must be a torch.Tensor; got list"),
+        (r(1, 2, 3), r(1, 4, 3), r(1, 5, 3), "key and value must share (b, k); got key (1, 4, 3), value (1, 5, 3)"),
+        (r(1, 2, 3), r(2, 4, 3), r(2, 4, 3), "query and key batch sizes differ: query (1, 2, 3), key (2, 4, 3)"),
+        (
+            r(1, 2, 3),
+            r(1, 4, 3).double(),
+            r(1, 4, 3),
+            "query, key, value must share one dtype; got query torch.float32, key torch.float64, value torch.float32 "
+            "(convert with .to(dtype))",
+        ),
+    ],
+)
+def test_check_inputs_errors_name_the_input_and_its_shape(q, k, v, message) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        mh.check_inputs(q, k, v)
+
+
+def test_multi_head_trace_records_each_step_with_formula_latex_and_numpy_values() -> None:
+    import attnlab
+
+    rng = np.random.default_rng(8)
+    p = _mha_args(rng)
+    x = rng.normal(size=(1, 2, 3))
+    with attnlab.trace() as tr:
+        mh.multi_head_attention(*(torch.tensor(x),) * 3, num_heads=2, **{n: torch.tensor(a) for n, a in p.items()})
+    got = {s.name: (s.formula, s.latex) for s in tr}
+    assert got["projected_query"] == ("Q = X W_qᵀ", r"Q = X W_q^\top")
+    assert got["projected_keys"] == ("K = X W_kᵀ", r"K = X W_k^\top")
+    assert got["projected_values"] == ("V = X W_vᵀ", r"V = X W_v^\top")
+    assert got["heads"] == ("concat(head_1, …, head_h)", r"\mathrm{concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)")
+    assert got["output"] == ("MultiHead = concat(heads) W_oᵀ", r"\mathrm{MultiHead} = \mathrm{concat}(\cdot)\, W_o^\top")
+    zero = {k: np.zeros(n) for k, n in (("b_q", 4), ("b_k", 4), ("b_v", 4), ("b_o", 5))}
+    ref, alphas = np_mha(x[0], x[0], x[0], {**p, **zero}, 2, 1 / np.sqrt(2), np.ones((2, 2, 2), dtype=bool))
+    np.testing.assert_allclose(tr["weights"].value.numpy()[0], alphas, rtol=1e-10)
+    heads = tr["context"].value.numpy()[0]  # (h, q, d_h)
+    np.testing.assert_allclose(tr["heads"].value.numpy()[0], np.concatenate(list(heads), -1), rtol=1e-12)
+    np.testing.assert_allclose(tr["output"].value.numpy()[0], ref, rtol=1e-10)
+
+
+def test_packed_projection_splits_one_matmul_and_records_the_three_projections() -> None:
+    import attnlab
+
+    rng = np.random.default_rng(9)
+    x, w, b = rng.normal(size=(2, 3, 5)), rng.normal(size=(10, 5)), rng.normal(size=10)
+    with attnlab.trace() as tr:
+        q, k, v = mh.project_packed(torch.tensor(x), torch.tensor(w), torch.tensor(b), (4, 3, 3))
+    y = x @ w.T + b
+    for got, ref in zip((q, k, v), (y[..., :4], y[..., 4:7], y[..., 7:])):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-12)
+    assert [(s.name, s.formula, s.latex) for s in tr] == [
+        ("projected_query", "Q = X W_qᵀ", r"Q = X W_q^\top"),
+        ("projected_keys", "K = X W_kᵀ", r"K = X W_k^\top"),
+        ("projected_values", "V = X W_vᵀ", r"V = X W_v^\top"),
+    ]
+    np.testing.assert_allclose(tr["projected_keys"].value.numpy(), y[..., 4:7], rtol=1e-12)
+
+
+def test_grouped_query_heads_share_their_key_value_head_against_numpy() -> None:
+    """h = 4 query heads, h_kv = 2: query head i uses key/value head i // 2."""
+    rng = np.random.default_rng(10)
+    x = rng.normal(size=(1, 3, 4))
+    w_q, w_k, w_v, w_o = rng.normal(size=(8, 4)), rng.normal(size=(4, 4)), rng.normal(size=(4, 4)), rng.normal(size=(3, 8))
+    xt = torch.tensor(x)
+    out, w = mh.multi_head_attention(
+        xt, xt, xt, num_heads=4, num_kv_heads=2, need_weights=True,
+        w_q=torch.tensor(w_q), w_k=torch.tensor(w_k), w_v=torch.tensor(w_v), w_o=torch.tensor(w_o),
+    )
+    q, k, v = x[0] @ w_q.T, x[0] @ w_k.T, x[0] @ w_v.T
+    heads, alphas = [], []
+    for i in range(4):
+        g = i // 2
+        e = q[:, 2 * i : 2 * i + 2] @ k[:, 2 * g : 2 * g + 2].T / np.sqrt(2)
+        a = np.exp(e - e.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        alphas.append(a)
+        heads.append(a @ v[:, 2 * g : 2 * g + 2])
+    np.testing.assert_allclose(w.numpy()[0], np.stack(alphas), rtol=1e-10)
+    np.testing.assert_allclose(out.numpy()[0], np.concatenate(heads, -1) @ w_o.T, rtol=1e-10)

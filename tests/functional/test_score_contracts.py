@@ -97,3 +97,43 @@ def test_additive_score_errors_name_the_query_or_key_and_its_shape(q, k, message
     d_k = k.shape[-1] if isinstance(k, torch.Tensor) else 1
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         scores.additive(q, k, torch.randn(7, d_q), torch.randn(7, d_k), torch.randn(7))
+
+
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        (((8, 4), (7, 6), (7,)), "w_q must have shape (7, 4) (W_q of the additive score, (d_a, d_q)); got (8, 4)"),
+        (((7, 4), (7, 5), (7,)), "w_k must have shape (7, 6) (W_k of the additive score, (d_a, d_k)); got (7, 5)"),
+        (((7, 4), (7, 6), (6,)), "v must have shape (7) (the additive score's vector v, (d_a,) with d_a = W_q's rows); got (6)"),
+        (((7, 4), (7, 6), (7, 1)), "v must have shape (7) (the additive score's vector v, (d_a,) with d_a = W_q's rows); got (7, 1)"),
+        (((7,), (7, 6), (7,)), "w_q must have shape (7, 4) (W_q of the additive score, (d_a, d_q)); got (7)"),
+    ],
+)
+def test_additive_score_parameter_errors_word_for_word(shapes, message: str) -> None:
+    w_q, w_k, v = (torch.randn(s) for s in shapes)
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        scores.additive(torch.randn(3, 4), torch.randn(5, 6), w_q, w_k, v)
+
+
+def test_additive_score_records_its_five_steps_with_formulas_latex_and_numpy_values() -> None:
+    rng = np.random.default_rng(12)
+    q, k, w_q, w_k, v = (rng.normal(size=s) for s in ((2, 3, 4), (2, 5, 6), (7, 4), (7, 6), (7,)))
+    with attnlab.trace() as tr:
+        e = scores.additive(*(torch.tensor(a) for a in (q, k, w_q, w_k, v)))
+    assert [(s.name, s.formula, s.latex) for s in tr] == [
+        ("projected_query", "W_q q_i", "W_q q_i"),
+        ("projected_keys", "W_k k_j", "W_k k_j"),
+        ("preactivation", "W_q q_i + W_k k_j", "W_q q_i + W_k k_j"),
+        ("tanh", "u_ij = tanh(W_q q_i + W_k k_j)", r"u_{ij} = \tanh(W_q q_i + W_k k_j)"),
+        ("scores", "e_ij = vᵀ u_ij  (additive)", r"e_{ij} = v^\top u_{ij}"),
+    ]
+    pre = np.empty((2, 3, 5, 7))
+    for b in range(2):
+        for i in range(3):
+            for j in range(5):
+                pre[b, i, j] = w_q @ q[b, i] + w_k @ k[b, j]
+    np.testing.assert_allclose(tr["projected_query"].value.numpy(), q @ w_q.T, rtol=1e-12)
+    np.testing.assert_allclose(tr["projected_keys"].value.numpy(), k @ w_k.T, rtol=1e-12)
+    np.testing.assert_allclose(tr["preactivation"].value.numpy(), pre, rtol=1e-12)
+    np.testing.assert_allclose(tr["tanh"].value.numpy(), np.tanh(pre), rtol=1e-12)
+    np.testing.assert_allclose(e.numpy(), np.tanh(pre) @ v, rtol=1e-12)
