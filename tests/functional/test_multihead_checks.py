@@ -224,3 +224,22 @@ def test_grouped_query_heads_share_their_key_value_head_against_numpy() -> None:
         heads.append(a @ v[:, 2 * g : 2 * g + 2])
     np.testing.assert_allclose(w.numpy()[0], np.stack(alphas), rtol=1e-10)
     np.testing.assert_allclose(out.numpy()[0], np.concatenate(heads, -1) @ w_o.T, rtol=1e-10)
+
+
+def test_the_key_bias_shows_in_the_traced_projected_keys_though_softmax_cancels_it() -> None:
+    """q·(k_j + b_k) = q·k_j + q·b_k: the key bias shifts a query's scores by one constant, so the output cannot
+    show it, but the traced step ``projected_keys`` is K = X W_kᵀ + b_k."""
+    import attnlab
+
+    rng = np.random.default_rng(14)
+    p = _mha_args(rng)
+    b = {n: rng.normal(size=s) for n, s in (("b_q", 4), ("b_k", 4), ("b_v", 4), ("b_o", 5))}
+    xq, xkv = rng.normal(size=(1, 2, 3)), rng.normal(size=(1, 4, 3))
+    with attnlab.trace() as tr:
+        mh.multi_head_attention(
+            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), num_heads=2,
+            **{n: torch.tensor(a) for n, a in {**p, **b}.items()},
+        )
+    np.testing.assert_allclose(tr["projected_query"].value.numpy(), xq @ p["w_q"].T + b["b_q"], rtol=1e-12)
+    np.testing.assert_allclose(tr["projected_keys"].value.numpy(), xkv @ p["w_k"].T + b["b_k"], rtol=1e-12)
+    np.testing.assert_allclose(tr["projected_values"].value.numpy(), xkv @ p["w_v"].T + b["b_v"], rtol=1e-12)
