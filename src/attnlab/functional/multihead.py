@@ -189,7 +189,9 @@ def multi_head_attention(
         raise ValueError(f"w_o must be (d_out, {w_q.shape[0]}); got {_checks.shape(w_o)}")
     mask = as_score_mask(mask, query.shape[0], key.shape[1])
     if mask is not None:
-        _checks.mask(mask, (query.shape[0], num_heads, query.shape[1], key.shape[1]), query.dtype)
+        # a float bias must have the scores' dtype: the query's, or under autocast the heads' (checked by attention)
+        dtype = None if _checks.autocasting(query) else query.dtype
+        _checks.mask(mask, (query.shape[0], num_heads, query.shape[1], key.shape[1]), dtype)
         key, value = zero_unreachable(key, mask), zero_unreachable(value, mask)
     qh = split_heads(project(query, w_q, b_q, "query"), num_heads)  # (b, h, q, d_h)
     kh = split_heads(project(key, w_k, b_k, "keys"), h_kv)  # (b, h_kv, k, d_h)
