@@ -437,3 +437,22 @@ def test_multi_query_weights_are_per_query_head():
     out, w = m(x, need_weights=True)
     close(out, ref)
     close(w, ref_w)
+
+
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_cross_attention_never_reads_keys_no_query_may_attend(float_mask):
+    """NaN in padded memory positions reaches no output and no gradient (W_k and W_v included)."""
+    torch.manual_seed(14)
+    m = randomised(MultiHeadAttention(8, 2, kdim=3, vdim=5).double())
+    q = torch.randn(2, 2, 8, dtype=torch.float64)
+    k, v = torch.randn(2, 4, 3, dtype=torch.float64), torch.randn(2, 4, 5, dtype=torch.float64)
+    pad = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    k_nan, v_nan = k.clone(), v.clone()
+    k_nan[~pad], v_nan[~pad] = float("nan"), float("nan")
+    mask = pad if not float_mask else torch.zeros(2, 4, dtype=torch.float64).masked_fill(~pad, float("-inf"))
+    out, w = m(q, k_nan, v_nan, mask=mask, need_weights=True)
+    ref, ref_w = mha_np(m, q.numpy(), k.numpy(), v.numpy(), allow=np.broadcast_to(pad.numpy()[:, None, :], (2, 2, 4)))
+    close(out, ref)
+    close(w, ref_w)
+    out.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters())
