@@ -414,6 +414,20 @@ def test_context_parallel_on_one_process_matches_numpy(one_process_group, kw):
     close(m(x)[0], ref_nc, 1e-5)
 
 
+def test_context_parallel_with_a_pattern_on_one_process(one_process_group):
+    """A sliding window (|i − j| ≤ 1, written here) with padding, causal and not."""
+    torch.manual_seed(15)
+    m = randomised(MultiHeadAttention(8, 2, context_parallel=True, pattern=P.sliding_window(1)).double())
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    pad = torch.tensor([[True] * 6, [True, True, True, True, False, False]])
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    allow = (np.abs(i - j) <= 1)[None] & pad.numpy()[:, None, :]
+    for causal in (False, True):
+        ref, _ = mha_np(m, x.numpy(), allow=allow, causal=causal)
+        ref[~pad.numpy()] = 0.0
+        close(m(x, mask=pad, causal=causal)[0], ref)
+
+
 def test_context_parallel_refusals(one_process_group):
     m = MultiHeadAttention(8, 2, context_parallel=True)
     x = torch.randn(2, 4, 8)
