@@ -329,6 +329,9 @@ def test_cross_attention_subclass_passes_every_argument():
     cache = MemoryCache()
     close(m(q, ctx, val, mask=pad, cache=cache)[0], mha_np(m, q.numpy(), ctx.numpy(), val.numpy(), allow=allow)[0])
     assert cache.keys is not None and cache.keys.shape == (2, 2, 4, 4)
+    out, w = m(q, ctx, val)  # defaults: not causal, no weights
+    close(out, mha_np(m, q.numpy(), ctx.numpy(), val.numpy())[0])
+    assert w is None
 
 
 def test_memory_cache_with_rope_reuses_rotated_keys():
