@@ -73,6 +73,11 @@ def test_sinusoidal_table_function_and_refusal():
     assert sinusoidal_table(pos, 4).dtype == torch.float32
     with pytest.raises(ValueError, match=r"^sinusoidal encodings need an even dim; got 5$"):
         sinusoidal_table(pos, 5)
+    big = torch.tensor([900, 1000])  # large positions: the default base 10000 exactly
+    np.testing.assert_allclose(sinusoidal_table(big, 8).double().numpy(), pe_np([900, 1000], 8), atol=1e-4)
+    batched = sinusoidal_table(torch.tensor([[0, 3], [7, 1]]), 4)  # positions of any shape (…, n) → (…, n, dim)
+    assert batched.shape == (2, 2, 4)
+    np.testing.assert_allclose(batched.double().numpy(), pe_np([0, 3, 7, 1], 4).reshape(2, 2, 4), atol=1e-6)
 
 
 def test_sinusoidal_module_adds_the_table_at_its_base():
@@ -84,7 +89,9 @@ def test_sinusoidal_module_adds_the_table_at_its_base():
     np.testing.assert_allclose(got0.numpy(), x.numpy() + pe_np([0, 1, 2], 4)[None], atol=1e-6)
     with pytest.raises(ValueError, match=r"^SinusoidalPositionalEncoding needs an even dim; got 3$"):
         SinusoidalPositionalEncoding(3)
-    assert SinusoidalPositionalEncoding(2).dim == 2
+    assert SinusoidalPositionalEncoding(2).dim == 2 and SinusoidalPositionalEncoding(2).base == 10000.0
+    far = SinusoidalPositionalEncoding(8)(torch.zeros(1, 2, 8, dtype=torch.float64), offset=1000)
+    np.testing.assert_allclose(far[0].numpy(), pe_np([1000, 1001], 8), atol=1e-4)
 
 
 # ---- learned ------------------------------------------------------------------------------------
