@@ -105,6 +105,9 @@ def test_learned_embedding_adds_its_rows_up_to_the_last_one():
     torch.testing.assert_close(emb(x, 497), x + emb.weight[497:500], atol=0, rtol=0)  # ends exactly at max_len
     torch.testing.assert_close(emb(x), x + emb.weight[:3], atol=0, rtol=0)
     assert emb(x.double(), 1).dtype == torch.float64
+    half = emb(x.half(), 1)  # the table is cast to the input's dtype (no promotion to float32)
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half, x.half() + emb.weight[1:4].detach().half(), atol=0, rtol=0)
     msg = ("positions 498..500 exceed the learned table of max_len=500; use a shorter input or a larger max_len "
            "(or rope/alibi/sinusoidal, which have no limit)")
     with pytest.raises(ValueError, match="^" + re.escape(msg) + "$"):
