@@ -85,6 +85,7 @@ def test_sinusoidal_module_adds_the_table_at_its_base():
     got = SinusoidalPositionalEncoding(4, base=50.0)(x, offset=5)
     assert got.dtype == torch.float64
     np.testing.assert_allclose(got.numpy(), x.numpy() + pe_np([5, 6, 7], 4, 50.0)[None], atol=1e-6)
+    assert SinusoidalPositionalEncoding(4)(x.half()).dtype == torch.float16  # the table is cast to the input's dtype
     got0 = SinusoidalPositionalEncoding(4)(x)  # offset 0, base 10000
     np.testing.assert_allclose(got0.numpy(), x.numpy() + pe_np([0, 1, 2], 4)[None], atol=1e-6)
     with pytest.raises(ValueError, match=r"^SinusoidalPositionalEncoding needs an even dim; got 3$"):
