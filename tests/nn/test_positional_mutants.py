@@ -204,6 +204,8 @@ def test_dynamic_ntk_just_past_the_trained_length_and_in_forward():
     (16, 10**9, 2.0, {}),  # hi = ⌈15.6⌉ clipped to d − 1 = 15
     (16, 100, 3.0, {"beta_fast": 1.0, "beta_slow": 2.0}),  # lo = hi = 2: the ramp's +0.001
     (32, 8192, 8.0, {"beta_fast": 16.0, "beta_slow": 2.0}),
+    (16, 10**7, 2.0, {"beta_fast": 1e4, "beta_slow": 0.01}),  # lo = 4, hi = ⌈16.3⌉ clipped to 15: the clip shapes the ramp
+    (64, 2011, 2.0, {}),  # dim_of(β_fast = 32) = 8.0007: lo = 8 exactly at the default β_fast
 ])
 def test_yarn_with_given_betas_and_clipped_or_degenerate_ramps(d, L, s, betas):
     rope = RotaryEmbedding(d, scaling={"type": "yarn", "factor": s, "original_max_position": L, **betas})
