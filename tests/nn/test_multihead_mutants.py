@@ -473,3 +473,23 @@ def test_cross_attention_never_reads_keys_no_query_may_attend(float_mask):
     close(w, ref_w)
     out.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sparse_pattern_module_matches_numpy_with_weights(causal):
+    """pattern= (a sliding window |i − j| ≤ 1, written here) with a (b, n) padding mask: outputs and weights."""
+    torch.manual_seed(16)
+    m = randomised(MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4).double())
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    pad = torch.tensor([[True] * 6, [True, True, True, True, False, False]])
+    i, j = np.arange(6)[:, None], np.arange(6)[None, :]
+    allow = (np.abs(i - j) <= 1)[None] & pad.numpy()[:, None, :]
+    ref, ref_w = mha_np(m, x.numpy(), allow=allow, causal=causal)
+    ref[~pad.numpy()] = 0.0
+    ref_w.transpose(0, 2, 1, 3)[~pad.numpy()] = 0.0
+    out, w = m(x, mask=pad, causal=causal, need_weights=True)
+    close(out, ref)
+    close(w, ref_w)
+    out2, w2 = m(x, mask=pad[:, None, None, :], causal=causal)
+    close(out2, ref)
+    assert w2 is None

@@ -152,6 +152,7 @@ def test_rope_inv_freq_buffer_is_not_saved_and_repr():
     assert rope.extra_repr() == "head_dim=8, base=100.0"
     lin = RotaryEmbedding(8, scaling={"type": "linear", "factor": 2})
     assert lin.extra_repr() == "head_dim=8, base=10000.0, scaling={'type': 'linear', 'factor': 2}"
+    np.testing.assert_allclose(lin.inv_freq.numpy(), theta_np(8) / 2, rtol=1e-6)  # position interpolation
 
 
 def test_rope_scaling_refusals_name_what_was_given():
