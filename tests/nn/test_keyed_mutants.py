@@ -124,3 +124,9 @@ def test_finish_passes_kv_finite_to_the_core():
     assert torch.isfinite(clean).all()
     trusted, _ = finish(q, k, v, score, mask, False, False, True)
     assert torch.isnan(trusted).all()
+
+
+def test_mask_keys_keeps_the_keys_dtype():
+    keys = torch.arange(6).view(1, 3, 2)
+    out = mask_keys(keys, torch.tensor([[True, False, True]]))
+    assert out.dtype == torch.int64 and out.tolist() == [[[0, 1], [0, 0], [4, 5]]]
