@@ -26,13 +26,15 @@ def rope(x, pos, base):
     return out
 
 
-def reference(m, x, *, causal=False, key_ok=None, base=10000.0, q_latent=True):
-    """x (b, n, dim) float64 → y (b, n, dim), weights (b, h, n, n); key_ok (b, n) bool (False = padding)."""
+def reference(m, x, *, causal=False, key_ok=None, base=10000.0, q_latent=True, queries_too=True):
+    """x (b, n, dim) float64 → y (b, n, dim), weights (b, h, n, n); key_ok (b, n) bool (False = padding).
+
+    ``queries_too``: padded tokens are no queries either (zero input, zero output); else only keys are hidden."""
     P = {k: v.detach().double().numpy() for k, v in m.state_dict().items()}
     x = x.detach().numpy()
     b, n, _ = x.shape
     h, dh, dr, dv = m.num_heads, m.head_dim, m.rope_dim, m.v_head_dim
-    if key_ok is not None:
+    if key_ok is not None and queries_too:
         x = np.where(key_ok[..., None], x, 0.0)
     pos = np.arange(n, dtype=np.float64)
     c_q = rms(x @ P["w_dq.weight"].T, P["q_norm.weight"]) if q_latent else x  # eq. 12 (or x itself)
@@ -57,7 +59,7 @@ def reference(m, x, *, causal=False, key_ok=None, base=10000.0, q_latent=True):
         weights[:, i] = a
         out[..., i * dv : (i + 1) * dv] = a @ vc
     y = out @ P["out_proj.weight"].T
-    if key_ok is not None:  # padded queries: zero output and weights
+    if key_ok is not None and queries_too:  # padded queries: zero output and weights
         y = np.where(key_ok[..., None], y, 0.0)
         weights = np.where(key_ok[:, None, :, None], weights, 0.0)
     return y, weights
@@ -175,6 +177,20 @@ def test_cached_decoding_of_two_tokens_at_a_time_stays_causal():
     one = LatentCache()
     step = [m(x[:, t : t + 1], causal=True, cache=one)[0] for t in range(6)]
     np.testing.assert_allclose(torch.cat(step, 1).detach().numpy(), ref, rtol=1e-6, atol=1e-7)
+
+
+def test_with_a_cache_the_padding_mask_hides_keys_only():
+    """With a cache the (b, k) mask counts cached keys and hides them; the new tokens are all queries
+    (their outputs are computed, not zeroed), as the docstring says."""
+    torch.manual_seed(8)
+    m = MultiHeadLatentAttention(8, 2, kv_latent_dim=4).double().eval()
+    x = x_of(1, 4, 8, seed=8)
+    ok = np.array([[True, True, False, True]])
+    y, w = m(x, mask=torch.from_numpy(ok), cache=LatentCache(), need_weights=True)
+    ref_y, ref_w = reference(m, x, key_ok=ok, q_latent=False, queries_too=False)
+    np.testing.assert_allclose(y.detach().numpy(), ref_y, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, rtol=1e-6, atol=1e-7)
+    assert y[0, 2].abs().sum() > 0
 
 
 def test_cache_with_a_padding_mask_over_every_cached_key():
