@@ -130,3 +130,15 @@ def test_mask_keys_keeps_the_keys_dtype():
     keys = torch.arange(6).view(1, 3, 2)
     out = mask_keys(keys, torch.tensor([[True, False, True]]))
     assert out.dtype == torch.int64 and out.tolist() == [[[0, 1], [0, 0], [4, 5]]]
+
+
+@pytest.mark.parametrize("mask", [
+    torch.ones(2, 1, 5, dtype=torch.bool),  # a key too many
+    torch.ones(2, 2, 4, dtype=torch.bool),  # two query rows for one decoding step
+    torch.ones(2, 1, 4, dtype=torch.int64),  # an integer mask of the right shape
+])
+def test_a_malformed_mask_is_named_before_the_modules_width_check(mask):
+    """``prepare`` checks the whole call shape, the mask included, before the module checks its widths."""
+    m = LuongAttention(3, 3, score="general")
+    text = message(lambda: m(t(2, 2), t(2, 4, 3), mask=mask))  # the query is 2 wide, not 3: also wrong
+    assert text.startswith("mask ") and "expected query" not in text
