@@ -123,3 +123,11 @@ def test_module_against_the_loop(heads, kernel, dilation, hw):
     y_fast, none = m(x)
     assert none is None
     torch.testing.assert_close(y_fast, y)
+
+
+def test_the_modules_block_reaches_the_kernel():
+    """``block`` is the kernel's tile size; the module passes its own, so the kernel refuses a bad one."""
+    m = NeighborhoodAttention2D(4, 2, kernel_size=3, block=0)
+    with pytest.raises(ValueError) as e:
+        m(torch.randn(1, 4, 3, 3))
+    assert str(e.value) == "block must be a positive integer; got 0"
