@@ -152,3 +152,14 @@ def test_gradients_of_the_chunked_path_equal_the_reference_path():
     g_ref = torch.autograd.grad(r(q, k)[0].square().sum(), (q, k, *r.parameters()))
     for a, b in zip(g, g_ref):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("projected", [False, True])
+def test_the_memory_budget_reaches_the_kernel(projected):
+    """``max_elems`` bounds the chunked kernel's blocks; the module passes its own, so a budget of 0 is refused
+    (the reference path has no blocks and ignores it)."""
+    m = AdditiveAttention(3, 3, 4, max_elems=0).double()
+    q, k = t(2, 3, seed=14), t(2, 4, 3, seed=15)
+    kw = {"projected_keys": m.precompute(k)} if projected else {}
+    assert message(lambda: m(q, k, **kw)) == "max_elems must be >= 1; got 0"
+    assert AdditiveAttention(3, 3, 4, impl="reference", max_elems=0).double()(q, k)[0].shape == (2, 3)
