@@ -265,3 +265,15 @@ def test_latent_cache_refuses_latents_of_another_batch_or_width(shape):
     assert cache.length == 3
     cache.update(torch.randn(2, 2, 4), torch.randn(2, 2, 2))  # same b and d_c, another n: fine
     assert cache.length == 5
+
+
+def test_a_one_wide_model_stays_causal():
+    """The single-query shortcut looks at the number of queries, not at the width: dim = 1, n = 3, causal."""
+    torch.manual_seed(9)
+    m = MultiHeadLatentAttention(1, 1, kv_latent_dim=2).double()
+    x = x_of(1, 3, 1, seed=9)
+    y, w = m(x, causal=True, need_weights=True)
+    ref_y, ref_w = reference(m, x, causal=True, q_latent=False)
+    np.testing.assert_allclose(w.detach().numpy(), ref_w, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(y.detach().numpy(), ref_y, rtol=1e-6, atol=1e-7)
+    assert w[0, 0, 0, 1] == 0
