@@ -167,6 +167,8 @@ def test_softcap_dropout_only_in_training():
     q, k = t(1, 6, 4), t(1, 6, 4, seed=1)
     m.eval()
     clean = m(q, k)[0]
+    e = 5.0 * np.tanh(q[0].numpy() @ k[0].numpy().T / 2 / 5.0)
+    np.testing.assert_allclose(clean.numpy(), np_attend(e, k[0].numpy())[0][None], atol=1e-13)  # no dropout in eval
     m.train()
     assert not torch.allclose(m(q, k)[0], clean)
 

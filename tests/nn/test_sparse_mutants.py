@@ -82,3 +82,8 @@ def test_bigbird_defaults():
 def test_keyword_arguments_reach_multihead(make):
     m = make()
     assert m.in_proj_bias is not None and m.attn_drop == 0.5 and m.block == 4
+
+
+def test_further_keywords_reach_multihead():
+    m = SparseAttention(16, 4, pattern=P.causal(), num_kv_heads=2)
+    assert m.num_kv_heads == 2 and m.in_proj_weight.shape == ((4 + 2 * 2) * 4, 16)
