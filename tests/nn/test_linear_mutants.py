@@ -131,3 +131,10 @@ def test_the_recurrent_form_takes_no_mask_and_no_weights():
     text = "the recurrent form (state=...) takes no mask and returns no weights"
     assert message(lambda: m(x, state=m.empty_state(1), mask=torch.ones(1, 2, dtype=torch.bool))) == text
     assert message(lambda: m(x, state=m.empty_state(1), need_weights=True)) == text
+
+
+def test_the_default_call_is_not_causal():
+    torch.manual_seed(2)
+    m = LinearAttention(4, 2).double()
+    x = x_of(1, 4, 4, seed=2)
+    np.testing.assert_allclose(m(x)[0].detach().numpy(), reference(m, x), rtol=1e-10, atol=1e-12)
