@@ -1,0 +1,249 @@
+"""The thin modules and helpers of ``attnlab.nn``: padding rules, dot-product and soft-capped attention,
+the attentional output layer and the registry, against float64 NumPy written from the formulas
+(Vaswani et al. 2017; Gemma 2's c·tanh(e/c); Luong et al. 2015 eqs. 5–6) and values by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.nn import AttentionalOutput, DotProductAttention, SoftcapAttention
+from attnlab.nn import registry as R
+from attnlab.nn.padding import padded_queries, zero_padded
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def np_attend(e, v, ok=None):
+    if ok is not None:
+        e = np.where(ok, e, -np.inf)
+    w = np.exp(e - e.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    return w @ v, w
+
+
+def message(call, exc=ValueError):
+    with pytest.raises(exc) as e:
+        call()
+    return str(e.value)
+
+
+# --- padding ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("four_d", [False, True])
+def test_padded_queries_zeroes_padded_rows(four_d):
+    x = t(2, 3, 2)
+    x[1, 2] = float("nan")
+    pad = torch.tensor([[True, False, True], [True, True, False]])
+    out, got = padded_queries(x, pad[:, None, None, :] if four_d else pad)
+    np.testing.assert_array_equal(out.numpy(), np.where(pad.numpy()[..., None], np.nan_to_num(x.numpy()), 0.0))
+    assert torch.equal(got, pad) and got.shape == (2, 3)
+
+
+def test_padded_queries_keeps_the_dtype_even_of_integers():
+    x = torch.arange(6).view(1, 3, 2)
+    out, _ = padded_queries(x, torch.tensor([[True, False, True]]))
+    assert out.dtype == torch.int64 and out.tolist() == [[[0, 1], [0, 0], [4, 5]]]
+    h = t(1, 2, 2).half()
+    assert padded_queries(h, torch.tensor([[False, True]]))[0].dtype == torch.float16
+
+
+@pytest.mark.parametrize("mask", [
+    None,
+    torch.zeros(2, 3, dtype=torch.float64),  # a float bias is no padding mask
+    torch.ones(2, 4, dtype=torch.bool),  # another n
+    torch.ones(3, 3, dtype=torch.bool),  # another b
+    torch.ones(2, 1, 3, 3, dtype=torch.bool),  # a (b, 1, q, k) mask
+    torch.ones(2, 3, 1, 1, dtype=torch.bool),
+    torch.ones(2, 1, 3, dtype=torch.bool),
+])
+def test_padded_queries_leaves_anything_else_alone(mask):
+    x = t(2, 3, 2)
+    out, pad = padded_queries(x, mask)
+    assert out is x and pad is None
+
+
+def test_padded_queries_needs_a_3d_input():
+    x = t(2, 3)
+    out, pad = padded_queries(x, torch.ones(2, 3, dtype=torch.bool))
+    assert out is x and pad is None
+
+
+def test_zero_padded():
+    out, w = t(2, 3, 2), t(2, 4, 3, 5, seed=1)
+    assert zero_padded(out, w, None) == (out, w)
+    pad = torch.tensor([[True, False, True], [False, True, True]])
+    o2, w2 = zero_padded(out, w, pad)
+    np.testing.assert_array_equal(o2.numpy(), np.where(pad.numpy()[..., None], out.numpy(), 0.0))
+    np.testing.assert_array_equal(w2.numpy(), np.where(pad.numpy()[:, None, :, None], w.numpy(), 0.0))
+    o3, w3 = zero_padded(torch.arange(6).view(1, 3, 2), None, pad[:1])
+    assert w3 is None and o3.dtype == torch.int64 and o3.tolist() == [[[0, 1], [0, 0], [4, 5]]]
+    _, w4 = zero_padded(out[:1], torch.ones(1, 1, 3, 2, dtype=torch.int32), pad[:1])
+    assert w4.dtype == torch.int32 and w4[0, 0, :, 0].tolist() == [1, 0, 1]
+
+
+# --- DotProductAttention -----------------------------------------------------------------------------
+
+
+def test_dot_product_defaults_and_message():
+    m = DotProductAttention()
+    assert m.scaled is True and m.scale is None and m.attn_drop == 0.0
+    assert m.extra_repr() == "scaled=True, scale=None, attn_drop=0.0"
+    assert DotProductAttention(scaled=False, attn_drop=0.1).extra_repr() == "scaled=False, scale=None, attn_drop=0.1"
+    assert DotProductAttention(scale=0.5).extra_repr() == "scaled=True, scale=0.5, attn_drop=0.0"
+    assert message(lambda: DotProductAttention(scaled=False, scale=0.5)) == "scale applies only with scaled=True"
+    assert isinstance(R.create("dot"), DotProductAttention) and R.create("dot").scaled is False
+    assert R.create("scaled-dot").scaled is True
+
+
+@pytest.mark.parametrize("kw,factor", [({}, 1 / math.sqrt(4)), ({"scaled": False}, 1.0), ({"scale": 0.3}, 0.3)])
+def test_dot_product_against_numpy(kw, factor):
+    m = DotProductAttention(**kw)
+    q, k, v = t(2, 3, 4), t(2, 5, 4, seed=1), t(2, 5, 2, seed=2)
+    ok = np.array([True, True, False, True, True])
+    mask = torch.from_numpy(ok)
+    e = np.einsum("bqd,bkd->bqk", q.numpy(), k.numpy()) * factor
+    ref_o, ref_w = np_attend(e, v.numpy(), ok)
+    o, w = m(q, k, v, mask=mask, need_weights=True)
+    np.testing.assert_allclose(w.numpy(), ref_w, atol=1e-13)
+    np.testing.assert_allclose(o.numpy(), ref_o, atol=1e-13)
+    o_fast, none = m(q, k, v, mask=mask)
+    assert none is None
+    np.testing.assert_allclose(o_fast.numpy(), ref_o, atol=1e-13)
+    o_self, _ = m(q, k)  # value defaults to the key
+    np.testing.assert_allclose(o_self.numpy(), np_attend(e, k.numpy())[0], atol=1e-13)
+    o_c, w_c = m(q, k[:, :3], v[:, :3], causal=True, need_weights=True)
+    np.testing.assert_allclose(w_c.numpy(), np_attend(e[:, :, :3], v[:, :3].numpy(), np.tril(np.ones((3, 3), bool)))[1], atol=1e-13)
+
+
+def test_dot_product_dropout_only_in_training():
+    m = DotProductAttention(attn_drop=0.5)
+    q, k = t(1, 6, 4), t(1, 6, 4, seed=1)
+    m.eval()
+    clean = m(q, k)[0]
+    np.testing.assert_allclose(clean.numpy(), np_attend(q[0].numpy() @ k[0].numpy().T / 2, k[0].numpy())[0][None], atol=1e-13)
+    m.train()
+    assert not torch.allclose(m(q, k)[0], clean)
+
+
+# --- SoftcapAttention ----------------------------------------------------------------------------------
+
+
+def test_softcap_defaults_and_message():
+    m = SoftcapAttention()
+    assert m.cap == 50.0 and m.scale is None and m.attn_drop == 0.0
+    assert m.extra_repr() == "cap=50.0, scale=None"
+    assert SoftcapAttention(cap=2, scale=0.5).extra_repr() == "cap=2.0, scale=0.5"
+    assert message(lambda: SoftcapAttention(cap=0.0)) == "cap must be a positive number (Gemma 2 uses 50.0 for attention); got 0.0"
+    assert isinstance(R.create("softcap"), SoftcapAttention)
+
+
+@pytest.mark.parametrize("cap,scale", [(50.0, None), (1.5, None), (0.7, 2.0)])
+def test_softcap_against_numpy(cap, scale):
+    m = SoftcapAttention(cap=cap, scale=scale) if scale is not None else SoftcapAttention(cap=cap)
+    q, k, v = t(2, 3, 4) * 3, t(2, 5, 4, seed=1) * 3, t(2, 5, 2, seed=2)
+    s = 1 / math.sqrt(4) if scale is None else scale
+    e = cap * np.tanh(np.einsum("bqd,bkd->bqk", q.numpy(), k.numpy()) * s / cap)
+    ok = np.array([[True, False, True, True, True], [True, True, True, True, False]])
+    ref_o, ref_w = np_attend(e, v.numpy(), ok[:, None, :])
+    o, w = m(q, k, v, mask=torch.from_numpy(ok)[:, None, :], need_weights=True)
+    np.testing.assert_allclose(w.numpy(), ref_w, atol=1e-13)
+    np.testing.assert_allclose(o.numpy(), ref_o, atol=1e-13)
+    assert m(q, k, v)[1] is None
+    np.testing.assert_allclose(m(q, k)[0].numpy(), np_attend(e, k.numpy())[0], atol=1e-13)
+    _, w_c = m(q, k[:, :3], v[:, :3], causal=True, need_weights=True)
+    np.testing.assert_allclose(w_c.numpy(), np_attend(e[:, :, :3], v[:, :3].numpy(), np.tril(np.ones((3, 3), bool)))[1], atol=1e-13)
+
+
+def test_softcap_dropout_only_in_training():
+    m = SoftcapAttention(cap=5.0, attn_drop=0.5)
+    assert m.attn_drop == 0.5
+    q, k = t(1, 6, 4), t(1, 6, 4, seed=1)
+    m.eval()
+    clean = m(q, k)[0]
+    e = 5.0 * np.tanh(q[0].numpy() @ k[0].numpy().T / 2 / 5.0)
+    np.testing.assert_allclose(clean.numpy(), np_attend(e, k[0].numpy())[0][None], atol=1e-13)  # no dropout in eval
+    m.train()
+    assert not torch.allclose(m(q, k)[0], clean)
+
+
+# --- AttentionalOutput ---------------------------------------------------------------------------------
+
+
+def test_attentional_output_layers_and_dropout():
+    torch.manual_seed(0)
+    m = AttentionalOutput(3, 2, 4, 5).double()
+    assert m.combine.weight.shape == (4, 5) and m.combine.bias.shape == (4,)
+    assert m.predict.weight.shape == (5, 4) and m.predict.bias.shape == (5,)
+    assert m.dropout.p == 0.0
+    c, s = t(2, 3), t(2, 2, seed=1)
+    h, logits = m(c, s)
+    Wc, bc = m.combine.weight.detach().numpy(), m.combine.bias.detach().numpy()
+    ref_h = np.tanh(np.concatenate([c.numpy(), s.numpy()], 1) @ Wc.T + bc)  # h̃ = tanh(W_c [c; s] + b_c)
+    np.testing.assert_allclose(h.detach().numpy(), ref_h, atol=1e-13)
+    np.testing.assert_allclose(logits.detach().numpy(),
+                               ref_h @ m.predict.weight.detach().numpy().T + m.predict.bias.detach().numpy(), atol=1e-13)
+    d = AttentionalOutput(3, 2, 64, 5, dropout=0.5).double()
+    assert d.dropout.p == 0.5
+    h_train, l_train = d(c, s)
+    d.eval()
+    h_eval, l_eval = d(c, s)
+    torch.testing.assert_close(h_train, h_eval)  # the dropout sits between h̃ and W_s only
+    assert not torch.allclose(l_train, l_eval)
+
+
+# --- the registry --------------------------------------------------------------------------------------
+
+
+def test_canonical_and_its_message():
+    assert R.canonical("luong_dot") == "luong-dot" and R.canonical("neighborhood_2d") == "neighborhood-2d"
+    assert R.canonical("whatever") == "whatever"
+    assert message(lambda: R.canonical(3), TypeError) == "an attention name must be a str; got int"
+    assert message(lambda: R.canonical(None), TypeError) == "an attention name must be a str; got NoneType"
+
+
+@pytest.mark.parametrize("name", ["My-attention", "my_attention", "multi_head", "UPPER"])
+def test_register_message(name):
+    assert message(lambda: R.register(name)) == (
+        f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
+
+
+class _Probe(torch.nn.Module):
+    def __init__(self, a=1, b=2):
+        super().__init__()
+        self.a, self.b = a, b
+
+
+def test_register_create_with_defaults_and_twice():
+    try:
+        assert R.register("probe-plain")(_Probe) is _Probe
+        assert R.register("probe-defaults", a=10, b=20)(_Probe) is _Probe
+        plain = R.create("probe-plain", b=5)
+        assert type(plain) is _Probe and (plain.a, plain.b) == (1, 5)
+        made = R.create("probe-defaults", b=7)  # the caller's keywords win over the registered defaults
+        assert type(made) is _Probe and (made.a, made.b) == (10, 7)
+        made = R.create("probe-defaults")
+        assert (made.a, made.b) == (10, 20)
+        assert "probe-plain" in R.available() and R.available() == sorted(R.available())
+        deco = R.register("probe-plain")
+        assert message(lambda: deco(_Probe)) == "attention name 'probe-plain' is registered twice"
+    finally:
+        R._REGISTRY.pop("probe-plain", None)
+        R._REGISTRY.pop("probe-defaults", None)
+    assert "probe-plain" not in R.available()
+
+
+def test_create_unknown_names_every_available_name():
+    text = message(lambda: R.create("nope"))
+    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R._REGISTRY))}"
+    assert "luong-concat, luong-dot, luong-general" in text
+    assert R.create("luong_dot", query_dim=2, key_dim=2).score == "dot"
+    assert R.create("luong-concat", query_dim=2, key_dim=2).score == "concat"
+    assert R.create("luong-general", query_dim=2, key_dim=3).score == "general"
+    assert R.create("luong-general", query_dim=2, key_dim=2, score="dot").score == "dot"
