@@ -34,7 +34,7 @@ from torch import nn
 
 from ..functional import scores as _scores
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
-from ..trace import active
+from ..trace import active, record
 from ._keyed import check_projected, finish, mask_keys, prepare
 from .registry import register
 
@@ -94,7 +94,7 @@ class LuongAttention(nn.Module):
             ref = {"dot": lambda q, k: _scores.dot(q, k),
                    "general": lambda q, k: _scores.general(q, k, self.weight.weight),
                    "concat": lambda q, k: _scores.concat(q, k, self.weight.weight, self.v)}[self.score]
-            return ref if s == 1.0 else (lambda q, k: ref(q, k) * s)
+            return ref if s == 1.0 else (lambda q, k: self._scaled(ref(q, k), s))
         keys_part = (lambda pk: pk) if projected else self.precompute
         if self.score == "concat":
             w_q = self.weight.weight[:, : self.query_dim]
@@ -102,6 +102,12 @@ class LuongAttention(nn.Module):
         if s == 1.0:
             return lambda q, k: q @ keys_part(k).transpose(-2, -1)  # (b, q, k)
         return lambda q, k: (q @ keys_part(k).transpose(-2, -1)) * s
+
+    def _scaled(self, e: torch.Tensor, s: float) -> torch.Tensor:
+        """Traced step: the scores scaled by s = 1/√d_k (recorded, so the weights are the softmax of a recorded step)."""
+        scaled = _scores.scale_scores(e, s)
+        record("scaled_scores", f"e_ij · {s:.6g}  (= 1/√d_k)", scaled, latex=r"e_{ij} / \sqrt{d_k}")
+        return scaled
 
     def forward(
         self,
