@@ -68,3 +68,34 @@ def attention(q, k, v, scores_fn=scaled_dot, allowed=None, bias=None):
         e = np.where(ok, e, 0.0)
     w = softmax(e, allowed)
     return np.einsum("...qk,...kd->...qd", w, v), w
+
+
+def window_start(i, length, kernel, dilation):
+    """NATTEN (csrc, natten_commons): the first key index of query i's window along one axis."""
+    half = kernel // 2
+    if dilation <= 1:
+        return max(i - half, 0) + (i + half >= length) * (length - i - half - 1)
+    ni = i - half * dilation
+    if ni < 0:
+        return i % dilation
+    if i + half * dilation >= length:
+        imodd = i % dilation
+        a = (length // dilation) * dilation
+        b = length - a
+        if imodd < b:
+            return length - b + imodd - 2 * half * dilation
+        return a + imodd - kernel * dilation
+    return ni
+
+
+def natten_mask(H, W, kernel, dilation):
+    """(H·W, H·W) bool: query r·W + c sees the kernel × kernel window NATTEN gives it (row-major grid)."""
+    n = H * W
+    m = np.zeros((n, n), dtype=bool)
+    for r in range(H):
+        for c in range(W):
+            r0, c0 = window_start(r, H, kernel, dilation), window_start(c, W, kernel, dilation)
+            for a in range(kernel):
+                for b in range(kernel):
+                    m[r * W + c, (r0 + a * dilation) * W + (c0 + b * dilation)] = True
+    return m

@@ -13,37 +13,9 @@ from attnlab.kernels import plan
 from attnlab.kernels.neighborhood import neighborhood_attention_2d
 from attnlab.nn import NeighborhoodAttention2D, create
 
+from np_reference import natten_mask
+
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def window_start(i, length, kernel, dilation):
-    """NATTEN (csrc, natten_commons): the first key index of query i's window along one axis."""
-    half = kernel // 2
-    if dilation <= 1:
-        return max(i - half, 0) + (i + half >= length) * (length - i - half - 1)
-    ni = i - half * dilation
-    if ni < 0:
-        return i % dilation
-    if i + half * dilation >= length:
-        imodd = i % dilation
-        a = (length // dilation) * dilation
-        b = length - a
-        if imodd < b:
-            return length - b + imodd - 2 * half * dilation
-        return a + imodd - kernel * dilation
-    return ni
-
-
-def natten_mask(H, W, kernel, dilation):
-    n = H * W
-    m = np.zeros((n, n), dtype=bool)
-    for r in range(H):
-        for c in range(W):
-            r0, c0 = window_start(r, H, kernel, dilation), window_start(c, W, kernel, dilation)
-            for a in range(kernel):
-                for b in range(kernel):
-                    m[r * W + c, (r0 + a * dilation) * W + (c0 + b * dilation)] = True
-    return m
 
 
 @pytest.mark.parametrize("H,W,kernel,dilation", [(7, 9, 3, 1), (8, 8, 5, 1), (12, 10, 3, 2), (13, 11, 3, 3), (9, 9, 7, 1)])
