@@ -204,3 +204,22 @@ def test_weigh_in_place_writes_the_weights_into_the_scores_storage():
         w = core.weigh(e, None, inplace=True)
     assert w.data_ptr() == e.data_ptr()  # no (q, k) allocation
     torch.testing.assert_close(w.double(), want)
+
+
+# ---- no keys ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "reference"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_with_no_keys_every_row_is_zero_a_non_finite_querys_too(need_weights, bad):
+    q = torch.randn(2, 3, 4, dtype=torch.float64)
+    q[0, 1, 0] = bad  # no mask: nothing to guard, and c_i = Σ_j α_ij v_j over no j is 0
+    q.requires_grad_()
+    k = torch.randn(2, 0, 4, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 0, 5, dtype=torch.float64, requires_grad=True)
+    out, w = attnlab.attention(q, k, v, need_weights=need_weights)
+    assert out.shape == (2, 3, 5) and (out == 0).all()
+    if need_weights:
+        assert w.shape == (2, 3, 0)
+    out.sum().backward()
+    assert (q.grad == 0).all()
