@@ -147,8 +147,7 @@ def test_reference_path_dropout_drops_at_rate_p_and_rescales_by_one_over_one_min
 def test_fully_masked_row_with_overflowing_scores_gets_zero_weights():
     # query row 1 attends nothing; its raw scores q·k = 2e39 overflow float32 to inf. The contract:
     # a row that may attend nothing gets zero weights and a zero output, whatever its scores.
-    # (Inputs without grad: with requires_grad the returned row is NaN and the gradients of q, k, v
-    # are NaN; reported, not fixed here: the masked softmax opens a dead row on its raw scores.)
+    # (Inputs without grad here; test_dead_row_overflow.py checks the same row with gradients.)
     q = torch.tensor([[[0.5, -1.0], [1e38, 1e38], [1.0, 0.25]]], dtype=torch.float64)
     k = torch.tensor([[[10.0, 10.0], [1.0, 2.0], [-1.0, 0.5], [0.0, 1.0]]], dtype=torch.float64)
     v = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, -1.0], [0.5, 0.5]]], dtype=torch.float64)

@@ -179,9 +179,12 @@ def _fast(
     dropout_p: float,
     lead: torch.Size,
 ) -> torch.Tensor:
-    if mask is not None and dead is not None:  # (None: no row is fully masked, checked on the CPU)
-        mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
     query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
+    if mask is not None and dead is not None:  # (None: no row is fully masked, checked on the CPU)
+        # a fully masked row is opened onto a zero query: uniform inside (its raw scores may overflow),
+        # zeroed by finish_nonfinite, with zero gradients
+        mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
+        query = query.masked_fill(dead, 0.0)
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
     )

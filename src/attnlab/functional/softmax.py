@@ -8,8 +8,10 @@ Defined numerics:
 * Runs in float32 for float16/bfloat16 scores; the weights come back in the
   scores' dtype.
 * **A fully masked row** (a query that may attend no key) gets **zero
-  weights**, not NaN, and its gradients are zero. It is computed as a uniform
-  row and then zeroed, so no ``exp(-inf) / 0`` ever reaches autograd.
+  weights**, not NaN, and its gradients are zero. Its scores are replaced by
+  zeros (whatever they were: even inf from an overflowing product), so it is
+  computed as a uniform row and then zeroed, and no ``exp(-inf) / 0`` or
+  ``inf - inf`` ever reaches autograd.
 * The input is never written to.
 """
 
@@ -22,15 +24,14 @@ from ..masks import allowed
 
 
 def _row_fix(mask: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mask with fully masked rows opened up, rows that are fully masked).
+    """(the rows that are fully masked, what a forbidden score becomes: 0 in those rows, −∞ elsewhere).
 
-    Tensor algebra only (no host read): the rows are opened and zeroed again
-    whether or not any is fully masked, so it compiles without a graph break.
+    Both are small, (..., q, 1) when ``dim`` is the last. Tensor algebra only (no host read): the
+    rows are replaced and zeroed again whether or not any is fully masked, so it compiles without a
+    graph break.
     """
     dead = ~allowed(mask).any(dim=dim, keepdim=True)  # small when the mask broadcasts
-    if mask.dtype == torch.bool:
-        return mask | dead, dead
-    return mask.masked_fill(dead, 0.0), dead
+    return dead, torch.zeros((), device=mask.device).masked_fill(~dead, float("-inf"))
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
@@ -66,11 +67,13 @@ def _softmax(
     inplace = inplace and not (torch.is_grad_enabled() and x.requires_grad)
     dead = None
     if mask is not None:
-        mask, dead = _row_fix(mask, dim)
-        if mask.dtype == torch.bool:
-            x = x.masked_fill_(~mask, float("-inf")) if inplace else x.masked_fill(~mask, float("-inf"))
-        else:
+        dead, fill = _row_fix(mask, dim)
+        if mask.dtype == torch.bool:  # one pass: e_ij where allowed, else −∞ (0 in a fully masked row)
+            fill = fill.to(x.dtype)
+            x = torch.where(mask, x, fill, out=x) if inplace else torch.where(mask, x, fill)
+        else:  # the bias added, then a fully masked row (all −∞) replaced by zeros
             x = x.add_(mask.to(x.dtype)) if inplace else x + mask.to(x.dtype)
+            x = x.masked_fill_(dead, 0.0)  # (a fresh tensor here, or the caller's to overwrite)
     weights = torch.softmax(x, dim=dim, out=x) if inplace else torch.softmax(x, dim=dim)
     if dead is not None and zero_dead:
         weights = weights.masked_fill_(dead, 0.0) if inplace else weights.masked_fill(dead, 0.0)
