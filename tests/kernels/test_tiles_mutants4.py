@@ -456,3 +456,10 @@ def test_a_pattern_with_no_key_anywhere_gives_zeros(fused):
     assert out.shape == (1, 1, 6, 3) and bool((out == 0).all())
     for gr in grads:
         assert gr.shape == (1, 1, 6, 3) and bool((gr == 0).all())
+
+
+def test_dropout_keeps_a_draw_equal_to_p():
+    """keep ⇔ u ≥ p for u uniform on [0, 1): P(keep) = 1 − p exactly; a draw equal to p is kept."""
+    u = float(torch.rand(3, generator=torch.Generator().manual_seed(42))[1])  # the group-0 stream of seed 42
+    keep = tiles._dropout_keep((3,), u, 42, 0)
+    assert keep[1].item() == pytest.approx(1 / (1 - u), rel=1e-6)
