@@ -233,6 +233,7 @@ def test_plan_of_a_table_pattern_lists_its_tiles_and_counts_its_pairs(monkeypatc
     pl = tiles.plan(pattern, n, B, 3)
     assert tiles.plan(pattern, n, B, 3) is pl  # cached
     assert tiles.plan(pattern, n, B, 1) is not pl
+    assert tiles.plan(pattern, n, B) is tiles.plan(pattern, n, B, 1)  # one head by default
     nb = 4
     assert (pl.n, pl.block, pl.n_blocks) == (n, B, nb)
     pad = np.zeros((nb * B, nb * B), dtype=bool)
@@ -463,3 +464,16 @@ def test_dropout_keeps_a_draw_equal_to_p():
     u = float(torch.rand(3, generator=torch.Generator().manual_seed(42))[1])  # the group-0 stream of seed 42
     keep = tiles._dropout_keep((3,), u, 42, 0)
     assert keep[1].item() == pytest.approx(1 / (1 - u), rel=1e-6)
+
+
+def test_fused_plan_forward_in_bfloat16_keeps_the_input_dtype():
+    """The kernel's row log-sum-exp comes out float32 for bfloat16 inputs; lse is returned in q's dtype."""
+    pattern, n, B, b, h, real, _ = build("ragged")
+    pl = tiles.plan(pattern, n, B, b * h)
+    q, k, v, _ = inputs(b, h, n, 8, 8, seed=6)
+    keys = tiles._key_real(real, b, n, -(-n // B), B, "cpu")
+    out, lse = tiles.plan_forward(q.bfloat16(), k.bfloat16(), v.bfloat16(), pl, keys, SCALE)
+    assert out.dtype == lse.dtype == torch.bfloat16
+    want, want_lse, _ = np_forward(q.numpy(), k.numpy(), v.numpy(), dense_allow(pattern, n, real, b), SCALE)
+    np.testing.assert_allclose(out.double().numpy(), want, atol=0.05)
+    np.testing.assert_allclose(lse.double().numpy(), want_lse, atol=0.05)
