@@ -477,3 +477,15 @@ def test_fused_plan_forward_in_bfloat16_keeps_the_input_dtype():
     want, want_lse, _ = np_forward(q.numpy(), k.numpy(), v.numpy(), dense_allow(pattern, n, real, b), SCALE)
     np.testing.assert_allclose(out.double().numpy(), want, atol=0.05)
     np.testing.assert_allclose(lse.double().numpy(), want_lse, atol=0.05)
+
+
+def test_plan_with_blocks_of_one_row_under_a_tight_budget(monkeypatch):
+    """B = 1, a budget of two 1 × 1 scores: the group sizes are whole numbers of rows, and the output
+    (explicit path) is the dense causal softmax."""
+    monkeypatch.setattr(tiles, "SCORE_BUDGET", 2)
+    n = 6
+    pl = tiles.plan(P.causal(), n, 1, 1)
+    assert [(g.q_blocks.tolist(), g.k_blocks.shape[1]) for g in pl.groups] == [([i], i + 1) for i in range(n)]
+    q, k, v, _ = inputs(1, 1, n, 2, 2, seed=8)
+    want, _, _ = np_forward(q.numpy(), k.numpy(), v.numpy(), np.tril(np.ones((n, n), dtype=bool)), SCALE)
+    np.testing.assert_allclose(tiles.tiles_forward(q, k, v, pl, None, SCALE, 0.0, 0).numpy(), want, atol=1e-12)
