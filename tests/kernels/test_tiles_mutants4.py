@@ -489,3 +489,16 @@ def test_plan_with_blocks_of_one_row_under_a_tight_budget(monkeypatch):
     q, k, v, _ = inputs(1, 1, n, 2, 2, seed=8)
     want, _, _ = np_forward(q.numpy(), k.numpy(), v.numpy(), np.tril(np.ones((n, n), dtype=bool)), SCALE)
     np.testing.assert_allclose(tiles.tiles_forward(q, k, v, pl, None, SCALE, 0.0, 0).numpy(), want, atol=1e-12)
+
+
+def test_explicit_path_keeps_a_row_with_no_key_zero_beside_an_infinite_value():
+    """Row 1 may attend nothing; its block gathers key 0, whose value is infinite: 0 · ∞ must not reach it."""
+    n = 4
+    t = np.eye(n, dtype=bool)
+    t[1] = False
+    pl = tiles.plan(Table(t), n, 2, 1)
+    q, k, v, _ = inputs(1, 1, n, 2, 2, seed=10)
+    v[0, 0, 0, 0] = float("inf")
+    out = tiles.tiles_forward(q, k, v, pl, None, SCALE, 0.0, 0)
+    assert out[0, 0, 1].tolist() == [0.0, 0.0]
+    np.testing.assert_allclose(out[0, 0, 2:].numpy(), v[0, 0, 2:].numpy())  # rows 2, 3: their own value
