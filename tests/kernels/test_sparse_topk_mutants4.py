@@ -204,27 +204,34 @@ def test_dense_backend_on_cpu_gives_values_weights_and_gradients(monkeypatch):
     check(q, k, v, out, pattern.materialize(n), 0.5)
 
 
-def test_non_finite_inputs_reach_exactly_the_rows_that_may_attend_them():
+@pytest.mark.parametrize("pattern", [P.sliding_window(1, 1), P.strided(3), P.sliding_window(1, 0) | P.strided(4)], ids=repr)
+def test_non_finite_inputs_reach_exactly_the_rows_that_may_attend_them(pattern):
     n = 9
-    q, k, v = (t.detach() for t in qkv(1, 2, n, 4, seed=10))
-    k[0, 1, 6] = float("nan")  # head 1: key 6
-    q[0, 0, 2] = float("inf")  # head 0: query 2
-    real = torch.ones(1, n, dtype=torch.bool)
+    q, k, v = (t.detach() for t in qkv(2, 2, n, 4, seed=10))
+    k[0, 1, 6] = float("nan")  # batch 0, head 1: key 6
+    v[1, 0, 3] = float("-inf")  # batch 1, head 0: value 3
+    q[0, 0, 2] = float("inf")  # a query that has keys: its row is NaN
+    q[1, 1, 8] = float("inf")  # a query whose keys are all padded: its row stays zero
+    real = torch.ones(2, n, dtype=torch.bool)
+    real[1, 7:] = False
     real[0, 8] = False
     v[0, 0, 8] = float("nan")  # a padded value: never seen
-    pattern = P.sliding_window(1, 1)
+    allow = pattern.materialize(n) & real[:, None, None, :]  # (2, 1, n, n) → (2, 2, n, n) below
+    allow = allow.expand(2, 2, n, n)
+    bad_kv = ~(torch.isfinite(k).all(-1) & torch.isfinite(v).all(-1)) & real[:, None, :]  # (2, 2, n)
+    bad_q = ~torch.isfinite(q).all(-1)
+    nan_rows = (allow & bad_kv[:, :, None, :]).any(-1) | (bad_q & allow.any(-1))
+    assert bool(nan_rows[0, 0, 2]) and bool(nan_rows[1, 0].any())
+    if isinstance(pattern, type(P.sliding_window(1, 1))):
+        assert not bool(nan_rows[1, 1, 8])  # in the window its keys are 7 and 8, both padded
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     out, w = block_sparse_attention(q, k, v, pattern, block=4, key_padding_mask=real, need_weights=True)
-    allow = pattern.materialize(n) & real[:, None, None, :]
-    nan_rows = torch.zeros(1, 2, n, dtype=torch.bool)
-    nan_rows[0, 0, 2] = True
-    nan_rows[0, 1, 5:8] = True  # rows 5, 6, 7 may attend key 6
     assert torch.equal(torch.isnan(out).any(-1), nan_rows)
     assert torch.equal(torch.isnan(w.to_dense()).any(-1), nan_rows)
     q2, k2, v2 = (torch.where(torch.isfinite(t), t, 0.0).detach().requires_grad_() for t in (q, k, v))
     want = ref_weights(q2, k2, allow, 0.5) @ v2
-    ok = ~nan_rows[..., None]
-    torch.testing.assert_close(out.detach()[ok.expand_as(out)], want.detach()[ok.expand_as(want)], atol=1e-10, rtol=0)
+    ok = (~nan_rows[..., None]).expand_as(want)
+    torch.testing.assert_close(out.detach()[ok], want.detach()[ok], atol=1e-10, rtol=0)
     g = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     got = torch.autograd.grad(out, (q, k, v), g)
     ref = torch.autograd.grad(want, (q2, k2, v2), g.masked_fill(~ok, 0.0))

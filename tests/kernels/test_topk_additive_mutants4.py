@@ -306,3 +306,65 @@ def test_chunked_additive_scores_cast_under_cpu_autocast():
         e = chunked_additive_scores(a, b, v, chunk=2)
     assert e.dtype == torch.bfloat16
     np.testing.assert_allclose(e.float().numpy(), want, atol=0.1)
+
+
+@pytest.mark.parametrize(
+    "qs, ks, vs, out",
+    [
+        ((2, 1, 0, 4), (1, 3, 5, 4), (1, 1, 5, 2), (2, 3, 0, 2)),  # no queries: the broadcast leads kept
+        ((1, 3, 4, 4), (2, 1, 0, 4), (1, 1, 0, 2), (2, 3, 4, 2)),  # no keys: zero rows
+        ((3, 0, 4), (3, 5, 4), (3, 5, 2), (3, 0, 2)),  # 3-D, no queries
+        ((3, 4, 4), (1, 0, 4), (1, 0, 6), (3, 4, 6)),  # 3-D, no keys
+        ((0, 4), (0, 4), (0, 3), (0, 3)),  # 2-D
+    ],
+)
+def test_topk_with_nothing_to_choose_gives_zeros_of_the_broadcast_shape_and_zero_gradients(qs, ks, vs, out):
+    q, k, v = _leaves(qs, ks, vs, seed=3)
+    got = topk_attention(q, k, v, 2)
+    assert got.shape == out and bool((got == 0).all())
+    got.sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and bool((t.grad == 0).all())
+
+
+def test_topk_with_a_single_key_gives_its_value_to_every_query():
+    q, k, v = _leaves((1, 2, 3, 2), (1, 2, 1, 2), (1, 2, 1, 3), seed=4)
+    got = topk_attention(q, k, v, 2)
+    torch.testing.assert_close(got, v.detach().expand(1, 2, 3, 3), atol=1e-12, rtol=0)
+
+
+def test_topk_with_no_features_and_a_given_scale_averages_the_values():
+    # d = 0: every score is 0; keeping all 4 keys gives the plain mean of the values
+    q, k = torch.zeros(2, 3, 0, dtype=torch.float64), torch.zeros(2, 4, 0, dtype=torch.float64)
+    v = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    got = topk_attention(q, k, v, 4, scale=1.0)
+    torch.testing.assert_close(got, v.mean(1, keepdim=True).expand(2, 3, 3), atol=1e-12, rtol=0)
+
+
+def _block_used(out):
+    """The queries per block of the ChunkedAdditive node behind ``out`` (its saved ``chunk``)."""
+    node = out.grad_fn
+    while "ChunkedAdditive" not in type(node).__name__:
+        node = node.next_functions[0][0]
+    return node.chunk
+
+
+@pytest.mark.parametrize("qs, ks", [((2, 10, 4), (2, 3, 4)), ((2, 1, 10, 4), (1, 1, 3, 4))])
+def test_chunked_additive_scores_use_the_given_chunk_or_the_budget_of_max_elems(qs, ks):
+    a = torch.randn(*qs, requires_grad=True)
+    b, v = torch.randn(*ks), torch.randn(4)
+    assert _block_used(chunked_additive_scores(a, b, v, chunk=3)) == 3
+    assert _block_used(chunked_additive_scores(a, b, v, chunk=7, max_elems=1)) == 7  # a given chunk wins
+    # 2 · 3 · 4 = 24 elements per query: max_elems 72 → 3 queries, 4 blocks of ⌈10/4⌉ = 3
+    assert _block_used(chunked_additive_scores(a, b, v, max_elems=72)) == 3
+    assert _block_used(chunked_additive_scores(a, b, v)) == 10  # small: one block
+
+
+def test_topk_with_no_keys_gives_zero_rows_even_for_a_non_finite_or_overflowing_query():
+    # as attnlab.attention: a row with no key gives zeros, whatever its query holds (before: NaN rows)
+    q = torch.tensor([[[[float("inf"), 0.0], [3e38, 3e38], [float("nan"), 1.0]]]], requires_grad=True)
+    k, v = torch.zeros(1, 1, 0, 2, requires_grad=True), torch.zeros(1, 1, 0, 3, requires_grad=True)
+    out = topk_attention(q, k, v, 2)
+    assert out.shape == (1, 1, 3, 3) and bool((out == 0).all())
+    out.sum().backward()
+    assert bool((q.grad == 0).all())
