@@ -267,3 +267,33 @@ def test_fused_choice_and_layout_parts():
     assert win is None and g is None and pl is not None and not pl.groups
     win, T, g, pl = bs._layout(P.global_tokens([10]), 11, 4, 2, False)  # the last position
     assert g.tolist() == [10]
+
+
+def test_default_block_is_64_in_the_weights():
+    q, k, v = qkv(1, 1, 70, 2, seed=12)
+    _, w = block_sparse_attention(q, k, v, P.causal(), need_weights=True)
+    assert w.block == 64 and w.values.shape[-2:] == (64, 64)
+
+
+def test_a_single_position_attends_itself():
+    # b = h = n = d = d_v = 1: the one query attends the one key, so the output is the value
+    q, k, v = (torch.tensor([[[[x]]]], dtype=torch.float64, requires_grad=True) for x in (0.3, -1.2, 2.5))
+    out, w = block_sparse_attention(q, k, v, P.causal(), block=2, need_weights=True)
+    torch.testing.assert_close(out, v.detach(), atol=0, rtol=0)
+    assert w.to_dense().tolist() == [[[[1.0]]]]
+    out.sum().backward()
+    assert v.grad.item() == 1.0 and q.grad.item() == 0.0 and k.grad.item() == 0.0
+
+
+def test_dense_backend_on_cpu_drops_weights_and_gives_unpadded_weights(monkeypatch):
+    monkeypatch.setattr(devices, "backend_for", lambda device: "dense")
+    n, p = 12, 0.5
+    q, k, _ = qkv(1, 2, n, 4, seed=13)
+    v = torch.eye(n, dtype=torch.float64).expand(1, 2, n, n)  # the output is the (dropped) weight matrix
+    pattern = P.sliding_window(3, 2)
+    w = ref_weights(q.detach(), k.detach(), pattern.materialize(n), 0.5)
+    out, bw = block_sparse_attention(q, k, v, pattern, block=4, dropout_p=p, need_weights=True)
+    kept = out.detach() != 0
+    torch.testing.assert_close(out.detach()[kept], (w / (1 - p))[kept], atol=1e-12, rtol=0)
+    assert 0 < int(kept.sum()) < int((w > 0).sum())
+    torch.testing.assert_close(bw.to_dense(), w, atol=1e-12, rtol=0)  # the weights themselves: not dropped
