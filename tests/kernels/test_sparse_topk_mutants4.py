@@ -239,7 +239,7 @@ def test_non_finite_inputs_reach_exactly_the_rows_that_may_attend_them(pattern):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("n", [10, 70])
+@pytest.mark.parametrize("n", [10, 65])  # 65: ⌈65/64⌉ = 2 tiles of the padding mask
 def test_weights_for_rows_against_float64(n):
     q, k, _ = (t.detach() for t in qkv(2, 1, n, 4, seed=n))
     real = torch.ones(2, n, dtype=torch.bool)
@@ -297,3 +297,16 @@ def test_dense_backend_on_cpu_drops_weights_and_gives_unpadded_weights(monkeypat
     torch.testing.assert_close(out.detach()[kept], (w / (1 - p))[kept], atol=1e-12, rtol=0)
     assert 0 < int(kept.sum()) < int((w > 0).sum())
     torch.testing.assert_close(bw.to_dense(), w, atol=1e-12, rtol=0)  # the weights themselves: not dropped
+
+
+def test_half_inputs_whose_scores_overflow_float16_are_still_computed_in_float32():
+    # q·k = 200·200·4 = 160 000 > 65 504 (float16's largest): in float32 every score is equal, so each
+    # causal row averages the values it may attend
+    q = torch.full((1, 1, 5, 4), 200.0, dtype=torch.float16)
+    v = torch.randn(1, 1, 5, 3, generator=torch.Generator().manual_seed(3)).to(torch.float16)
+    for pattern, block in [(P.causal(), 2), (P.sliding_window(1, 0), 4)]:
+        out, _ = block_sparse_attention(q, q, v, pattern, block=block)
+        allow = pattern.materialize(5).double()
+        want = (allow / allow.sum(-1, keepdim=True)) @ v.double()[0, 0]
+        assert out.dtype == torch.float16
+        torch.testing.assert_close(out.double()[0, 0], want, atol=2e-3, rtol=0)
