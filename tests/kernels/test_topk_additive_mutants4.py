@@ -154,6 +154,7 @@ def np_additive(a, b, v, g):
     return e, w.sum(2), w.sum(1), (g[..., None] * u).sum((0, 1, 2))
 
 
+@pytest.mark.filterwarnings("error")  # e.g. torch's "An output with one or more elements was resized"
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("needs", ["abv", "a", "b", "v", "av", "bv"])
 def test_chunked_additive_function_and_each_gradient_subset_against_numpy(chunk, needs):
@@ -208,7 +209,8 @@ def test_chunked_additive_scores_take_a_non_contiguous_output_gradient():
 
 @pytest.mark.parametrize(
     "qs, ks",
-    [((5, 4), (3, 4)), ((2, 5, 4), (3, 4)), ((2, 3, 5, 4), (2, 3, 6, 4)), ((2, 1, 5, 4), (1, 3, 6, 4)), ((3, 5, 4), (1, 2, 4))],
+    [((5, 4), (3, 4)), ((2, 5, 4), (3, 4)), ((2, 3, 5, 4), (2, 3, 6, 4)), ((2, 1, 5, 4), (1, 3, 6, 4)), ((3, 5, 4), (1, 2, 4)),
+     ((2, 5, 4), (2, 2, 6, 4)), ((2, 2, 5, 4), (2, 2, 2, 6, 4))],  # keys with more batch dims than the query
 )
 @pytest.mark.parametrize("chunk", [None, 2])
 def test_chunked_additive_scores_broadcast_leading_dims_against_numpy(qs, ks, chunk):
@@ -298,12 +300,13 @@ def test_chunk_size_follows_the_documented_budget(args, want):
     assert got == want and type(got) is int
 
 
-def test_chunked_additive_scores_cast_under_cpu_autocast():
+@pytest.mark.parametrize("chunk", [2, None])  # several blocks, one block (written with out=)
+def test_chunked_additive_scores_cast_under_cpu_autocast(chunk):
     gen = torch.Generator().manual_seed(14)
     a, b, v = torch.randn(2, 5, 4, generator=gen), torch.randn(2, 3, 4, generator=gen), torch.randn(4, generator=gen)
     want = np.tanh(a.double().numpy()[:, :, None] + b.double().numpy()[:, None]) @ v.double().numpy()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        e = chunked_additive_scores(a, b, v, chunk=2)
+        e = chunked_additive_scores(a, b, v, chunk=chunk)
     assert e.dtype == torch.bfloat16
     np.testing.assert_allclose(e.float().numpy(), want, atol=0.1)
 
