@@ -113,7 +113,9 @@ def topk_attention(
     d = query.shape[-1]
     if query.shape[-2] == 0 or key.shape[-2] == 0:  # nothing to choose from: an empty (or all-zero) output
         lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-        zero = (query.sum() + key.sum() + value.sum()) * 0.0  # keeps the graph: zero, finite gradients
+        # keeps the graph without reading a value (a NaN/inf or an overflowing sum must not reach a row
+        # with no key): zero, zero gradients
+        zero = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()
         return value.new_zeros(*lead, query.shape[-2], value.shape[-1]) + zero
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask)  # (b, h, n, k)
