@@ -93,3 +93,19 @@ def test_masked_softmax_of_an_infinite_fully_masked_row_is_zero_with_zero_gradie
     (w * torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).sum().backward()
     assert torch.isfinite(s.grad).all()
     assert s.grad[1].tolist() == [0.0, 0.0, 0.0] and s.grad[0, 1].item() == 0.0
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_a_fully_masked_row_beside_huge_keys_has_finite_gradients(need_weights):
+    # keys of 2e38: the allowed rows' tiny queries keep their scores finite, but any query of order 1
+    # in the fully masked row would give 2e38 + 2e38 = inf; the row is opened onto a zero query
+    q = torch.tensor([[[1e-3, 1e-3], [1.0, 1.0], [-1e-3, 2e-3]]])
+    k = torch.tensor([[[2e38, 2e38], [1.0, 2.0], [-1.0, 0.5], [0.0, 1.0]]])
+    v = torch.tensor([[[1.0, 0.0], [0.0, 2.0], [3.0, -1.0], [0.5, 0.5]]])
+    _, _, _, allow = _inputs()
+    out, w, gq, gk, gv = _run(q, k, v, allow, "dot", need_weights)
+    for g in (gq, gk, gv):
+        assert torch.isfinite(g).all()
+    assert out[0, 1].tolist() == [0.0, 0.0] and gq[0, 1].tolist() == [0.0, 0.0]
+    want_out, _ = ref.attention(q.double().numpy(), k.double().numpy(), v.double().numpy(), ref.dot, allowed=allow.numpy())
+    np.testing.assert_allclose(out.double().numpy(), want_out, rtol=1e-5, atol=1e-6)
