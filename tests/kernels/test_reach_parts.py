@@ -1,0 +1,65 @@
+"""Kernels: the reach of non-finite keys (``reach``) and the split of a pattern into parts (``split``).
+
+Reference: hit[b, h, i] = ∃ j: allows(i, j) ∧ bad[b, h, j], written here as a plain Python loop
+over the pattern's dense mask; the parts of a split are checked against patterns written by hand.
+"""
+
+import pytest
+import torch
+
+from attnlab import patterns as P
+from attnlab.kernels.reach import reach
+
+
+def loop_reach(bad: torch.Tensor, pattern, n: int) -> torch.Tensor:
+    allow = pattern.materialize(n).tolist()
+    b, h, _ = bad.shape
+    hit = torch.zeros(b, h, n, dtype=torch.bool)
+    for bi in range(b):
+        for hi in range(h):
+            row = bad[bi, hi].tolist()
+            for i in range(n):
+                hit[bi, hi, i] = any(allow[i][j] and row[j] for j in range(n))
+    return hit
+
+
+PATTERNS = {
+    "window": lambda: P.sliding_window(2, 1),
+    "globals": lambda: P.global_tokens([1, 6]),
+    "window_and_globals": lambda: P.sliding_window(1) | P.global_tokens([0, 9]),
+    "whole_blocks": lambda: P.random_blocks(1, 4, seed=2),  # block-aligned: tiles with every pair allowed
+    "strided_beside_window": lambda: P.sliding_window(1) | P.strided(3),
+    "dense": lambda: P.full(),
+}
+
+
+@pytest.mark.parametrize("n", [12, 11])
+@pytest.mark.parametrize("name", list(PATTERNS))
+def test_reach_equals_a_loop_over_the_dense_mask_per_head(name, n):
+    """b = 2, h = 2 with a different bad key set in each (b, h): no part may mix heads or batch elements."""
+    pattern = PATTERNS[name]()
+    bad = torch.zeros(2, 2, n, dtype=torch.bool)
+    bad[0, 0, 0] = True  # only the first key: rows whose window starts at 0
+    bad[0, 1, n - 1] = True  # only the last key
+    bad[1, 0, 4] = True  # one key in the middle, not global
+    # bad[1, 1]: none
+    hit = reach(bad, pattern, 4)
+    assert hit.dtype == torch.bool and hit.shape == (2, 2, n)
+    assert torch.equal(hit, loop_reach(bad, pattern, n))
+
+
+def test_reach_of_a_bad_first_key_through_a_window_hits_exactly_its_rows():
+    bad = torch.zeros(1, 1, 8, dtype=torch.bool)
+    bad[..., 0] = True
+    hit = reach(bad, P.sliding_window(2, 0), 4)  # query i sees keys i-2 .. i: key 0 is seen by rows 0, 1, 2
+    assert hit[0, 0].tolist() == [True, True, True, False, False, False, False, False]
+
+
+def test_reach_through_globals_stays_in_its_own_head():
+    """A non-global bad key in head 0 reaches the global rows of head 0 only."""
+    bad = torch.zeros(2, 2, 6, dtype=torch.bool)
+    bad[0, 0, 3] = True
+    hit = reach(bad, P.global_tokens([1]), 4)
+    want = torch.zeros(2, 2, 6, dtype=torch.bool)
+    want[0, 0, 1] = True  # the global query 1 sees key 3; no other query does (key 3 is not global)
+    assert torch.equal(hit, want)
