@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attnlab import patterns as P
+from attnlab.kernels import tiles
 from attnlab.kernels.reach import reach
 
 
@@ -63,3 +64,31 @@ def test_reach_through_globals_stays_in_its_own_head():
     want = torch.zeros(2, 2, 6, dtype=torch.bool)
     want[0, 0, 1] = True  # the global query 1 sees key 3; no other query does (key 3 is not global)
     assert torch.equal(hit, want)
+
+
+def test_reach_through_global_tokens_past_the_end_is_an_empty_hit_of_full_shape():
+    """Global tokens at or past n take no part: the hit keeps its (b, h, n) shape, all False."""
+    bad = torch.ones(2, 3, 5, dtype=torch.bool)
+    for pattern in (P.global_tokens([5]), P.global_tokens([5, 7])):
+        hit = reach(bad, pattern, 4)
+        assert hit.shape == (2, 3, 5) and not bool(hit.any())
+
+
+def test_reach_through_a_global_token_at_n_minus_one_and_one_at_n():
+    bad = torch.zeros(1, 1, 5, dtype=torch.bool)
+    bad[..., 2] = True
+    hit = reach(bad, P.global_tokens([4, 5]), 4)  # only query 4 is global inside [0, 5)
+    assert hit[0, 0].tolist() == [False, False, False, False, True]
+
+
+@pytest.mark.parametrize("b, h", [(1, 1), (2, 3)])
+def test_reach_through_a_plan_cut_into_several_groups(monkeypatch, b, h):
+    """A small score budget cuts the plan of a dense pattern into groups of 2 query blocks
+    (budget // (b·h · B · m · B) rows each); the hit is still the loop's."""
+    monkeypatch.setattr(tiles, "SCORE_BUDGET", 128 * b * h)
+    pattern = P.full()
+    bad = torch.zeros(b, h, 16, dtype=torch.bool)
+    bad[0, 0, 5] = True
+    hit = reach(bad, pattern, 4)
+    assert len(tiles.plan(pattern, 16, 4, b * h).groups) == 2
+    assert torch.equal(hit, loop_reach(bad, pattern, 16))
