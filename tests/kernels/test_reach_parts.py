@@ -92,3 +92,24 @@ def test_reach_through_a_plan_cut_into_several_groups(monkeypatch, b, h):
     hit = reach(bad, pattern, 4)
     assert len(tiles.plan(pattern, 16, 4, b * h).groups) == 2
     assert torch.equal(hit, loop_reach(bad, pattern, 16))
+
+
+def test_split_gives_the_window_the_merged_global_tokens_and_the_rest_without_them():
+    from attnlab.kernels.parts import split
+
+    win_ = P.sliding_window(1)
+    pattern = win_ | P.strided(3) | P.global_tokens([2]) | P.causal() | P.global_tokens([5]) | P.fixed(4)
+    win, glob, rest = split(pattern)
+    assert win is win_
+    assert glob.indices.tolist() == [2, 5]
+    n = 10
+    i = torch.arange(n)
+    others = P.strided(3).materialize(n) | P.causal().materialize(n) | P.fixed(4).materialize(n)
+    covered = (i[None, :] - i[:, None]).abs() <= 1
+    covered |= torch.isin(i, torch.tensor([2, 5]))[:, None] | torch.isin(i, torch.tensor([2, 5]))[None, :]
+    assert torch.equal(rest.materialize(n), others & ~covered)
+    # globals beside a rest and no window: the rest is taken without the global pairs
+    _, glob2, rest2 = split(P.global_tokens([0]) | P.causal())
+    assert glob2.indices.tolist() == [0] and torch.equal(rest2.materialize(4), torch.tensor(
+        [[False] * 4, [False, True, False, False], [False, True, True, False], [False, True, True, True]]))
+    assert split(P.causal())[:2] == (None, None)
