@@ -175,3 +175,9 @@ def test_band_calls_when_the_first_tile_ends_exactly_where_the_last_span_may_end
     # tile 0: query r sees keys r, r + 1; tile 1 (queries 3..5, keys 3..6): only query 3, keys 3 (and 4 ≥ n: no)
     assert calls[0][3].tolist() == [[True, True, False, False], [False, True, True, False], [False, False, True, True]]
     assert calls[1][3][0].tolist() == [[True, False, False, False], [False] * 4, [False] * 4]
+
+
+def test_query_tile_is_the_block_for_inference_and_at_least_256_with_autograd():
+    from attnlab.kernels.band import query_tile
+
+    assert [query_tile(4, False), query_tile(4, True), query_tile(300, True), query_tile(300, False)] == [4, 256, 300, 300]
