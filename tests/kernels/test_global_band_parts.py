@@ -181,3 +181,11 @@ def test_query_tile_is_the_block_for_inference_and_at_least_256_with_autograd():
     from attnlab.kernels.band import query_tile
 
     assert [query_tile(4, False), query_tile(4, True), query_tile(300, True), query_tile(300, False)] == [4, 256, 300, 300]
+
+
+def test_span_positions_of_tiles_by_hand():
+    from attnlab.kernels.band import _span_positions
+
+    # T = 3, before = 2, after = 1: tile t covers keys 3t − 2 … 3t + 3
+    assert _span_positions(1, 3, 3, 2, 1).tolist() == [[1, 2, 3, 4, 5, 6], [4, 5, 6, 7, 8, 9]]
+    assert _span_positions(0, 1, 3, 2, 1).tolist() == [[-2, -1, 0, 1, 2, 3]]
