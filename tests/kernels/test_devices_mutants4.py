@@ -182,7 +182,7 @@ def test_pattern_attention_tiles_are_64_on_the_cpu_unless_given(eager):
     assert list(devices._BLOCK_MASKS[pattern]) == [(N, "cpu", 64), (N, "cpu", 8)]
 
 
-def test_pattern_attention_compiles_only_when_asked_on_the_cpu(eager, monkeypatch):
+def test_pattern_attention_fuses_only_when_asked_on_the_cpu(eager, monkeypatch):
     asked = []
 
     def spy(compiled):
@@ -196,7 +196,7 @@ def test_pattern_attention_compiles_only_when_asked_on_the_cpu(eager, monkeypatc
     assert [bool(c) for c in asked] == [True, False]
 
 
-def test_flex_fn_compiles_flex_attention_once_with_static_shapes(monkeypatch):
+def test_fused_kernel_is_built_once_with_static_shapes(monkeypatch):
     made = []
 
     def spy(fn=None, **kwargs):
