@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from attnlab import patterns as P
+from attnlab.kernels import band, tiles
 from attnlab.kernels import block_sparse as bs
-from attnlab.kernels import tiles
 from attnlab.kernels.block_sparse import _forward, _layout, block_sparse_attention
 from attnlab.kernels.parts import split
 from attnlab.kernels.tiles import plan
@@ -140,3 +140,72 @@ def test_need_weights_plans_for_b_times_h():
     s = np.where(allow, s, -np.inf)
     e = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(dense[1, 2].numpy(), e / e.sum(-1, keepdims=True), atol=1e-5)
+
+
+def test_need_weights_on_a_non_cpu_backend_plans_for_b_times_h(monkeypatch):
+    # the weights of a GPU/other-device call are computed on CPU copies; the dense backend stands in
+    monkeypatch.setattr(bs.devices, "backend_for", lambda device: "dense")
+    pattern = P.causal()
+    q, k, v = _qkv(2, 3, 4, 3)
+    out, w = block_sparse_attention(q, k, v, pattern, block=2, need_weights=True)
+    assert (4, 2, 6) in tiles._PLANS[pattern]
+    allow = pattern.materialize(4).numpy()
+    want, _ = np_attention_lse(q[1, 2].double().numpy(), k[1, 2].double().numpy(), v[1, 2].double().numpy(),
+                               allow, 1 / np.sqrt(3))
+    np.testing.assert_allclose(out[1, 2].numpy(), want, atol=1e-5)
+    assert w.values.device == q.device
+
+
+# ---- the window kernel (kernels/band.py) ----
+
+def test_segments_lists_only_nonempty_tile_ranges():
+    # n = 8, T = 2, no reach either side: all 4 tiles are interior, one shared (T, L) = (2, 2) mask
+    segs = band._segments(8, 4, 2, 0, 0)
+    assert [(s, e) for s, e, _ in segs] == [(0, 4)]
+    assert segs[0][2].tolist() == [[True, False], [False, True]]
+    # before = after = 1: tile 0 reaches key -1, tile 3 key 8; tiles 1-2 are interior
+    assert [(s, e) for s, e, _ in band._segments(8, 4, 2, 1, 1)] == [(0, 1), (1, 3), (3, 4)]
+
+
+def test_chunk_spans_gathers_boundary_spans_with_zeros_outside():
+    x = torch.arange(1.0, 5.0).reshape(1, 1, 4, 1)  # keys 1, 2, 3, 4 at positions 0..3
+    # tile 0 of T = 2 with before = 6: positions -6..1 → six zeros, then 1, 2
+    got = band._chunk_spans(x, 0, 1, 2, 6, 0)
+    assert got.flatten().tolist() == [0, 0, 0, 0, 0, 0, 1, 2]
+    # tile 1 with after = 2: positions 2..5 → 3, 4, then zeros for 4 and 5 (past n)
+    got = band._chunk_spans(x, 1, 2, 2, 0, 2)
+    assert got.flatten().tolist() == [3, 4, 0, 0]
+
+
+def _dense_reference_grads(q, k, v, dout, before, after, scale):
+    n = q.shape[-2]
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    allow = (j - i >= -before) & (j - i <= after)
+    qd, kd, vd = (t.detach().double().requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.transpose(-1, -2) * scale).masked_fill(~allow, float("-inf"))
+    out = torch.softmax(s, -1) @ vd
+    out.backward(dout.double())
+    return qd.grad, kd.grad, vd.grad
+
+
+def test_band_backward_respects_the_span_budget_per_call(monkeypatch):
+    if not bs._fused(3, 3, 0.0):
+        pytest.skip("no fused CPU kernel in this torch build")
+    q, k, v = _qkv(1, 2, 8, 3, seed=4)
+    dout = torch.randn(1, 2, 8, 3, generator=torch.Generator().manual_seed(5))
+    out, lse = band.band_forward(q, k, v, 1, 1, None, 0.5, 2)
+    sizes = []
+    real_bwd = band.flash.FLASH_BWD
+
+    def counting(dot, qt, *args, **kwargs):
+        sizes.append(qt.shape[1])  # tiles in this call
+        return real_bwd(dot, qt, *args, **kwargs)
+
+    monkeypatch.setattr(band.flash, "FLASH_BWD", counting)
+    monkeypatch.setattr(band, "SPAN_BUDGET", 2 * 4 * 3)  # h·L·d = one tile's spans per call
+    dq, dk, dv = band.band_backward(dout, q, k, v, out, lse, 1, 1, None, 0.5, 2)
+    assert sizes == [1, 1, 1, 1]
+    want = _dense_reference_grads(q, k, v, dout, 1, 1, 0.5)
+    for got, ref in zip((dq, dk, dv), want):
+        np.testing.assert_allclose(got.numpy(), ref.numpy(), atol=1e-5)
