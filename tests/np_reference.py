@@ -70,6 +70,20 @@ def attention(q, k, v, scores_fn=scaled_dot, allowed=None, bias=None):
     return np.einsum("...qk,...kd->...qd", w, v), w
 
 
+def attention_lse(q, k, v, allow, scale):
+    """Masked attention of one (q, d) × (k, d) head with its log-sum-exp: (out (q, d_v), lse (q,)).
+
+    A row that may attend nothing gets a zero output and lse = −∞ (the kernels' contract)."""
+    s = np.where(allow, scale * q @ k.T, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    z = e.sum(-1, keepdims=True)
+    out = np.where(z > 0, e / np.where(z > 0, z, 1.0), 0.0) @ v
+    lse = np.where(z[:, 0] > 0, np.log(np.where(z[:, 0] > 0, z[:, 0], 1.0)) + m[:, 0], -np.inf)
+    return out, lse
+
+
 def window_start(i, length, kernel, dilation):
     """NATTEN (csrc, natten_commons): the first key index of query i's window along one axis."""
     half = kernel // 2
