@@ -62,13 +62,14 @@ def test_host_checks_is_true_for_an_eager_cpu_tensor_only(monkeypatch):
 
 def _count_guard(monkeypatch):
     calls = []
-    real = core._guard
+    for name in ("_guard", "_guard_device"):  # the CPU's guard after a look, the branch-free one elsewhere
+        real = getattr(core, name)
 
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+        def spy(*args, real=real, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(core, "_guard", spy)
+        monkeypatch.setattr(core, name, spy)
     return calls
 
 

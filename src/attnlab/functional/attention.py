@@ -20,19 +20,30 @@ Masks follow the library convention (``attnlab.masks``): bool True = may
 attend, float = additive bias. A query row that may attend nothing gets zero
 weights and a zero output, with zero gradients, on both paths.
 
-The non-finite rule, written once here for every mechanism: keys and values at
-masked positions never influence an output or a gradient, even when they are
-NaN or inf. Whenever a mask (or ``causal``) is given, the non-finite entries
-of the keys and values are replaced by zeros *before* the score
-(``torch.nan_to_num``, whose gradient there is zero, so no NaN enters the
-arithmetic or its backward), and an output row that was
-allowed to attend such a key or value is set to NaN afterwards (``hit``):
-a non-finite key or value that a query *may* attend makes that output row NaN
-(the whole row: per-feature tracking would cost a second weighted sum). A
-non-finite query row is zeroed the same way and its output set to NaN, so its
-NaN reaches no other row's gradient; a fully masked row is zero regardless.
-All of it is tensor algebra: no host synchronisation, no data-dependent
-Python branch, so it compiles into one graph and runs on the ``meta`` device.
+The non-finite rule (``attnlab.functional.nonfinite``, written once for every
+mechanism): keys and values at masked positions never influence an output or a
+gradient, even when they are NaN or inf. Whenever a mask (or ``causal``) is
+given, the non-finite entries of the keys and values are replaced by zeros
+*before* the kernel runs, and an output row that was allowed to attend such a
+key or value is set to NaN afterwards (``hit``; the whole row: per-feature
+tracking would cost a second weighted sum). A non-finite query row is zeroed
+the same way and its output set to NaN, so its NaN reaches no other row's
+gradient; a fully masked row is zero regardless.
+
+What the rule costs:
+
+* no mask and no ``causal``: nothing (SDPA alone); one query over a cache with
+  ``causal=True`` has nothing masked either, and runs as such;
+* on the CPU, run eagerly: one summation pass over query, key and value to
+  look, and the cleaning copies only when something is not finite;
+* on CUDA and every other device (and under ``torch.compile``), where looking
+  would wait for the device: no host read and no data-dependent branch; one
+  fused pass (``attnlab::sanitize``: read once, write once) over key and value,
+  and over the query when a gradient will flow (a read-only pass otherwise),
+  small work on the (..., k) row flags and one pass over the output. The
+  backward adds nothing. ``causal`` runs as SDPA's own causal kernel (bottom-right
+  aligned, also when q < k: chunked prefill), never as a dense mask.
+
 ``kv_finite=True`` is the caller's word that the keys and values hold no NaN or
 inf where the mask forbids (an RNN decoder attending, at every step, to encoder
 states whose padding it zeroed once): the passes over keys and values are then
@@ -50,8 +61,17 @@ import torch.nn.functional as F
 from .. import _checks, masks
 from ..trace import active, record
 from . import scores
+from .nonfinite import (
+    finish_nonfinite,
+    host_checks,
+    nonfinite_rows,
+    sanitize,
+    zero_nonfinite,
+    zero_nonfinite_entries,
+)
 from .softmax import _softmax
 
+_host_checks = host_checks  # (a module global: the tests turn the CPU's look-ahead off through it)
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FUSED_SCORES = ("dot", "scaled_dot")
 
@@ -91,35 +111,6 @@ def _validate(
     return torch.Size((*lead, query.shape[-2], key.shape[-2]))
 
 
-def nonfinite_rows(x: torch.Tensor) -> torch.Tensor:
-    """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf.
-
-    One summation pass (in float32 at least) instead of an element-wise test: a NaN or
-    inf makes the sum non-finite. A finite row whose sum overflows float32 (entries
-    near 1e38) is counted as non-finite too.
-    """
-    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    return ~torch.isfinite(x.sum(-1, dtype=acc))
-
-
-def zero_nonfinite_entries(x: torch.Tensor) -> torch.Tensor:
-    """NaN and ±inf entries → 0 (their gradient is zero); finite entries pass through."""
-    return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-
-
-def zero_nonfinite(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The first half of the non-finite rule, for every kernel that attends with a mask or a pattern.
-
-    Returns (query, key, value with their non-finite entries zeroed, ``bad_q`` (..., q) bool: the
-    query rows that held one, ``bad`` (..., k) bool: the key/value rows that held one). The caller
-    sets to NaN the output rows it lets attend a ``bad`` row, and the ``bad_q`` rows (``finish_nonfinite``).
-    """
-    bad_q, bad = nonfinite_rows(query), nonfinite_rows(key) | nonfinite_rows(value)  # (..., q), (..., k)
-    return zero_nonfinite_entries(query), zero_nonfinite_entries(key), zero_nonfinite_entries(value), bad_q, bad
-
-
 def _guard(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -130,42 +121,62 @@ def _guard(
     """Zero the non-finite entries of query, key and value; the query rows whose output is NaN (``hit``).
 
     attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
-    (the fused causal mask, q = k: query i attends j <= i). A row is hit when it may
+    (the bottom-right causal mask, q <= k: query i attends j <= i + k - q). A row is hit when it may
     attend a key or value row holding a non-finite entry, or when its own query holds one.
     Returns (query, key, value, hit (..., q|1)).
     """
     query, key, value, bad_q, bad = zero_nonfinite(query, key, value)  # bad_q (..., q), bad (..., k)
-    if causal_diag:
-        hit = torch.cumsum(bad.to(torch.int32), dim=-1) > 0  # query i sees a bad key j <= i: (..., q = k)
+    return query, key, value, _reach(bad, attend, query.shape[-2]) | bad_q
+
+
+def _reach(bad: torch.Tensor, attend: torch.Tensor | None, q_len: int) -> torch.Tensor:
+    """bad (..., k) → (..., q|1): the query rows that may attend a bad key (``attend`` None: causal,
+    bottom-right aligned, q <= k, so query i sees the keys j <= i + k - q: a prefix count)."""
+    if attend is None:
+        return (torch.cumsum(bad.to(torch.int32), dim=-1) > 0)[..., bad.shape[-1] - q_len :]
+    return (attend & bad.unsqueeze(-2)).any(-1)
+
+
+def _guard_host(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attend: torch.Tensor | None,
+    causal_diag: bool,
+    kv_finite: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The rule on the CPU, run eagerly: look first (one summation pass), guard only when something
+    is not finite. Returns (query, key, value, hit (..., q|1) or None)."""
+    if kv_finite:  # the caller vouches for key and value: the query's part of the rule only
+        if _checks.all_finite(query):
+            return query, key, value, None
+        return zero_nonfinite_entries(query), key, value, nonfinite_rows(query)
+    if _checks.all_finite(query, key, value):  # finite inputs need no guard
+        return query, key, value, None
+    return _guard(query, key, value, attend, causal_diag)
+
+
+def _guard_device(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attend: torch.Tensor | None,
+    dead: torch.Tensor | None,
+    kv_finite: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rule without host reads: one ``sanitize`` pass over key and value (none with ``kv_finite``)
+    and, when a gradient will flow, over the query (zeroing the fully masked rows in the same pass);
+    without a gradient the query is only read (its NaN stays in its own row, which is set to NaN).
+    Returns (query, key, value, hit (..., q|1))."""
+    if torch.is_grad_enabled() and query.requires_grad:
+        query, bad_q = sanitize(query, None if dead is None else dead[..., 0])
     else:
-        assert attend is not None  # given whenever causal_diag is False
-        hit = (attend & bad.unsqueeze(-2)).any(-1)  # (..., q|1)
-    return query, key, value, hit | bad_q
-
-
-def finish_nonfinite(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
-    """One pass over the output: NaN in the rows that attended (or are) a non-finite input,
-    zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
-    if hit is None and dead is None:
-        return out
-    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
-    zero = torch.zeros((), dtype=out.dtype, device=out.device)
-    if hit is None:
-        assert dead is not None  # (the both-None case returned above)
-        return torch.where(dead, zero, out)
-    hit = hit.unsqueeze(-1)  # (..., q|1, 1)
-    if dead is None:
-        return torch.where(hit, nan, out)
-    return torch.where(hit | dead, torch.where(dead, zero, nan), out)
-
-
-def _host_checks(t: torch.Tensor) -> bool:
-    """True where reading a value into Python synchronises no device: CPU tensors, run eagerly.
-
-    There ``attention`` looks before it guards: when every input is finite (one summation pass)
-    the guard's copies are skipped, and with no fully masked row the mask is used as given.
-    On other devices and under ``torch.compile`` the branch-free path runs (no host reads)."""
-    return t.device.type == "cpu" and not _checks.tracing()
+        bad_q = nonfinite_rows(query)
+    if kv_finite:
+        return query, key, value, bad_q
+    key, bad_k = sanitize(key)
+    value, bad_v = sanitize(value)
+    return query, key, value, _reach(bad_k | bad_v, attend, query.shape[-2]) | bad_q
 
 
 def _fast(
@@ -174,21 +185,32 @@ def _fast(
     value: torch.Tensor,
     mask: torch.Tensor | None,
     dead: torch.Tensor | None,
-    is_causal: bool,
+    causal: bool,
     scale: float,
     dropout_p: float,
     lead: torch.Size,
+    zero_dead_query: bool,
 ) -> torch.Tensor:
+    """One SDPA call. ``causal`` (no mask): SDPA's own causal kernel, bottom-right aligned (``is_causal``
+    when q = k, ``causal_lower_right`` when q < k). A fully masked row (``dead``) is opened onto every
+    key (uniform inside, zeroed by ``finish_nonfinite``); ``zero_dead_query`` also zeroes its query
+    here (the device path zeroed it in its ``sanitize`` pass, or needs no gradient)."""
     query, key, value = (t if t.shape[:-2] == lead else t.expand(*lead, *t.shape[-2:]) for t in (query, key, value))
     if mask is not None and dead is not None:  # (None: no row is fully masked, checked on the CPU)
-        # a fully masked row is opened onto a zero query: uniform inside (its raw scores may overflow),
-        # zeroed by finish_nonfinite, with zero gradients
+        # its raw scores may overflow: a zero query keeps them (and its zero gradients) finite
         mask = mask | dead if mask.dtype == torch.bool else mask.masked_fill(dead, 0.0)
-        query = query.masked_fill(dead, 0.0)
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        if zero_dead_query:
+            query = query.masked_fill(dead, 0.0)
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if causal and q_len != k_len:
+        from torch.nn.attention.bias import causal_lower_right
+
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=causal_lower_right(q_len, k_len), dropout_p=dropout_p, scale=scale
+        )
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=causal, scale=scale
     )
-    return out
 
 
 def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
@@ -309,29 +331,35 @@ def attention(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
 
+    if mask is not None and mask.dim() < 2:  # a (k,) mask: every query alike
+        mask = mask.reshape(1, -1).expand(1, scores_shape[-1]) if mask.dim() else mask.reshape(1, 1)
     q_len, k_len = scores_shape[-2], scores_shape[-1]
-    fused_causal = causal and mask is None and q_len == k_len
+    if causal and mask is None and q_len == 1:
+        causal = False  # one query at the end of the keys (bottom-right) may attend every key: no mask
+    on_host = _host_checks(query)
+    # causal without a mask runs as the kernel's own causal mask: q = k everywhere, q < k off the CPU
+    fused_causal = causal and mask is None and (q_len == k_len or (not on_host and q_len < k_len))
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
 
     hit = dead = None
-    if mask is not None or fused_causal:  # the non-finite rule (see the module docstring)
+    if mask is not None or fused_causal:  # the non-finite rule (``attnlab.functional.nonfinite``)
         attend = masks.allowed(mask) if mask is not None else None
-        cheap = _host_checks(query)
-        if kv_finite:  # the caller vouches for key and value: the query's part of the rule only, (..., q) rows
-            if not (cheap and _checks.all_finite(query)):
-                hit, query = nonfinite_rows(query), zero_nonfinite_entries(query)
-        elif not (cheap and _checks.all_finite(query, key, value)):  # finite inputs need no guard
-            query, key, value, hit = _guard(query, key, value, attend, fused_causal)
         if attend is not None:
             dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
-            if cheap and not bool(dead.any()):
+        if not on_host:  # no host reads: one pass per guarded tensor
+            if dead is not None and query.shape[:-2] != scores_shape[:-2]:  # (its dead rows are zeroed in place)
+                query = query.expand(*scores_shape[:-2], *query.shape[-2:])
+            query, key, value, hit = _guard_device(query, key, value, attend, dead, kv_finite)
+        else:
+            query, key, value, hit = _guard_host(query, key, value, attend, fused_causal, kv_finite)
+            if dead is not None and not bool(dead.any()):
                 dead = None
 
     use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
     if use_fast:
         s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
-        out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2])
+        out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2], on_host)
         return finish_nonfinite(out, hit, dead), None
 
     if fused_causal:
