@@ -69,7 +69,7 @@ def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int 
         def mask_mod(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
             return allows(q_idx, kv_idx)
 
-        tiles, kind = tile_kinds(pattern, n, block, device, allows)
+        tiles, kind = tile_kinds(pattern, n, block, "cpu")  # (planned on the host, then moved: any device)
         nb = -(-n // block)
         part, full = tiles[kind == 1], tiles[kind == 2]
         cache[key] = BlockMask(
@@ -79,7 +79,7 @@ def block_mask(pattern: Pattern, n: int, device: torch.device | str, block: int 
             q_num_blocks=_counts(part[:, 1], nb), q_indices=_table(part.flip(-1), nb),
             full_q_num_blocks=_counts(full[:, 1], nb), full_q_indices=_table(full.flip(-1), nb),
             BLOCK_SIZE=(block, block), mask_mod=mask_mod,
-        )
+        ).to(device)
     return cache[key]
 
 
