@@ -1,7 +1,7 @@
 """The path every device but an eager CPU takes (no look-ahead), checked on the CPU against NumPy.
 
 ``attnlab.functional.attention._host_checks`` is turned off, as on a GPU: causal chunks (q < k)
-run through SDPA's bottom-right causal kernel, the non-finite rule through ``attnlab::sanitize``
+run through SDPA's bottom-right causal kernel, the non-finite rule through ``sanitize`` (``nan_to_num`` and a GEMV)
 (whose backward is the identity). Values and gradients are compared with float64 NumPy written
 here, and NaN/inf at masked positions must change nothing.
 """

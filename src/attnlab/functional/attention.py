@@ -38,9 +38,10 @@ What the rule costs:
   look, and the cleaning copies only when something is not finite;
 * on CUDA and every other device (and under ``torch.compile``), where looking
   would wait for the device: no host read and no data-dependent branch; one
-  fused pass (``attnlab::sanitize``: read once, write once) over key and value,
-  and over the query when a gradient will flow (a read-only pass otherwise),
-  small work on the (..., k) row flags and one pass over the output. The
+  cleaning pass (``nan_to_num``: read once, write once) and one matrix-vector
+  read for the row flags over key and value, the same over the query when a
+  gradient will flow (only the read otherwise), small work on the (..., k) row
+  flags and one pass over the output. The
   backward adds nothing. ``causal`` runs as SDPA's own causal kernel (bottom-right
   aligned, also when q < k: chunked prefill), never as a dense mask.
 
@@ -63,6 +64,7 @@ from ..trace import active, record
 from . import scores
 from .nonfinite import (
     finish_nonfinite,
+    flag_rows,
     host_checks,
     nonfinite_rows,
     sanitize,
@@ -131,9 +133,12 @@ def _guard(
 
 def _reach(bad: torch.Tensor, attend: torch.Tensor | None, q_len: int) -> torch.Tensor:
     """bad (..., k) → (..., q|1): the query rows that may attend a bad key (``attend`` None: causal,
-    bottom-right aligned, q <= k, so query i sees the keys j <= i + k - q: a prefix count)."""
+    bottom-right aligned, q <= k, so query i sees the keys j <= i + k - q: i + k - q >= the first bad j)."""
     if attend is None:
-        return (torch.cumsum(bad.to(torch.int32), dim=-1) > 0)[..., bad.shape[-1] - q_len :]
+        k_len = bad.shape[-1]
+        j = torch.arange(k_len, device=bad.device)
+        first = torch.where(bad, j, k_len).amin(-1, keepdim=True)  # (..., 1): the first bad key, k if none
+        return j[k_len - q_len :] >= first
     return (attend & bad.unsqueeze(-2)).any(-1)
 
 
@@ -171,7 +176,7 @@ def _guard_device(
     if torch.is_grad_enabled() and query.requires_grad:
         query, bad_q = sanitize(query, None if dead is None else dead[..., 0])
     else:
-        bad_q = nonfinite_rows(query)
+        bad_q = flag_rows(query)
     if kv_finite:
         return query, key, value, bad_q
     key, bad_k = sanitize(key)

@@ -9,14 +9,12 @@ are NaN or inf: a fused kernel multiplies a masked weight (exactly 0) by its val
 0 · NaN = NaN, so every kernel (SDPA's flash and cuDNN kernels, flex, the CPU tiles) leaks a
 masked NaN into the rows that share its tile unless the inputs are cleaned first.
 
-``sanitize`` is that cleaning as **one operator** (``attnlab::sanitize``): it reads its input
-once and writes the cleaned copy once, with the row flags beside it. On CUDA it runs as one
-fused kernel (``torch.compile`` of the few lines below, compiled once with dynamic shapes); on
-the CPU and every other device as plain tensor operations; on the ``meta`` device it only gives
-shapes. Its gradient is the identity: every gradient that reaches a cleaned entry is already
+``sanitize`` is that cleaning without a host read: ``nan_to_num`` (read once, write once, at
+memory speed) and the row flags as one matrix-vector product (a second read). Its gradient is
+the identity: every gradient that reaches a cleaned entry is already
 zero, because the rows that could have used it are set to NaN by ``finish_nonfinite`` (a
 ``torch.where``, which passes them no gradient) and the rows that may not attend it weigh it
-by exactly 0. So the rule costs one read and one write of each guarded tensor forward, and
+by exactly 0. So the rule costs two reads and one write of each guarded tensor forward, and
 nothing backward.
 
 Shapes: x (..., n, d) → x' (..., n, d), flags (..., n) bool (True = the row held NaN/±inf).
@@ -24,7 +22,6 @@ Shapes: x (..., n, d) → x' (..., n, d), flags (..., n) bool (True = the row he
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -48,63 +45,42 @@ def zero_nonfinite_entries(x: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def _sanitize_math(x: torch.Tensor, zero_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The arithmetic of ``sanitize``: plain tensor operations (fused by ``torch.compile`` on CUDA)."""
-    ok = torch.isfinite(x)
-    bad = ~ok.all(-1)  # (..., n): exact, no overflowing sum
-    if zero_rows is not None:
-        ok = ok & ~zero_rows.unsqueeze(-1)
-    return torch.where(ok, x, torch.zeros((), dtype=x.dtype, device=x.device)), bad
+def flag_rows(x: torch.Tensor) -> torch.Tensor:
+    """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf, as one matrix-vector product
+    (x · 1, accumulated in float32 by the GEMV: a read of x at memory speed, no reduction kernel).
+    A finite row whose sum overflows is flagged too (entries near the dtype's largest value)."""
+    return ~torch.isfinite(x @ x.new_ones(x.shape[-1]))
 
 
-_FUSED: dict[str, Callable[..., Any]] = {}
+class _Clean(torch.autograd.Function):
+    """NaN/±inf → 0 forward, the identity backward (see the module docstring)."""
 
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, zero_rows: torch.Tensor | None) -> torch.Tensor:
+        clean = zero_nonfinite_entries(x)
+        return clean if zero_rows is None else clean.masked_fill_(zero_rows.unsqueeze(-1), 0.0)
 
-def _fused(x: torch.Tensor, zero_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_sanitize_math`` compiled into one kernel (CUDA); the plain operations where compiling fails."""
-    fn = _FUSED.get("sanitize")
-    if fn is None:
-        fn = _FUSED["sanitize"] = torch.compile(_sanitize_math, dynamic=True, fullgraph=True)
-    try:
-        return fn(x, zero_rows)
-    except Exception:  # no Triton, or a compiler that cannot lower it: the same numbers, unfused
-        _FUSED["sanitize"] = _sanitize_math
-        return _sanitize_math(x, zero_rows)
-
-
-@torch.library.custom_op("attnlab::sanitize", mutates_args=())
-def _sanitize_op(x: torch.Tensor, zero_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return _sanitize_math(x, zero_rows)
-
-
-@_sanitize_op.register_kernel("cuda")
-def _sanitize_cuda(x: torch.Tensor, zero_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return _fused(x, zero_rows)
-
-
-@_sanitize_op.register_fake
-def _sanitize_fake(x: torch.Tensor, zero_rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.bool)
-
-
-def _sanitize_backward(ctx: Any, grad: torch.Tensor, _grad_flags: torch.Tensor | None) -> tuple[torch.Tensor, None]:
-    return grad, None  # the identity (see the module docstring)
-
-
-_sanitize_op.register_autograd(_sanitize_backward)
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
 
 
 def sanitize(x: torch.Tensor, zero_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (..., n, d) → (x with NaN/±inf entries zeroed, (..., n) bool: the rows that held one).
 
-    ``zero_rows`` (broadcastable to (..., n), bool): rows to zero whole as well, in the same pass
-    (the query rows that may attend nothing). Under ``torch.compile`` (one node) and on every
-    device it is the single operator ``attnlab::sanitize``."""
+    Two reads of x and one write: ``nan_to_num`` (an element-wise kernel at memory speed) and
+    ``flag_rows`` (a GEMV). ``zero_rows`` (broadcastable to (..., n), bool): rows to zero whole as
+    well (the query rows that may attend nothing). With a gradient, the cleaning's backward is the
+    identity; under ``torch.compile`` the plain operations are traced and fuse with their neighbours."""
     if zero_rows is not None:
         zero_rows = zero_rows.expand(x.shape[:-1])
-    if x.numel() == 0 or _checks.tracing():  # (inside torch.compile the lines fuse with their neighbours)
-        return _sanitize_math(x, zero_rows)
-    return _sanitize_op(x, zero_rows)
+    bad = flag_rows(x)
+    if x.requires_grad and torch.is_grad_enabled() and not _checks.tracing():
+        return _Clean.apply(x, zero_rows), bad
+    clean = zero_nonfinite_entries(x)
+    if zero_rows is not None:
+        clean = clean.masked_fill(zero_rows.unsqueeze(-1), 0.0)
+    return clean, bad
 
 
 def zero_nonfinite(
@@ -132,6 +108,8 @@ def finish_nonfinite(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Te
         return torch.where(dead, zero, out)
     hit = hit.unsqueeze(-1)  # (..., q|1, 1)
     if dead is None:
+        if not (out.requires_grad and torch.is_grad_enabled()) and hit.shape[:-1] == out.shape[:-1]:
+            return out.masked_fill_(hit, nan)  # the kernel's fresh output, in place: no new tensor
         return torch.where(hit, nan, out)
     return torch.where(hit | dead, torch.where(dead, zero, nan), out)
 
@@ -145,4 +123,4 @@ def host_checks(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and not _checks.tracing()
 
 
-__all__ = ["sanitize", "nonfinite_rows", "zero_nonfinite_entries", "zero_nonfinite", "finish_nonfinite", "host_checks"]
+__all__ = ["sanitize", "flag_rows", "nonfinite_rows", "zero_nonfinite_entries", "zero_nonfinite", "finish_nonfinite", "host_checks"]
