@@ -221,6 +221,11 @@ class Runtime:
         dev = resolve_device(device, world.local_rank) if wanted.type == "cuda" else wanted
         return cls(dev, precision, world)
 
+    @classmethod
+    def local(cls, device: str = "auto", precision: str = "fp32") -> Runtime:
+        """One process on ``device``, never joining a process group: for running a trained model."""
+        return cls(resolve_device(device), precision)
+
     @property
     def is_main(self) -> bool:
         return self.world.is_main
