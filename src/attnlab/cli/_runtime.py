@@ -1,6 +1,10 @@
-"""The options every training verb shares: ``--device``, ``--precision`` and ``--tensorboard``.
+"""The device options: ``--device`` and ``--precision`` (every verb that runs a model) and ``--tensorboard``.
 
-They build one ``attnlab.train.runtime.Runtime``; under ``torchrun`` it joins the process group.
+Training verbs (``add_runtime`` / ``runtime_from``) build one ``attnlab.train.runtime.Runtime``;
+under ``torchrun`` it joins the process group. The verbs that only run a trained model
+(``generate``, ``translate``, ``evaluate``, ``caption``, ``interpret heads``, ``view --hf``) take the
+same two flags (``add_inference_device`` / ``inference_runtime``): one process, the model and its
+inputs on the device, ``Runtime.autocast`` around the model's forward, results back on the CPU.
 """
 
 from __future__ import annotations
@@ -10,12 +14,16 @@ import argparse
 from ..train.runtime import DEVICES, PRECISIONS, Runtime
 
 
+def _add_device(g, what: str, autocast: str) -> None:
+    g.add_argument("--device", choices=DEVICES, default="auto",
+                   help=f"where to {what}: auto (CUDA when present, else CPU; default), cpu, cuda, mps")
+    g.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help=f"fp32 (default) or bf16 (autocast around {autocast})")
+
+
 def add_runtime(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("device and processes")
-    g.add_argument("--device", choices=DEVICES, default="auto",
-                   help="where to train: auto (CUDA when present, else CPU; default), cpu, cuda, mps")
-    g.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32 (default) or bf16 (autocast around the forward and the loss)")
+    _add_device(g, "train", "the forward and the loss")
     g.add_argument("--tensorboard", action="store_true",
                    help="also write TensorBoard events to OUT/tensorboard (needs attnlab[tensorboard])")
 
@@ -25,3 +33,13 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
     if args.tensorboard:
         import tensorboard  # noqa: F401  (fail now, with the extra to install, not after training)
     return Runtime.create(args.device, args.precision)
+
+
+def add_inference_device(p: argparse.ArgumentParser, what: str = "run the model") -> None:
+    """``--device`` and ``--precision`` for a verb that runs a trained model (no processes, no logs)."""
+    _add_device(p.add_argument_group("device"), what, "the model's forward")
+
+
+def inference_runtime(args: argparse.Namespace) -> Runtime:
+    """One process on ``--device`` (a missing device is a ValueError: one line, exit 2) with ``--precision``."""
+    return Runtime.local(args.device, args.precision)

@@ -28,6 +28,7 @@ from ..data.emoji import LANGS, join_tokens, read_image
 from ..train.caption import caption_image, region_cells
 from ..train.load import load_model
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 
@@ -43,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
     p.add_argument("--out", help="write the per-word overlays to this folder (default: print only, write nothing)")
     p.add_argument("--no-overlays", action="store_true", help="print the caption only, even with --out")
+    add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run_caption)
 
@@ -65,8 +67,9 @@ def _truth(image: Path) -> dict | None:
 def run_caption(args: argparse.Namespace) -> int:
     if not Path(args.checkpoint).exists():
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
+    rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="captioner")
-    model, vocab, config = loaded.model, loaded.vocabs["vocab"], loaded.config
+    model, vocab, config = loaded.model.to(rt.device), loaded.vocabs["vocab"], loaded.config
     lang = config.get("lang", "en")
     if args.lang and args.lang != lang:
         raise UsageError(
@@ -77,7 +80,8 @@ def run_caption(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"no image file at {args.image}")
     image = read_image(path, model.config.image_size)
-    cap = caption_image(model, vocab, image, lang)
+    with rt.autocast():
+        cap = caption_image(model, vocab, image, lang)  # on the model's device; the maps come back as NumPy
     print(cap.text)
     g, cells = model.config.grid, config.get("cells")
     truth = _truth(path)

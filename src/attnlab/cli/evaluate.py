@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 
@@ -21,6 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="score only the first N sentences")
     p.add_argument("--buckets", type=int, default=4, help="source-length buckets (default 4)")
     p.add_argument("--data-path", help="the Ding file, if not where training found it")
+    add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run)
 
@@ -35,18 +37,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.beam < 1 or args.buckets < 1 or (args.limit is not None and args.limit < 1):
         raise UsageError("--beam, --buckets and --limit must be >= 1")
+    rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
-    model, tv = loaded.model, loaded.vocabs["tgt_vocab"]
+    model, tv = loaded.model.to(rt.device), loaded.vocabs["tgt_vocab"]
     ds, examples = split_examples(loaded, args.split, args.data_path)
     examples = examples[: args.limit]
     hyps, refs, lengths = [], [], []
     order = batches_in_order(examples, 64)
     for idx in progress_iter(order, desc="decode", total=len(order)):  # a bar on a terminal only
         part = [examples[i] for i in idx]
-        src, mask = source_batch([s for s, _ in part])
+        src, mask = rt.to(*source_batch([s for s, _ in part]))
         guard = 2 * max(len(t) for _, t in part) + 10
-        out = greedy(model, src, mask, max_len=guard) if args.beam == 1 else \
-            beam_search(model, src, mask, beam=args.beam, max_len=guard)
+        with rt.autocast():
+            out = greedy(model, src, mask, max_len=guard) if args.beam == 1 else \
+                beam_search(model, src, mask, beam=args.beam, max_len=guard)
         for h, (s, t) in zip(out, part):
             hyps.append(tv.decode(h.tokens))
             refs.append(tv.decode(t))

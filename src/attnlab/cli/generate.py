@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
     p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
+    add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run_generate)
 
@@ -48,18 +50,20 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--top-k must be >= 1; got {args.top_k}")
     if not args.prompt:
         raise UsageError("--prompt must not be empty")
+    rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="gpt")
-    model, vocab = loaded.model, loaded.vocabs["vocab"]
-    prompt = vocab.encode_tensor(args.prompt).unsqueeze(0)  # (1, n)
-    gen = torch.Generator().manual_seed(args.seed)
-    out = model.generate(
-        prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, use_cache=not args.no_cache, generator=gen
-    )
+    model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
+    prompt = vocab.encode_tensor(args.prompt).unsqueeze(0).to(rt.device)  # (1, n)
+    gen = torch.Generator(device=rt.device).manual_seed(args.seed)
+    with rt.autocast():
+        out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                             use_cache=not args.no_cache, generator=gen).cpu()
     text = vocab.decode(out[0])
     print(text)
     if args.attention_out:
         window = out[0, -model.config.block_size:]
-        maps = attention_maps(model, window)  # (layers, h, n, n)
+        with rt.autocast():
+            maps = attention_maps(model, window.to(rt.device)).float().cpu()  # (layers, h, n, n)
         chars = [vocab.itos[i] for i in window.tolist()]
         path = Path(args.attention_out)
         path.parent.mkdir(parents=True, exist_ok=True)

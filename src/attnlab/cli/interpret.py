@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 
@@ -45,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head-fusion", default="mean", choices=["mean", "max", "min"], help="how heads combine (default mean)")
     p.add_argument("--no-residual", action="store_true", help="use the raw weights, without 0.5·A + 0.5·I per layer")
     p.add_argument("--picture", help="also draw the matrix as a PNG here (needs matplotlib)")
+    add_inference_device(p, what="run the model (heads; rollout and flow read a JSON file)")
     add_threads(p)
     p.set_defaults(func=run_interpret)
 
@@ -123,8 +125,8 @@ def draw(m, labels: list[str], path: str, title: str) -> None:
     save_figure(fig, path)  # written whole, then renamed
 
 
-def heads_loss(args: argparse.Namespace, loaded):
-    """(loss(model) -> scalar, what it is measured on) for ``interpret heads``."""
+def heads_loss(args: argparse.Namespace, loaded, device="cpu"):
+    """(loss(model) -> scalar, what it is measured on) for ``interpret heads``; the data on ``device``."""
     import torch
 
     if loaded.kind == "gpt":
@@ -139,6 +141,7 @@ def heads_loss(args: argparse.Namespace, loaded):
         starts = range(0, len(ids) - n, n)[: args.limit]  # non-overlapping windows of n + 1 characters
         tokens = torch.stack([ids[i:i + n] for i in starts])  # (windows, n)
         targets = torch.stack([ids[i + 1:i + n + 1] for i in starts])
+        tokens, targets = tokens.to(device), targets.to(device)
         return (lambda m: m.loss(tokens, targets)), f"{len(starts)} windows of {n} characters of {args.text}"
     from ..data.batching import collate
     from ..train.loop import loss_on
@@ -150,7 +153,7 @@ def heads_loss(args: argparse.Namespace, loaded):
     examples = examples[: args.limit]
     if not examples:
         raise UsageError(f"{ds.name} has no {args.split} sentences to measure the loss on")
-    batch = collate(examples)
+    batch = collate(examples).to(device)
     return (lambda m: loss_on(m, batch)[0]), f"{len(examples)} {args.split} sentences of {ds.name}"
 
 
@@ -162,11 +165,14 @@ def run_heads(args: argparse.Namespace) -> int:
         raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint)")
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot must be a .png file; got {args.plot!r}")
+    rt = inference_runtime(args)
     loaded = load_model(args.run, kind=("transformer", "gpt"))
-    loss, what = heads_loss(args, loaded)
+    loaded.model.to(rt.device)
+    loss, what = heads_loss(args, loaded, rt.device)
     names = [n for n, _ in attention_modules(loaded.model)]
-    importance = head_importance(loaded.model, loss=loss)
-    order, losses = ablation_curve(loaded.model, importance=importance, loss=loss)
+    with rt.autocast():  # the gates, the importance and the losses stay on the CPU
+        importance = head_importance(loaded.model, loss=loss)
+        order, losses = ablation_curve(loaded.model, importance=importance, loss=loss)
     print(f"head importance |dL/d gate| (Michel et al. 2019), loss on {what}")
     print(f"{'module':<40} " + " ".join(f"{'h' + str(h):>8}" for h in range(importance.shape[1])))
     for name, row in zip(names, importance.tolist()):

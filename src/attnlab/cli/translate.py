@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 SHADES = " ·░▒▓█"
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
     p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")
     p.add_argument("--no-alignment", action="store_true", help="print the translations only")
+    add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run)
 
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--beam must be >= 1; got {args.beam}")
     if args.max_len < 1:
         raise UsageError(f"--max-len must be >= 1; got {args.max_len}")
+    rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
     model, sv, tv, config = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config
     limit = 2 * int(config.get("max_src_len", 1000))
@@ -92,9 +95,11 @@ def run(args: argparse.Namespace) -> int:
         if len(x) > limit:
             raise UsageError(f"the sentence has {len(x)} tokens; this model was trained on at most {limit // 2} (limit {limit})")
         ids.append(x)
-    src, mask = source_batch(ids)
-    hyps = greedy(model, src, mask, max_len=args.max_len) if args.beam == 1 else \
-        beam_search(model, src, mask, beam=args.beam, max_len=args.max_len)
+    src, mask = rt.to(*source_batch(ids))
+    model.to(rt.device)
+    with rt.autocast():
+        hyps = greedy(model, src, mask, max_len=args.max_len) if args.beam == 1 else \
+            beam_search(model, src, mask, beam=args.beam, max_len=args.max_len)
     for n, (text, h) in enumerate(zip(args.texts, hyps)):
         out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
         print(f"{text.strip()} → {tv.decode(h.tokens)}" + ("" if h.ended else f"  (stopped at --max-len {args.max_len})"))

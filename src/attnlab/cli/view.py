@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 from . import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot-view", default="head", choices=("head", "model", "neuron", "matrix"),
                    help="the view to photograph (default head)")
     p.add_argument("--focus", type=int, metavar="I", help="with --screenshot: hover query token I (0-based) first")
+    add_inference_device(p, what="run the --hf model")
     add_threads(p)
     p.set_defaults(func=run_view)
 
@@ -60,8 +62,10 @@ def run_view(args: argparse.Namespace) -> int:
             raise UsageError(f"no such model folder: {args.hf}")
         from ..viz.hf import load_and_run
 
+        rt = inference_runtime(args)
         try:
-            data = load_and_run(args.hf, args.text, args.target)
+            with rt.autocast():
+                data = load_and_run(args.hf, args.text, args.target, device=rt.device)
         except ImportError as e:
             raise UsageError(str(e)) from None
     elif args.json:

@@ -92,7 +92,7 @@ def gated_loss(model: nn.Module, tokens: torch.Tensor | None = None, targets: to
     params = {}
     for (name, m), g in zip(mods, gates):
         w = m.out_proj.weight  # (dim, h·d_h): column block h reads head h's context
-        params[f"inner.{name}.out_proj.weight"] = w * g.to(w.dtype).repeat_interleave(w.shape[1] // heads)
+        params[f"inner.{name}.out_proj.weight"] = w * g.to(w.device, w.dtype).repeat_interleave(w.shape[1] // heads)
     return functional_call(_Loss(model, fn), params, ())
 
 

@@ -10,7 +10,8 @@ first. Decoding stops at EOS or after ``max_len`` tokens (the guard against a
 model that never ends). Beam search keeps ``beam`` hypotheses per sentence,
 scores them by summed log-probability divided by ``length ** alpha``
 (``alpha=0``: no length normalisation) and, with ``beam=1``, gives exactly the
-greedy result.
+greedy result. The model and the source may be on any device; the
+hypotheses (tokens, scores, float32 weights) come back on the CPU.
 """
 
 from __future__ import annotations
@@ -37,11 +38,14 @@ def _map(tree, fn):
 
 
 def _finish(tokens: torch.Tensor, scores, weights, src_mask) -> list[Hypothesis]:
+    """The hypotheses on the CPU (each tensor copied once, whatever the device; the weights in float32)."""
+    tokens, scores, lengths = tokens.cpu(), scores.cpu(), src_mask.sum(1).cpu()
+    weights = weights.float().cpu() if weights is not None else None
     out = []
     for i in range(tokens.shape[0]):
         row = tokens[i].tolist()
         n = row.index(EOS) if EOS in row else len(row)
-        s = int(src_mask[i].sum())
+        s = int(lengths[i])
         ended = EOS in row
         w = weights[i, : n + ended, :s] if weights is not None else None
         out.append(Hypothesis(row[:n], float(scores[i]), w, ended))

@@ -15,6 +15,8 @@ that each flag means the same in every ``attnlab train`` command:
       loss_r = Σ_{i ∈ shard r} ℓ_i · N / Σ_r |shard r|      (DDP averages ∇loss_r over the N ranks)
       ⇒ (1/N) Σ_r ∇loss_r = ∇ (Σ_i ℓ_i / Σ_r |shard r|)        the one-process loss
 
+* ``Runtime.local``: the same device and precision, one process, for the verbs that run a
+  trained model (``generate``, ``translate``, ``evaluate``, ``caption``, ``interpret heads``, ``view --hf``);
 * RNG: ``rng_tensors`` / ``restore_rng`` put the CPU and every CUDA generator's state in the
   checkpoint; a state for a device this machine lacks is skipped, so a run resumes on another device;
 * ``Progress``: a tqdm bar with rate and ETA on a terminal, plain lines otherwise, nothing on ranks > 0;
@@ -220,6 +222,11 @@ class Runtime:
         world = World.from_env(wanted)
         dev = resolve_device(device, world.local_rank) if wanted.type == "cuda" else wanted
         return cls(dev, precision, world)
+
+    @classmethod
+    def local(cls, device: str = "auto", precision: str = "fp32") -> Runtime:
+        """One process on ``device``, never joining a process group: for running a trained model."""
+        return cls(resolve_device(device), precision)
 
     @property
     def is_main(self) -> bool:

@@ -116,10 +116,12 @@ def _record_qk(model, n_heads: int):
     return store, handles
 
 
-def load_and_run(model_dir: str | Path, text: str, target: str | None = None) -> View:
+def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *, device="cpu") -> View:
     """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
 
-    For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token."""
+    For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token.
+    The model runs on ``device`` (a ``torch.device`` or its name); the weights come back as float32
+    NumPy arrays. An autocast context around the call applies to the forward."""
     try:
         import torch
         from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -130,7 +132,7 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None) ->
         raise ValueError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval()
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval().to(device)
     enc = tok(text, return_tensors="pt")
     ids = enc["input_ids"]
     kwargs: dict[str, Any] = {"input_ids": ids, "output_attentions": True}
@@ -147,7 +149,7 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None) ->
     store, handles = _record_qk(model, int(n_heads)) if n_heads and not config.is_encoder_decoder else ({}, [])
     try:
         with torch.no_grad():
-            out = model(**kwargs)
+            out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
     finally:
         for h in handles:
             h.remove()
