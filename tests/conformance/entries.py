@@ -28,6 +28,7 @@ fails for a name in ``attnlab.available()`` without one. Fields:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -353,6 +354,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     *(Entry(n, make_mha(n, **kw), **_SELF, bad=_bad_mha(n, **kw)) for n, kw in SPARSE_KW.items()),
     # issue 14: what models since 2023 use
     Entry("softcap", make_dot(True, "softcap", cap=5.0), kv=("key", "value"), causal=True),
+    Entry("softcap[cap=inf]", make_dot(True, "softcap", cap=math.inf), kv=("key", "value"), causal=True,
+          notes="cap = inf is no cap: plain attention, not inf · tanh(e / inf) = NaN"),
     Entry("linear", make_mha("linear"), **_SELF, context_is_output=False),
     Entry("differential", make_mha("differential"), **_SELF, context_is_output=False),
     Entry("mla", make_mha("mla", kv_latent_dim=4, rope_dim=2), **_SELF, context_is_output=False),
