@@ -239,13 +239,13 @@ def make_block_sparse(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
     return Case(x, run, q_axis=2)
 
 
-def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6, kk=3):
     torch.manual_seed(0)
     x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
 
     def run(path, pad, causal):
         mask = None if pad is None else pad[:, None, :]
-        return topk_attention(x["query"], x["key"], x["value"], 3, key_padding_mask=mask), None
+        return topk_attention(x["query"], x["key"], x["value"], kk, key_padding_mask=mask), None
 
     return Case(x, run, q_axis=2)
 
@@ -407,6 +407,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("kernels.block_sparse_attention", make_block_sparse, paths=("fast",), kv=("key", "value"), kv_axis=2,
           causal=True, self_attention=False),
     Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),
+    Entry("kernels.topk_attention[k > real keys]", functools.partial(make_topk, kk=5), paths=("fast",),
+          kv=("key", "value"), kv_axis=2, notes="k = 5 of 6 keys, 2 of them padding: padded keys are gathered"),
 ]}
 
 # Known breaks of the contract inside the sparse kernels (strict: a fix makes the test pass, and the
