@@ -193,6 +193,23 @@ def make_fn_mha(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
     return Case(x, run, list(w.values()))
 
 
+def make_latent(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+    """MLA's attention (eqs. 10–11, 16–18): W^UK, W^UV up-project the latents c^KV inside the call."""
+    torch.manual_seed(0)
+    dc, dr = 3, 2
+    x = {"q_content": _leaf(b, HEADS, q, D, dtype=dtype, device=device),
+         "q_rope": _leaf(b, HEADS, q, dr, dtype=dtype, device=device),
+         "c_kv": _leaf(b, k, dc, dtype=dtype, device=device), "k_rope": _leaf(b, k, dr, dtype=dtype, device=device)}
+    w = [_leaf(HEADS * D, dc, dtype=dtype, device=device, scale=0.5) for _ in range(2)]  # W^UK, W^UV
+
+    def run(path, pad, causal):
+        mask = None if pad is None else pad[:, None, None, :]
+        return _traced(path, lambda: AF.latent_attention(*x.values(), *w, num_heads=HEADS, mask=mask, causal=causal,
+                                                         need_weights=_need(path)))
+
+    return Case(x, run, w, q_axis=2)
+
+
 # ---- Bahdanau and Luong -----------------------------------------------------------------------
 
 def make_keyed(name: str):
@@ -371,6 +388,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           bad=_bad_core()),
     Entry("fn:attention[additive score]", functools.partial(make_core, score="additive"), paths=("weights", "trace"),
           kv=("key", "value"), kv_axis=2, causal=True),
+    Entry("fn:latent_attention", make_latent, paths=("fast", "weights", "trace"), kv=("c_kv", "k_rope"), causal=True,
+          notes="NaN latents where the mask forbids must not reach W^UK's or W^UV's gradient"),
     Entry("fn:masked_softmax", make_softmax, paths=("fast",), kv=("scores",), kv_axis=2, output_has_k=True,
           notes="the masked positions are scores: NaN/inf there must not reach the weights or gradients",
           bad={"integer scores": lambda: attnlab.masked_softmax(torch.ones(2, 3, dtype=torch.long)),
