@@ -11,8 +11,9 @@ fails for a name in ``attnlab.available()`` without one. Fields:
 * ``make(dtype, device, b, q, k) -> Case``: build with ``torch.manual_seed(0)``
   so two calls give the same weights and inputs (inputs are leaf tensors).
 * ``paths``: the paths ``Case.run`` takes: ``fast`` (no weights), ``weights``,
-  ``trace`` (the reference path, recording), ``reference``, ``precompute``,
-  ``cached`` (incremental decoding / a memory cache).
+  ``trace`` (the reference path, recording), ``reference``, ``precompute`` (``projected_keys`` from
+  ``precompute(keys, mask)``), ``precompute-unmasked`` (from ``precompute(keys)``), ``cached``
+  (incremental decoding / a memory cache).
 * ``masked``: it takes a padding mask over keys (``run`` gets a (b, k) bool
   mask, True = real, and converts it to its own format); ``kv`` names the
   inputs whose axis ``kv_axis`` runs over the key positions.
@@ -224,8 +225,8 @@ def make_keyed(name: str):
         x = {"query": _leaf(b, q, DIM, dtype=dtype, device=device), "keys": _leaf(b, k, DIM, dtype=dtype, device=device)}
 
         def run(path, pad, causal):
-            if path == "precompute":
-                pk = m.precompute(x["keys"], mask=pad)
+            if path.startswith("precompute"):  # the keys' part once, with the padding mask or without it
+                pk = m.precompute(x["keys"], mask=pad if path == "precompute" else None)
                 return m(x["query"], x["keys"], mask=pad, projected_keys=pk)
             mod = ref if path == "reference" else m
             return _traced(path, lambda: mod(x["query"], x["keys"], mask=pad, need_weights=_need(path)))
@@ -317,7 +318,7 @@ _V = {"masked": False, "gradcheck": True, "paths": ("fast", "weights"), "sizes":
 _F = {"masked": False, "paths": ("fast",), "notes": "a pure function without a mask: empty, gradcheck, dtypes, "
       "compile, meta and bad-input checks only"}
 _FV = {**_F, "sizes": ("b",)}
-_KEYED = {"kv": ("keys",), "paths": ("fast", "weights", "trace", "precompute")}
+_KEYED = {"kv": ("keys",), "paths": ("fast", "weights", "trace", "precompute", "precompute-unmasked")}
 _SELF = {"kv": ("x",), "causal": True, "self_attention": True, "params_under_causal": False}
 
 
