@@ -13,7 +13,7 @@ fails for a name in ``attnlab.available()`` without one. Fields:
 * ``paths``: the paths ``Case.run`` takes: ``fast`` (no weights), ``weights``,
   ``trace`` (the reference path, recording), ``reference``, ``precompute`` (``projected_keys`` from
   ``precompute(keys, mask)``), ``precompute-unmasked`` (from ``precompute(keys)``), ``cached``
-  (incremental decoding / a memory cache).
+  (incremental decoding / a memory cache), ``window-cached`` (a ``WindowCache`` and its chunk mask).
 * ``masked``: it takes a padding mask over keys (``run`` gets a (b, k) bool
   mask, True = real, and converts it to its own format); ``kv`` names the
   inputs whose axis ``kv_axis`` runs over the key positions.
@@ -159,10 +159,23 @@ def make_mha(name: str, **kw):
                 a, _ = m(x["x"][:, :cut], mask=None if pad is None else pad[:, :cut], causal=True, cache=cache)
                 c, _ = m(x["x"][:, cut:], mask=pad, causal=True, cache=cache)
                 return torch.cat([a, c], 1), None
+            if path == "window-cached":  # a WindowCache keeping every token; the last chunk as long as the batch
+                return _window_cached(m, x["x"]), None
             return _traced(path, lambda: m(x["x"], mask=pad, causal=causal, need_weights=_need(path)))
 
         return Case(x, run, list(m.parameters()))
     return make
+
+
+def _window_cached(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Causal decoding in two chunks through a ``WindowCache`` wide enough to evict nothing, each chunk
+    with ``mask=cache.chunk_mask(n)``: the second chunk has b tokens, so a (q, k) chunk mask has the
+    shape of a (b, k) padding mask."""
+    b, n = x.shape[:2]
+    cache, cut = ann.WindowCache(n + 1), max(0, n - b)
+    outs = [m(part, mask=cache.chunk_mask(part.shape[1]), causal=True, cache=cache)[0]
+            for part in (x[:, :cut], x[:, cut:]) if part.shape[1]]
+    return torch.cat(outs, 1)
 
 
 def make_cross(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
@@ -361,6 +374,9 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("scaled-dot", make_dot(True), kv=("key", "value"), causal=True),
     Entry("multi-head", make_mha("multi-head"), paths=("fast", "weights", "trace", "cached"), **_SELF,
           context_is_output=True, bad=_bad_mha("multi-head")),
+    Entry("multi-head[window cache]", make_mha("multi-head"), paths=("fast", "window-cached"), masked=False,
+          causal=True, self_attention=True, params_under_causal=False,
+          notes="a chunk of b tokens with its cache's chunk mask: never read as a (b, k) padding mask"),
     Entry("gqa", make_mha("gqa", num_kv_heads=1), paths=("fast", "weights", "cached"), **_SELF, bad=_bad_mha("gqa", num_kv_heads=1)),
     Entry("cross", make_cross, paths=("fast", "weights", "trace", "cached"), kv=("context",), context_is_output=False,
           bad=_bad_mha("cross")),
