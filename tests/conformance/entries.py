@@ -281,6 +281,27 @@ def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6, kk=3):
     return Case(x, run, q_axis=2)
 
 
+def make_ring(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+    """Ring attention in a gloo group of one process (a HashStore, no port), made and destroyed around
+    each call: one block (the diagonal), so the core's rule across the ring on its autograd path.
+    The fused path and the merge of several blocks run on two processes in tests/distributed."""
+    import torch.distributed as dist
+
+    from attnlab.distributed import ring_attention
+
+    torch.manual_seed(0)
+    x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
+
+    def run(path, pad, causal):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            return ring_attention(x["query"], x["key"], x["value"], causal=causal, key_padding_mask=pad), None
+        finally:
+            dist.destroy_process_group()
+
+    return Case(x, run, q_axis=2)
+
+
 # ---- functions without a mask: scores, attentional output, chunked additive, vision gates ----
 
 def make_fn(fn: Callable, shapes: dict[str, tuple[str | int, ...]], out_index: int | None = None):
@@ -442,6 +463,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("fn:eca", make_fn(AF.eca, {"x": ("b", 4, "q", 3), "weight": (1, 1, 3)}, 0), **_FV),
     Entry("kernels.block_sparse_attention", make_block_sparse, paths=("fast",), kv=("key", "value"), kv_axis=2,
           causal=True, self_attention=False),
+    Entry("distributed.ring_attention[one process]", make_ring, paths=("fast",), kv=("key", "value"), kv_axis=2,
+          causal=True, compile=False, sizes=("b",), notes="q = k (a shard of one sequence); no torch.compile"),
     Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),
     Entry("kernels.topk_attention[k > real keys]", functools.partial(make_topk, kk=5), paths=("fast",),
           kv=("key", "value"), kv_axis=2, notes="k = 5 of 6 keys, 2 of them padding: padded keys are gathered"),
