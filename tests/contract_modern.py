@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 
-def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float64, seed=0):
+def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float64, seed=0, params=()):
+    """``params``: the leaves ``fn`` closes over (weights); their gradients must be finite and unchanged too."""
     g = torch.Generator().manual_seed(seed)
     qx, kx, vx = (torch.randn(b, n, m, generator=g, dtype=dtype) for n, m in ((q, d), (k, d), (k, dv)))
     mask = torch.ones(b, k, dtype=torch.bool)
@@ -22,8 +23,8 @@ def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float6
     def run(kk, vv):
         qq, kk, vv = (t.clone().requires_grad_() for t in (qx, kk, vv))
         out, _ = fn(qq, kk, vv, mask, False)
-        out.sum().backward()
-        return out, qq.grad, kk.grad, vv.grad
+        grads = torch.autograd.grad(out.sum(), (qq, kk, vv, *params), allow_unused=True)
+        return out, *grads
 
     base = run(kx, vx)
     dirty_k, dirty_v = kx.clone(), vx.clone()
@@ -32,7 +33,10 @@ def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float6
     dirty = run(dirty_k, dirty_v)
     torch.testing.assert_close(dirty[0], base[0])
     torch.testing.assert_close(dirty[1], base[1])
-    for got, want in zip(dirty[2:], base[2:]):  # gradients of the allowed keys and values
+    for i, (got, want) in enumerate(zip(dirty[4:], base[4:])):  # the weights' gradients
+        assert torch.isfinite(got).all(), f"the gradient of params[{i}] is not finite"
+        torch.testing.assert_close(got, want, msg=lambda m, i=i: f"params[{i}]: {m}")
+    for got, want in zip(dirty[2:4], base[2:4]):  # gradients of the allowed keys and values
         if got is None and want is None:  # an input the mechanism does not read
             continue
         torch.testing.assert_close(got[mask], want[mask])

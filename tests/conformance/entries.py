@@ -11,8 +11,9 @@ fails for a name in ``attnlab.available()`` without one. Fields:
 * ``make(dtype, device, b, q, k) -> Case``: build with ``torch.manual_seed(0)``
   so two calls give the same weights and inputs (inputs are leaf tensors).
 * ``paths``: the paths ``Case.run`` takes: ``fast`` (no weights), ``weights``,
-  ``trace`` (the reference path, recording), ``reference``, ``precompute``,
-  ``cached`` (incremental decoding / a memory cache).
+  ``trace`` (the reference path, recording), ``reference``, ``precompute`` (``projected_keys`` from
+  ``precompute(keys, mask)``), ``precompute-unmasked`` (from ``precompute(keys)``), ``cached``
+  (incremental decoding / a memory cache), ``window-cached`` (a ``WindowCache`` and its chunk mask).
 * ``masked``: it takes a padding mask over keys (``run`` gets a (b, k) bool
   mask, True = real, and converts it to its own format); ``kv`` names the
   inputs whose axis ``kv_axis`` runs over the key positions.
@@ -28,6 +29,7 @@ fails for a name in ``attnlab.available()`` without one. Fields:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -157,10 +159,23 @@ def make_mha(name: str, **kw):
                 a, _ = m(x["x"][:, :cut], mask=None if pad is None else pad[:, :cut], causal=True, cache=cache)
                 c, _ = m(x["x"][:, cut:], mask=pad, causal=True, cache=cache)
                 return torch.cat([a, c], 1), None
+            if path == "window-cached":  # a WindowCache keeping every token; the last chunk as long as the batch
+                return _window_cached(m, x["x"]), None
             return _traced(path, lambda: m(x["x"], mask=pad, causal=causal, need_weights=_need(path)))
 
         return Case(x, run, list(m.parameters()))
     return make
+
+
+def _window_cached(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Causal decoding in two chunks through a ``WindowCache`` wide enough to evict nothing, each chunk
+    with ``mask=cache.chunk_mask(n)``: the second chunk has b tokens, so a (q, k) chunk mask has the
+    shape of a (b, k) padding mask."""
+    b, n = x.shape[:2]
+    cache, cut = ann.WindowCache(n + 1), max(0, n - b)
+    outs = [m(part, mask=cache.chunk_mask(part.shape[1]), causal=True, cache=cache)[0]
+            for part in (x[:, :cut], x[:, cut:]) if part.shape[1]]
+    return torch.cat(outs, 1)
 
 
 def make_cross(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
@@ -192,6 +207,23 @@ def make_fn_mha(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
     return Case(x, run, list(w.values()))
 
 
+def make_latent(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+    """MLA's attention (eqs. 10–11, 16–18): W^UK, W^UV up-project the latents c^KV inside the call."""
+    torch.manual_seed(0)
+    dc, dr = 3, 2
+    x = {"q_content": _leaf(b, HEADS, q, D, dtype=dtype, device=device),
+         "q_rope": _leaf(b, HEADS, q, dr, dtype=dtype, device=device),
+         "c_kv": _leaf(b, k, dc, dtype=dtype, device=device), "k_rope": _leaf(b, k, dr, dtype=dtype, device=device)}
+    w = [_leaf(HEADS * D, dc, dtype=dtype, device=device, scale=0.5) for _ in range(2)]  # W^UK, W^UV
+
+    def run(path, pad, causal):
+        mask = None if pad is None else pad[:, None, None, :]
+        return _traced(path, lambda: AF.latent_attention(*x.values(), *w, num_heads=HEADS, mask=mask, causal=causal,
+                                                         need_weights=_need(path)))
+
+    return Case(x, run, w, q_axis=2)
+
+
 # ---- Bahdanau and Luong -----------------------------------------------------------------------
 
 def make_keyed(name: str):
@@ -206,8 +238,8 @@ def make_keyed(name: str):
         x = {"query": _leaf(b, q, DIM, dtype=dtype, device=device), "keys": _leaf(b, k, DIM, dtype=dtype, device=device)}
 
         def run(path, pad, causal):
-            if path == "precompute":
-                pk = m.precompute(x["keys"], mask=pad)
+            if path.startswith("precompute"):  # the keys' part once, with the padding mask or without it
+                pk = m.precompute(x["keys"], mask=pad if path == "precompute" else None)
                 return m(x["query"], x["keys"], mask=pad, projected_keys=pk)
             mod = ref if path == "reference" else m
             return _traced(path, lambda: mod(x["query"], x["keys"], mask=pad, need_weights=_need(path)))
@@ -238,13 +270,34 @@ def make_block_sparse(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
     return Case(x, run, q_axis=2)
 
 
-def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6, kk=3):
     torch.manual_seed(0)
     x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
 
     def run(path, pad, causal):
         mask = None if pad is None else pad[:, None, :]
-        return topk_attention(x["query"], x["key"], x["value"], 3, key_padding_mask=mask), None
+        return topk_attention(x["query"], x["key"], x["value"], kk, key_padding_mask=mask), None
+
+    return Case(x, run, q_axis=2)
+
+
+def make_ring(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+    """Ring attention in a gloo group of one process (a HashStore, no port), made and destroyed around
+    each call: one block (the diagonal), so the core's rule across the ring on its autograd path.
+    The fused path and the merge of several blocks run on two processes in tests/distributed."""
+    import torch.distributed as dist
+
+    from attnlab.distributed import ring_attention
+
+    torch.manual_seed(0)
+    x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
+
+    def run(path, pad, causal):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            return ring_attention(x["query"], x["key"], x["value"], causal=causal, key_padding_mask=pad), None
+        finally:
+            dist.destroy_process_group()
 
     return Case(x, run, q_axis=2)
 
@@ -299,7 +352,7 @@ _V = {"masked": False, "gradcheck": True, "paths": ("fast", "weights"), "sizes":
 _F = {"masked": False, "paths": ("fast",), "notes": "a pure function without a mask: empty, gradcheck, dtypes, "
       "compile, meta and bad-input checks only"}
 _FV = {**_F, "sizes": ("b",)}
-_KEYED = {"kv": ("keys",), "paths": ("fast", "weights", "trace", "precompute")}
+_KEYED = {"kv": ("keys",), "paths": ("fast", "weights", "trace", "precompute", "precompute-unmasked")}
 _SELF = {"kv": ("x",), "causal": True, "self_attention": True, "params_under_causal": False}
 
 
@@ -342,6 +395,9 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("scaled-dot", make_dot(True), kv=("key", "value"), causal=True),
     Entry("multi-head", make_mha("multi-head"), paths=("fast", "weights", "trace", "cached"), **_SELF,
           context_is_output=True, bad=_bad_mha("multi-head")),
+    Entry("multi-head[window cache]", make_mha("multi-head"), paths=("fast", "window-cached"), masked=False,
+          causal=True, self_attention=True, params_under_causal=False,
+          notes="a chunk of b tokens with its cache's chunk mask: never read as a (b, k) padding mask"),
     Entry("gqa", make_mha("gqa", num_kv_heads=1), paths=("fast", "weights", "cached"), **_SELF, bad=_bad_mha("gqa", num_kv_heads=1)),
     Entry("cross", make_cross, paths=("fast", "weights", "trace", "cached"), kv=("context",), context_is_output=False,
           bad=_bad_mha("cross")),
@@ -353,6 +409,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     *(Entry(n, make_mha(n, **kw), **_SELF, bad=_bad_mha(n, **kw)) for n, kw in SPARSE_KW.items()),
     # issue 14: what models since 2023 use
     Entry("softcap", make_dot(True, "softcap", cap=5.0), kv=("key", "value"), causal=True),
+    Entry("softcap[cap=inf]", make_dot(True, "softcap", cap=math.inf), kv=("key", "value"), causal=True,
+          notes="cap = inf is no cap: plain attention, not inf · tanh(e / inf) = NaN"),
     Entry("linear", make_mha("linear"), **_SELF, context_is_output=False),
     Entry("differential", make_mha("differential"), **_SELF, context_is_output=False),
     Entry("mla", make_mha("mla", kv_latent_dim=4, rope_dim=2), **_SELF, context_is_output=False),
@@ -368,6 +426,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           bad=_bad_core()),
     Entry("fn:attention[additive score]", functools.partial(make_core, score="additive"), paths=("weights", "trace"),
           kv=("key", "value"), kv_axis=2, causal=True),
+    Entry("fn:latent_attention", make_latent, paths=("fast", "weights", "trace"), kv=("c_kv", "k_rope"), causal=True,
+          notes="NaN latents where the mask forbids must not reach W^UK's or W^UV's gradient"),
     Entry("fn:masked_softmax", make_softmax, paths=("fast",), kv=("scores",), kv_axis=2, output_has_k=True,
           notes="the masked positions are scores: NaN/inf there must not reach the weights or gradients",
           bad={"integer scores": lambda: attnlab.masked_softmax(torch.ones(2, 3, dtype=torch.long)),
@@ -403,7 +463,11 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("fn:eca", make_fn(AF.eca, {"x": ("b", 4, "q", 3), "weight": (1, 1, 3)}, 0), **_FV),
     Entry("kernels.block_sparse_attention", make_block_sparse, paths=("fast",), kv=("key", "value"), kv_axis=2,
           causal=True, self_attention=False),
+    Entry("distributed.ring_attention[one process]", make_ring, paths=("fast",), kv=("key", "value"), kv_axis=2,
+          causal=True, compile=False, sizes=("b",), notes="q = k (a shard of one sequence); no torch.compile"),
     Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),
+    Entry("kernels.topk_attention[k > real keys]", functools.partial(make_topk, kk=5), paths=("fast",),
+          kv=("key", "value"), kv_axis=2, notes="k = 5 of 6 keys, 2 of them padding: padded keys are gathered"),
 ]}
 
 # Known breaks of the contract inside the sparse kernels (strict: a fix makes the test pass, and the

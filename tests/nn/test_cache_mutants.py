@@ -207,15 +207,15 @@ def test_window_cache_eviction_by_hand():
 def test_window_cache_chunk_mask_by_hand():
     c = WindowCache(3, sinks=2)
     m0 = c.chunk_mask(4)  # nothing cached: a causal window with sinks over the chunk itself
-    assert m0.tolist() == allowed(range(4), range(4), 3, 2)
+    assert m0.tolist() == [[allowed(range(4), range(4), 3, 2)]]
     c.update(heads(6), heads(6))  # keeps 0, 1 (sinks) and 4, 5
     assert c.positions.tolist() == [0, 1, 4, 5]
     m = c.chunk_mask(3)
-    assert m.shape == (3, 7) and m.dtype == torch.bool
-    assert m.tolist() == allowed(range(6, 9), [0, 1, 4, 5, 6, 7, 8], 3, 2)
+    assert m.shape == (1, 1, 3, 7) and m.dtype == torch.bool  # (b, h, q, k): never read as (b, k) padding
+    assert m.tolist() == [[allowed(range(6, 9), [0, 1, 4, 5, 6, 7, 8], 3, 2)]]
     no_sinks = WindowCache(2)
     no_sinks.update(heads(3), heads(3))
-    assert no_sinks.chunk_mask(2).tolist() == allowed(range(3, 5), [2, 3, 4], 2, 0)
+    assert no_sinks.chunk_mask(2).tolist() == [[allowed(range(3, 5), [2, 3, 4], 2, 0)]]
 
 
 def test_window_cache_of_one_keeps_nothing_between_steps():

@@ -105,7 +105,7 @@ def test_gradients_against_torch_reference():
 
 def test_contract():
     torch.manual_seed(4)
-    wk, wv = torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64)
+    wk, wv = (torch.randn(8, 8, dtype=torch.float64).requires_grad_() for _ in range(2))  # W^UK, W^UV: leaves
 
     def fn(q, k, v, key_mask, need_weights):  # k plays c^KV (latents); the rotary part from q and k
         del v
@@ -115,7 +115,7 @@ def test_contract():
                                     k, k[..., :2], wk, wv, num_heads=2, mask=mask, need_weights=need_weights)
         return heads.transpose(1, 2).flatten(2), w
 
-    contract.masked_keys_never_influence(fn)
+    contract.masked_keys_never_influence(fn, params=(wk, wv))  # NaN latents never reach W^UK's, W^UV's gradient
     contract.fully_masked_row_is_zero(fn)
     contract.weights_equal_fast(fn)
     m = create("mla", dim=16, num_heads=2, kv_latent_dim=8)

@@ -13,6 +13,12 @@ A block that the mask forbids entirely (future keys under ``causal``, keys outsi
 window) is passed on without being computed. With the ``zigzag`` layout every rank
 has the same causal work. Gradients flow back through the same ring (``comm.exchange``).
 
+The core's non-finite rule (``attnlab.functional.attention``) holds across the ring: with a
+mask, a pattern or ``causal``, NaN/±inf entries of q, k and v are zeroed before the first block
+(``zero_nonfinite``; their flags travel with the keys), and after the merge the rows that may
+attend a non-finite key or value, and the non-finite queries, are set to NaN
+(``finish_nonfinite``): a future NaN key reaches no earlier row, forward or backward.
+
 A pure sliding window (``patterns.sliding_window(before, after)``, ``causal`` adds
 ``after = 0``) on the ``contiguous`` layout needs no ring: each rank receives only
 the ``before`` keys before its slice and the ``after`` keys after it from its two
@@ -28,7 +34,7 @@ from __future__ import annotations
 import torch
 
 from .. import patterns as P
-from ..functional.attention import attention
+from ..functional.attention import attention, finish_nonfinite, zero_nonfinite
 from ..functional.scores import default_scale
 from ..kernels import attention_lse, block_sparse_attention, flash, merge
 from .comm import exchange, ring_shift, tie
@@ -100,6 +106,21 @@ def _causal_fused(q, k, v, q_pos, k_pos, pad, scale):
             lse = q.new_full((*q.shape[:-2], ql), float("-inf"))
         outs.append(o), lses.append(lse)
     return torch.cat(outs, -2), torch.cat(lses, -1)
+
+
+def _reach(bad: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, allow: torch.Tensor | None,
+           causal: bool) -> torch.Tensor:
+    """(b, h, n_q) bool: the rows that may attend a key or value of this block holding NaN or inf.
+
+    bad (b, h, n_k) bool (padding excluded); ``allow`` (n_q, n_k) or None: under ``causal`` alone the
+    rows at or after the block's first bad key (no (n/W)² mask), without a mask every row."""
+    if allow is not None:
+        return (bad.to(torch.float32) @ allow.T.to(bad.device, torch.float32)) > 0
+    if causal:
+        never = torch.iinfo(torch.long).max
+        first = torch.where(bad, k_pos.to(bad.device), never).amin(-1, keepdim=True)  # (b, h, 1)
+        return q_pos.to(bad.device) >= first
+    return bad.any(-1, keepdim=True).expand(*bad.shape[:-1], q_pos.numel())
 
 
 def _partial(q, k, v, mask, scale):
@@ -188,13 +209,18 @@ def ring_attention(
         win = P.Window(pattern.before, 0) if causal else pattern
         if win.before <= c and win.after <= c:
             return _halo(q, k, v, pad, win, n, s, group)
+    bad_q = bad = hit = None
+    if causal or pattern is not None or pad is not None:  # the core's non-finite rule, across the ring
+        q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n/W) each
+        bad = bad if pad is None else bad & pad[:, None, :]  # (padded keys are masked anyway)
     q_pos = positions(n, size, rank, layout)
     outs, lses, tokens = [], [], []
-    cur = [k, v] + ([pad] if pad is not None else [])
+    cur = [k, v] + ([pad] if pad is not None else []) + ([bad] if bad is not None else [])
     for step in range(size):
         src = (rank - step) % size  # the rank whose keys this rank holds now
         k_pos = positions(n, size, src, layout)
         kpad = cur[2] > 0.5 if pad is not None else None
+        allow = None
         if causal and pattern is None and _fusable(q, cur[0], cur[1]):  # no (n/W)² mask is ever built
             if int(k_pos.min()) <= int(q_pos.max()):  # some key at or before some query
                 o, lse = _causal_fused(q, cur[0], cur[1], q_pos, k_pos, kpad, s)
@@ -204,12 +230,18 @@ def ring_attention(
             if allow is None or bool(allow.any()):  # positions live on the host: no device sync
                 o, lse = _partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s)
                 outs.append(o), lses.append(lse)
+        if bad is not None:
+            reach = _reach(cur[-1] > 0.5, q_pos, k_pos, allow, causal)
+            hit = reach if hit is None else hit | reach
         if step + 1 < size:
             cur, token = ring_shift(cur, k, group)
             tokens.append(token)
     if not outs:  # every key is masked for every query of this rank
         return tie(torch.zeros(*q.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device), tokens)
-    return tie(merge(outs, lses)[0], tokens)
+    out, lse = merge(outs, lses)
+    if hit is not None and bad_q is not None:  # NaN rows: those that may attend a non-finite key or value,
+        out = finish_nonfinite(out, hit | (bad_q & (lse > float("-inf"))), None)  # and live non-finite queries
+    return tie(out, tokens)
 
 
 __all__ = ["ring_attention"]

@@ -27,7 +27,9 @@ projections, norms, RoPE, cache and W^O.
 | h                | ``num_heads``                              |
 
 Returns the heads' outputs (b, h, q, d_v) and the weights (b, h, q, k) on request. Masks and
-the causal flag as in ``attnlab.attention``. Caveat: the keys and values are up-projected
+the causal flag as in ``attnlab.attention``, whose non-finite rule reaches back to the latents:
+with a mask (or ``causal``) a latent holding NaN or inf at a forbidden position influences no
+output and no gradient, W^UK's and W^UV's included. Caveat: the keys and values are up-projected
 from the latents at every call (the readable form); the "absorbed" form that multiplies W^UK
 into the query is an inference optimisation left out.
 """
@@ -40,6 +42,7 @@ import torch.nn.functional as F
 from .. import _checks
 from ..trace import record
 from .attention import attention
+from .finite_rows import map_finite_rows
 from .multihead import split_heads
 
 
@@ -72,9 +75,10 @@ def latent_attention(
             f"c_kv (b, k, d_c) and k_rope (b, k, d_R) must share (b, k), q_content and q_rope (b, h, q) ; got "
             f"{_checks.shape(c_kv)}, {_checks.shape(k_rope)}, {_checks.shape(q_content)}, {_checks.shape(q_rope)}"
         )
-    k_content = up_project(c_kv, w_uk, num_heads)  # (b, h, k, d_h)
+    guard = mask is not None or causal  # the core's non-finite rule: a NaN latent never reaches W^UK's gradient
+    k_content = up_project(c_kv, w_uk, num_heads, guard)  # (b, h, k, d_h)
     record("content_keys", "k_j^C = W^UK c_j^KV", k_content, latex=r"k_j^C = W^{UK} c_j^{KV}")
-    value = up_project(c_kv, w_uv, num_heads)  # (b, h, k, d_v)
+    value = up_project(c_kv, w_uv, num_heads, guard)  # (b, h, k, d_v)
     record("value_heads", "v_j^C = W^UV c_j^KV", value, latex=r"v_j^C = W^{UV} c_j^{KV}")
     query = join_rope(q_content, q_rope)  # (b, h, q, d_h + d_R)
     record("query_heads", "q_i = [q_i^C; q_i^R]", query, latex=r"q_i = [q_i^C; q_i^R]")
@@ -83,8 +87,14 @@ def latent_attention(
     return attention(query, key, value, mask=mask, causal=causal, dropout_p=dropout_p, need_weights=need_weights)
 
 
-def up_project(c_kv: torch.Tensor, weight: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Step: W^U c^KV split into heads (eqs. 10–11).  c_kv (b, k, d_c), weight (h·d, d_c) → (b, h, k, d)."""
+def up_project(c_kv: torch.Tensor, weight: torch.Tensor, num_heads: int, guard: bool = False) -> torch.Tensor:
+    """Step: W^U c^KV split into heads (eqs. 10–11).  c_kv (b, k, d_c), weight (h·d, d_c) → (b, h, k, d).
+
+    ``guard``: a latent holding a NaN or inf gives an all-NaN row without entering the product
+    (``map_finite_rows``), so the core's non-finite rule applies to it and W^U's gradient stays finite
+    wherever the mask forbids it."""
+    if guard:
+        return split_heads(map_finite_rows(lambda c: F.linear(c, weight), c_kv), num_heads)
     return split_heads(F.linear(c_kv, weight), num_heads)
 
 

@@ -7,6 +7,10 @@ Gemma Team, "Gemma 2: Improving Open Language Models at a Practical Size", 2024,
     ê_ij  = c · tanh(e_ij / c)              (..., q, k)   the soft cap, |ê| < c
     α     = softmax(ê + mask),  o = α v     through the one core, ``attnlab.attention``
 
+``cap=math.inf`` means no cap: ê = e (``c · tanh(e / c)`` tends to e as c grows, while the
+float arithmetic would give ``inf · tanh(e / inf)`` = ``inf · 0`` = NaN), so
+``softcap_attention(..., cap=math.inf)`` is plain ``attnlab.attention`` (its fast path included).
+
 The cap is applied to the scores *before* the mask, so a masked key still gets
 exactly zero weight and never influences anything (the core's contract). Large
 scores no longer dominate the softmax; for |e| ≪ c the cap is the identity.
@@ -24,6 +28,7 @@ masked softmax, one GEMM). Shapes: query (..., q, d), key (..., k, d), value
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -36,15 +41,23 @@ ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def check_cap(cap: float) -> float:
+    """``cap`` as a float: a positive number, or ``math.inf`` for no cap."""
     if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0 or cap != cap:
         raise ValueError(f"cap must be a positive number (Gemma 2 uses 50.0 for attention); got {cap!r}")
     return float(cap)
 
 
+def _no_cap(cap: float) -> bool:
+    """``cap = inf``: ê = e, the limit of c · tanh(e / c) (computed, it would be inf · 0 = NaN)."""
+    return cap == math.inf
+
+
 def softcap(scores: torch.Tensor, cap: float) -> torch.Tensor:
-    """ê = cap · tanh(scores / cap), elementwise; any shape. A new tensor (the input is not written)."""
+    """ê = cap · tanh(scores / cap), elementwise; any shape. A new tensor (the input is not written).
+
+    ``cap = math.inf``: no cap, ê = e (a copy)."""
     cap = check_cap(cap)
-    out = torch.tanh(scores / cap) * cap
+    out = scores.clone() if _no_cap(cap) else torch.tanh(scores / cap) * cap
     record("softcapped_scores", f"ê_ij = {cap:g} · tanh(e_ij / {cap:g})", out, latex=r"\hat e_{ij} = c \tanh(e_{ij} / c)")
     return out
 
@@ -53,6 +66,7 @@ def softcapped(score: str | ScoreFn, cap: float, *, scale: float | None = None) 
     """A score callable ``(q, k) -> cap · tanh(score(q, k) / cap)`` for ``attnlab.attention(score=...)``.
 
     ``score``: ``"scaled_dot"`` (with ``scale``, default 1/√d), ``"dot"`` or any score callable.
+    ``cap = math.inf``: no cap (the score itself).
     """
     cap = check_cap(cap)
     if score == "scaled_dot":
@@ -67,7 +81,7 @@ def softcapped(score: str | ScoreFn, cap: float, *, scale: float | None = None) 
         base = score
     else:
         raise ValueError(f"score must be 'scaled_dot', 'dot' or a callable (q, k) -> scores; got {score!r}")
-    return lambda q, k: softcap(base(q, k), cap)
+    return base if _no_cap(cap) else (lambda q, k: softcap(base(q, k), cap))
 
 
 def softcap_attention(
@@ -83,9 +97,15 @@ def softcap_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``attnlab.attention`` with the soft-capped score: returns ``(output (..., q, d_v), weights or None)``."""
+    """``attnlab.attention`` with the soft-capped score: returns ``(output (..., q, d_v), weights or None)``.
+
+    ``cap = math.inf``: no cap, plain ``attnlab.attention`` with ``score`` and ``scale``."""
+    capped = softcapped(score, cap, scale=scale)  # (validates score, scale and cap)
+    if _no_cap(check_cap(cap)):
+        return attention(query, key, value, score=score, scale=scale, mask=mask, causal=causal,
+                         dropout_p=dropout_p, need_weights=need_weights)
     return attention(
-        query, key, value, score=softcapped(score, cap, scale=scale), mask=mask, causal=causal,
+        query, key, value, score=capped, mask=mask, causal=causal,
         dropout_p=dropout_p, need_weights=need_weights,
     )
 

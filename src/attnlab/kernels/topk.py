@@ -8,6 +8,14 @@ itself runs on the gathered k keys with ordinary autograd, so memory is
 O(n·k·d). The choice is not differentiated (it is a hard selection, as in
 "Explicit Sparse Transformer", Zhao et al. 2019, https://arxiv.org/abs/1912.11637).
 Equal to dense attention masked with ``TopK.mask``.
+
+The core's non-finite rule (``attnlab.functional.attention.zero_nonfinite`` and
+``finish_nonfinite``): NaN/±inf entries of the query, keys and values are zeroed before
+anything is chosen or gathered, so a key or value outside a row's kept set (padding, or
+beyond the k best) never reaches its output or any gradient, even when k exceeds the
+number of real keys. A non-finite key or value that a row *may* attend (the pattern and
+the padding allow it) is always kept first and makes that row NaN; a row with no key
+gives zeros, with zero gradients.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import math
 
 import torch
 
+from ..functional.attention import finish_nonfinite, zero_nonfinite
 from ..functional.softmax import masked_softmax
 from ..patterns import Pattern
 
@@ -71,10 +80,13 @@ def topk_indices(
     *,
     scale: float | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    first: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """query (…, n, d), key (…, n, d) → (indices (…, n, k'), kept (…, n, k') bool), k' = min(k, n).
 
     ``key_padding_mask``: bool (…, n) broadcastable against the leading dimensions, True = real token.
+    ``first``: bool (…, n), keys chosen before any other wherever allowed (the non-finite ones, whose
+    row is NaN whatever else it keeps).
     """
     n, d = key.shape[-2], query.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -86,13 +98,15 @@ def topk_indices(
     for s0 in range(0, query.shape[-2], rows):
         r = torch.arange(s0, min(query.shape[-2], s0 + rows), device=key.device)
         s = (query[..., r, :] * scale) @ key.transpose(-1, -2)  # (…, r, n)
+        if first is not None:
+            s = s.masked_fill(first[..., None, :], float("inf"))
         if topk.base is not None:
             s = s.masked_fill(~topk.base.allows(r[:, None], cols[None, :], n), float("-inf"))
         if key_padding_mask is not None:
             s = s.masked_fill(~key_padding_mask[..., None, :], float("-inf"))
         val, ix = s.topk(kk, dim=-1)
         idx.append(ix)
-        ok.append(torch.isfinite(val))
+        ok.append(val > float("-inf"))
     return torch.cat(idx, -2), torch.cat(ok, -2)
 
 
@@ -118,7 +132,8 @@ def topk_attention(
         zero = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()
         return value.new_zeros(*lead, query.shape[-2], value.shape[-1]) + zero
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask)  # (b, h, n, k)
+    query, key, value, bad_q, bad = zero_nonfinite(query, key, value)  # bad_q (b, h, n), bad (b, h|1, n)
+    idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask, first=bad)  # (b, h, n, k)
     lead = idx.shape[:-2]
     n, kk = idx.shape[-2:]
     flat = idx.reshape(*lead, n * kk, 1)
@@ -127,7 +142,10 @@ def topk_attention(
     vg = value.expand(*lead, *value.shape[-2:]).gather(-2, flat.expand(*lead, n * kk, dv)).reshape(*lead, n, kk, dv)
     s = (query.unsqueeze(-2) @ kg.transpose(-1, -2)).squeeze(-2) * scale  # (b, h, n, k)
     w = masked_softmax(s, ok)
-    return (w.unsqueeze(-2) @ vg).squeeze(-2)  # (b, h, n, d_v)
+    out = (w.unsqueeze(-2) @ vg).squeeze(-2)  # (b, h, n, d_v)
+    kept_bad = bad.expand(*lead, bad.shape[-1]).gather(-1, idx.flatten(-2)).view_as(ok) & ok  # (b, h, n, k)
+    dead = ~ok.any(-1, keepdim=True)  # (b, h, n, 1): rows with no key
+    return finish_nonfinite(out, kept_bad.any(-1) | bad_q, dead)
 
 
 __all__ = ["TopK", "top_k", "topk_attention", "topk_indices"]

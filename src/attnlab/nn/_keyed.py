@@ -10,8 +10,12 @@ The masked softmax and the weighted sum are the core's
 (``attnlab.functional.attention.attention`` with the module's score as a
 callable), so the fully-masked-row rule and the non-finite rule hold here
 because they are written once there. The score callable receives the keys
-*after* the core zeroed non-finite rows, so a NaN in a masked key never enters
-a projection (nor its weight's gradient).
+*after* the core zeroed non-finite entries, so a NaN in a masked key never enters
+a projection (nor its weight's gradient). ``precompute(keys)``, the keys' part
+of the score computed once for every decoding step, runs before the core sees a
+mask: it keeps a non-finite key out of its projection the same way
+(``attnlab.functional.finite_rows.map_finite_rows``) and hands the core an
+all-NaN row there, with or without a mask of its own.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..functional import scores as _scores
+from ..functional.finite_rows import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
 from ._keyed import check_projected, finish, mask_keys, prepare
@@ -67,10 +68,11 @@ class AdditiveAttention(nn.Module):
     def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """W_k h_j for every key: (b, k, d_k) → (b, k, d_a). Reuse it at every decoding step.
 
-        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first, so NaN or inf in
-        padding never reaches W_k's gradient.
+        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first. With or without it, a
+        key holding NaN or inf gives an all-NaN row without entering W_k (``map_finite_rows``), so
+        where the forward's mask forbids it, it reaches neither the output nor W_k's gradient.
         """
-        return self.w_k(mask_keys(keys, mask))
+        return map_finite_rows(self.w_k, mask_keys(keys, mask))
 
     def forward(
         self,

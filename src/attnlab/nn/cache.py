@@ -40,8 +40,8 @@ Eviction happens *after* a step, as in transformers' sliding-window layers:
 ``update`` returns the kept keys followed by all the new ones, then keeps the
 sinks and the last w − 1 tokens for the next step. A step of one token thus
 attends exactly sinks + window; a chunk of several tokens must also pass
-``mask=cache.chunk_mask(n)`` (taken before the call) so that each of its queries
-sees only its own sinks and window.
+``mask=cache.chunk_mask(n)`` (taken before the call, shape (1, 1, n, kept + n)) so that
+each of its queries sees only its own sinks and window.
 
 Positions after eviction: keys are rotated (RoPE) *before* caching, so each
 kept key keeps its absolute position, and ``length`` counts every token seen
@@ -212,11 +212,15 @@ class WindowCache(LayerCache):
         return self._v
 
     def chunk_mask(self, n: int, device: torch.device | str | None = None) -> torch.Tensor:
-        """(n, kept + n) bool for the next ``n`` tokens: True where a new query may attend (its sinks,
-        its window, nothing after it). Pass it as ``mask=`` for a chunk of more than one token."""
+        """(1, 1, n, kept + n) bool for the next ``n`` tokens: True where a new query may attend (its
+        sinks, its window, nothing after it). Pass it as ``mask=`` for a chunk of more than one token.
+
+        Four dimensions, (b, h, q, k) with b = h = 1, so that no batch size can make it look like a
+        (b, k) padding mask (a chunk of n tokens in a batch of n)."""
         q_pos = torch.arange(self.length, self.length + n, device=device)[:, None]  # (n, 1)
         k_pos = torch.cat([self.positions.to(device), q_pos[:, 0]])[None, :]  # (1, kept + n)
-        return (k_pos <= q_pos) & ((k_pos < self.sinks) | (k_pos > q_pos - self.window))
+        allow = (k_pos <= q_pos) & ((k_pos < self.sinks) | (k_pos > q_pos - self.window))  # (n, kept + n)
+        return allow[None, None]
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (b, h_kv, n, d_h); return kept + new; then evict down to sinks + window − 1."""

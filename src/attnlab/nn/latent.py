@@ -25,24 +25,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..functional.attention import nonfinite_rows, zero_nonfinite_entries
+from ..functional.finite_rows import map_finite_rows
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
 from .positional import RotaryEmbedding
 from .registry import register
-
-
-def _norm_finite_rows(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)`` (b, n, d) with the non-finite tokens kept out of its backward.
-
-    A per-token norm's backward at a NaN token is NaN even when that token's incoming gradient is
-    zero (0 · NaN), which would put a NaN future token into the input gradient of a causal call.
-    The core's helpers zero such tokens before the norm and put NaN back after it, so the core's
-    non-finite rule (``attnlab.functional.attention``) still sees them and applies.
-    """
-    bad = nonfinite_rows(x).unsqueeze(-1)  # (b, n, 1)
-    return torch.where(bad, torch.full((), float("nan"), dtype=x.dtype, device=x.device), norm(zero_nonfinite_entries(x)))
 
 
 class LatentCache:
@@ -134,10 +122,10 @@ class MultiHeadLatentAttention(nn.Module):
         h = self.num_heads
         offset = 0 if cache is None else cache.length
         x, pad_q = padded_queries(x, mask) if cache is None else (x, None)  # padded tokens: zero in, zero out
-        c_q = x if self.w_dq is None or self.q_norm is None else _norm_finite_rows(self.q_norm, self.w_dq(x))  # (b, n, d_c')
+        c_q = x if self.w_dq is None or self.q_norm is None else map_finite_rows(self.q_norm, self.w_dq(x))  # (b, n, d_c')
         q_c = split_heads(self.w_uq(c_q), h)  # (b, h, n, d_h)
         q_r = self.rotary(split_heads(self.w_qr(c_q), h), offset)  # (b, h, n, d_R)
-        c_kv = _norm_finite_rows(self.kv_norm, self.w_dkv(x))  # (b, n, d_c)   cached
+        c_kv = map_finite_rows(self.kv_norm, self.w_dkv(x))  # (b, n, d_c)   cached
         k_r = self.rotary(self.w_kr(x).unsqueeze(1), offset)[:, 0]  # (b, n, d_R)   cached, already rotated
         if cache is not None:
             c_kv, k_r = cache.update(c_kv, k_r)  # (b, k, d_c), (b, k, d_R)

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from ..functional import scores as _scores
+from ..functional.finite_rows import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active, record
 from ._keyed import check_projected, finish, mask_keys, prepare
@@ -78,11 +79,15 @@ class LuongAttention(nn.Module):
     def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The keys' part of the score: h̄ (dot), W_a h̄ (general, (b, k, d_q)), W_k h̄ (concat, (b, k, d_a)).
 
-        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first (NaN stays out of W_a's gradient).
+        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first. With or without it, a
+        key holding NaN or inf gives an all-NaN row without entering W_a (``map_finite_rows``), so
+        where the forward's mask forbids it, it reaches neither the output nor W_a's gradient.
         """
         keys = mask_keys(keys, mask)
-        if self.score == "dot":
-            return keys
+        return keys if self.score == "dot" else map_finite_rows(self._keys_part, keys)
+
+    def _keys_part(self, keys: torch.Tensor) -> torch.Tensor:
+        """W_a h̄ (general) or W_k h̄ (concat: the keys' columns of W) of finite keys (b, k, d_k)."""
         if self.score == "general":
             return self.weight(keys)
         return keys @ self.weight.weight[:, self.query_dim :].T
@@ -95,7 +100,7 @@ class LuongAttention(nn.Module):
                    "general": lambda q, k: _scores.general(q, k, self.weight.weight),
                    "concat": lambda q, k: _scores.concat(q, k, self.weight.weight, self.v)}[self.score]
             return ref if s == 1.0 else (lambda q, k: self._scaled(ref(q, k), s))
-        keys_part = (lambda pk: pk) if projected else self.precompute
+        keys_part = (lambda pk: pk) if projected or self.score == "dot" else self._keys_part  # (keys the core zeroed)
         if self.score == "concat":
             w_q = self.weight.weight[:, : self.query_dim]
             return lambda q, k: chunked_additive_scores(q @ w_q.T, keys_part(k), self.v, max_elems=self.max_elems)
