@@ -80,6 +80,8 @@ _positive = _checks.integer  # an integer >= minimum (default 1), bools and floa
 def _lengths(lengths: object) -> torch.Tensor:
     """Document lengths: a non-empty 1-D sequence (or tensor) of integers >= 0 → (docs,) long."""
     given = lengths
+    if hasattr(lengths, "__array__") and not isinstance(lengths, torch.Tensor):  # a NumPy array
+        lengths = torch.as_tensor(lengths)
     if isinstance(lengths, torch.Tensor):
         integral = not (lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool)
         if lengths.dim() != 1 or not integral or lengths.device.type == "meta":
