@@ -87,11 +87,13 @@ VALUE_DTYPES = {
 }
 
 
-@pytest.mark.parametrize("entry", list(ENTRIES))
-@pytest.mark.parametrize("case", list(DTYPES) + list(VALUE_DTYPES))
+DTYPE_CASES = [(e, c) for e in ENTRIES for c in DTYPES] + [
+    (e, c) for e in ENTRIES if e not in ("top_k.mask", "weights_for_rows") for c in VALUE_DTYPES  # these take no value
+]
+
+
+@pytest.mark.parametrize("entry,case", DTYPE_CASES)
 def test_integer_or_mixed_dtypes_raise_a_type_error_naming_the_dtypes(entry, case):
-    if case in VALUE_DTYPES and entry in ("top_k.mask", "weights_for_rows"):
-        pytest.skip("takes no value")
     start, change, dtype = {**DTYPES, **VALUE_DTYPES}[case]
     with pytest.raises(TypeError, match=re.escape(start) + ".*" + re.escape(dtype)):
         ENTRIES[entry](*change(*_qkv(torch.float32)))
@@ -228,3 +230,12 @@ def test_weights_for_rows_names_bad_rows(rows, shown):
     q, k, _ = _qkv()
     with pytest.raises(ValueError, match=re.escape(shown)):
         weights_for_rows(q, k, P.full(), rows)
+
+
+@pytest.mark.parametrize("call", [
+    lambda q, k, v, m: block_sparse_attention(q, k, v, P.full(), key_padding_mask=m),
+    lambda q, k, v, m: weights_for_rows(q, k, P.full(), [0], key_padding_mask=m),
+])
+def test_block_sparse_padding_mask_that_is_not_a_tensor_is_named(call):
+    with pytest.raises(ValueError, match=re.escape("key_padding_mask must be a bool tensor (b, n) or (b, 1, 1, n); got list")):
+        call(*_qkv(), [[True] * N] * B)

@@ -292,7 +292,9 @@ class BlockWeights:
 
 
 
-def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, pattern: object, block: object) -> None:
+def _validate(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, pattern: object, block: object, key_padding_mask: object
+) -> None:
     """Entry checks: query, key (b, h, n, d), value (b, h, n, d_v) (None: not given), one floating dtype."""
     named = (("query", q), ("key", k)) + ((("value", v),) if v is not None else ())
     for name, t in named:
@@ -311,6 +313,8 @@ def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, pattern:
         raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer; got {block!r}")
+    if key_padding_mask is not None and not isinstance(key_padding_mask, torch.Tensor):
+        raise ValueError(f"key_padding_mask must be a bool tensor (b, n) or (b, 1, 1, n); got {type(key_padding_mask).__name__}")
 
 
 def _rows(rows: object, n: int, device: torch.device) -> torch.Tensor:
@@ -358,7 +362,7 @@ def block_sparse_attention(
     Device: CPU tensors run the CPU kernels, CUDA tensors ``flex_attention`` (block mask cached per
     pattern, n and device), others dense masked attention (``attnlab.kernels.devices``).
     """
-    _validate(query, key, value, pattern, block)
+    _validate(query, key, value, pattern, block, key_padding_mask)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     b, h, n, d = query.shape
@@ -433,7 +437,7 @@ def weights_for_rows(
     scale: float | None = None,
 ) -> torch.Tensor:
     """The weights (b, h, r, n) of the chosen query rows, in O(r·n) memory."""
-    _validate(query, key, None, pattern, 64)
+    _validate(query, key, None, pattern, 64, key_padding_mask)
     b, h, n, d = query.shape
     rows = _rows(rows, n, query.device)
     scale = 1.0 / math.sqrt(d) if scale is None else _checks.scale(scale)
