@@ -12,7 +12,7 @@ import torch
 import torch.multiprocessing as mp
 
 from attnlab import patterns as P
-from attnlab.distributed import context_parallel_attention, ring_attention, ulysses_attention
+from attnlab.distributed import context_parallel_attention, ring_attention, shard, ulysses_attention
 
 ENTRIES = {"ring_attention": ring_attention, "ulysses_attention": ulysses_attention,
            "context_parallel_attention": lambda q, k, v, **kw: context_parallel_attention(q, k, v, **kw)[0]}
@@ -105,6 +105,11 @@ def _empty_worker(rank, world, port, results):
                 got[f"{shape_name}/{setting}"] = [out.detach(), q.grad, k.grad, v.grad]
                 with torch.no_grad():  # inference: the ring's fused path
                     got[f"{shape_name}/{setting}/no grad"] = context_parallel_attention(q, k, v, key_padding_mask=pad, **kw)[0]
+        try:  # a sequence shorter than the number of processes cannot be split
+            shard(torch.zeros(1, 2, 1, 3))
+            got["shorter than the world"] = "no error"
+        except ValueError as e:
+            got["shorter than the world"] = str(e)
         if rank == 0:
             results.update(got)
     finally:
@@ -138,3 +143,9 @@ def test_empty_shards_give_an_empty_result_and_zero_gradients(empty_results, sha
     for grad, shape in ((gq, qs), (gk, qs), (gv, vs)):
         assert grad is not None and grad.shape == shape
         assert torch.equal(grad, torch.zeros(shape, dtype=torch.float64))
+
+
+def test_a_sequence_shorter_than_the_world_is_named_when_sharded(empty_results):
+    assert empty_results["shorter than the world"] == (
+        "a sequence of n=1 positions does not split evenly: the contiguous layout over 2 processes needs n "
+        "divisible by 2; pad the sequence (and mask the padding)")

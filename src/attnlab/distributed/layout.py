@@ -93,7 +93,7 @@ def check_shards(
 
 
 def empty_result(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
-    """The output (b, h, n/W, d_v) when it has no element (empty shards: n < W·1, or b, h or d_v = 0), else None.
+    """The output (b, h, n/W, d_v) when it has no element (n = 0, or b, h or d_v = 0), else None.
 
     Every rank holds shards of one size, so all ranks take this branch together (no peer left waiting).
     The result joins the inputs' graph without reading them: their gradients are zeros."""
