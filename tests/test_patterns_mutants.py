@@ -92,8 +92,8 @@ def test_documents_built_directly_are_not_causal_by_default():
     assert np.array_equal(d.materialize(5).numpy(), want)
 
 
-def test_document_lengths_given_as_floats_become_integer_lengths():
-    d = P.documents(torch.tensor([2.0, 3.0]))
+def test_document_lengths_given_as_an_integer_tensor_become_long_lengths():
+    d = P.documents(torch.tensor([2, 3], dtype=torch.int32))
     assert d.lengths.dtype == torch.long and d.cu_seqlens.dtype == torch.long
     assert d.cu_seqlens.tolist() == [0, 2, 5] and d.total == 5
     assert repr(d) == "documents([2, 3])"

@@ -9,6 +9,7 @@ code, where data-dependent Python branches are not allowed.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -77,6 +78,24 @@ def scale(s: object) -> float:
     if not (math.isfinite(s) and s > 0.0):
         raise ValueError(f"scale must be a finite positive number (or None for 1/sqrt(d)); got {s!r}")
     return s
+
+
+def integer(name: str, value: object, minimum: int = 1) -> int:
+    """An integer (not a bool, not a float such as 2.0) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def number(name: str, value: object, above: float, *, inclusive: bool = False, meaning: str = "") -> float:
+    """A finite real number greater than ``above`` (or equal to it when ``inclusive``)."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    if ok:
+        ok = value >= above if inclusive else value > above
+    if not ok:
+        bound = f"{'>=' if inclusive else '>'} {above:g}"
+        raise ValueError(f"{name} must be a finite number {bound}{f' ({meaning})' if meaning else ''}; got {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def _values_readable(t: torch.Tensor) -> bool:

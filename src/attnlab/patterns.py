@@ -59,6 +59,7 @@ its layout from ``seed`` for each n (the same n gives the same layout).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 import torch
@@ -73,10 +74,31 @@ def _n_blocks(n: int, block: int) -> int:
     return -(-n // block)
 
 
-def _positive(name: str, value: int, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
-    return value
+_positive = _checks.integer  # an integer >= minimum (default 1), bools and floats refused
+
+
+def _lengths(lengths: object) -> torch.Tensor:
+    """Document lengths: a non-empty 1-D sequence (or tensor) of integers >= 0 → (docs,) long."""
+    given = lengths
+    if hasattr(lengths, "__array__") and not isinstance(lengths, torch.Tensor):  # a NumPy array
+        lengths = torch.as_tensor(lengths)
+    if isinstance(lengths, torch.Tensor):
+        integral = not (lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool)
+        if lengths.dim() != 1 or not integral or lengths.device.type == "meta":
+            raise ValueError(
+                "documents needs a non-empty list of lengths >= 0 (a 1-D integer tensor on a device that "
+                f"holds values); got a {lengths.dtype} tensor of shape {_checks.shape(lengths)} on {lengths.device}"
+            )
+        lengths = lengths.tolist()
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+        raise ValueError(f"documents needs a non-empty list of lengths >= 0; got {given!r}")
+    bad = [x for x in lengths if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 0]
+    if not len(lengths) or bad:
+        raise ValueError(
+            f"documents needs a non-empty list of lengths >= 0; got {list(lengths)!r}"
+            + (f" ({bad[0]!r} is not an integer >= 0)" if bad else "")
+        )
+    return torch.tensor([int(x) for x in lengths], dtype=torch.long)
 
 
 class Pattern:
@@ -352,9 +374,7 @@ class Documents(Pattern):
     """Block-diagonal: packed documents of ``lengths`` (positions beyond their sum attend nothing)."""
 
     def __init__(self, lengths: Sequence[int] | torch.Tensor, causal: bool = False):
-        lens = torch.as_tensor(lengths, dtype=torch.long).flatten()
-        if lens.numel() == 0 or bool((lens < 0).any()):
-            raise ValueError(f"documents needs a non-empty list of lengths >= 0; got {lens.tolist()}")
+        lens = _lengths(lengths)
         self.lengths, self.causal = lens, bool(causal)
         self.cu_seqlens = torch.cat([lens.new_zeros(1), lens.cumsum(0)])  # (docs + 1,) starts, then the total
         self.total = int(self.cu_seqlens[-1])

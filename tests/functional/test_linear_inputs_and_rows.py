@@ -79,17 +79,17 @@ def test_a_fully_masked_row_is_zero_even_when_its_query_is_nan(need_weights):
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
 
 
-def test_integer_inputs_with_an_integer_feature_map_through_a_key_mask():
-    # φ(x) = x² + 1 on integer counts: the similarities are exact integers, the output their weighted mean
-    q = torch.tensor([[1, 0], [2, 1]])
-    k = torch.tensor([[0, 1], [1, 1], [2, 0]])
-    v = torch.tensor([[3, 0], [0, 6], [9, 3]])
+def test_integer_valued_inputs_with_a_polynomial_feature_map_through_a_key_mask():
+    # φ(x) = x² + 1 on integer values: the similarities are exact integers, the output their weighted mean
+    q = torch.tensor([[1, 0], [2, 1]], dtype=torch.float64)
+    k = torch.tensor([[0, 1], [1, 1], [2, 0]], dtype=torch.float64)
+    v = torch.tensor([[3, 0], [0, 6], [9, 3]], dtype=torch.float64)
     keep = torch.tensor([[True, True, False]])
     out, _ = linear_attention(q, k, v, mask=keep, feature_map=lambda x: x * x + 1)
     # s = φ(q) φ(k)ᵀ over keys 0, 1: row 0: φ(q)=(2,1), φ(k0)=(1,2), φ(k1)=(2,2) → 4, 6; row 1: (5,2) → 9, 14
     want = np.array([[4 * np.array([3, 0]) + 6 * np.array([0, 6])], [9 * np.array([3, 0]) + 14 * np.array([0, 6])]])[:, 0]
     want = want / np.array([[10.0], [23.0]])
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12)
 
 
 def test_default_is_non_causal_and_returns_no_weights():

@@ -75,7 +75,7 @@ TOPK_CASES = {
     "broadcast_leads": ((2, 1, 6, 4), (1, 3, 6, 4), (1, 1, 6, 2), 2, None, None, None),
     "3d_more_keys_than_queries": ((2, 4, 3), (2, 7, 3), (2, 7, 5), 3, None, None, None),
     "2d": ((5, 4), (5, 4), (5, 3), 2, None, P.sliding_window(2, 1), None),
-    "negative_scale_reverses_the_choice": ((1, 1, 6, 4), (1, 1, 6, 4), (1, 1, 6, 3), 2, -0.7, None, None),
+    "large_scale": ((1, 1, 6, 4), (1, 1, 6, 4), (1, 1, 6, 3), 2, 3.0, None, None),
 }
 
 
@@ -104,7 +104,7 @@ def test_topk_attention_and_its_gradients_against_a_float64_topk_softmax(case):
         assert bool((out[1] == 0).all())
 
 
-@pytest.mark.parametrize("scale", [None, 0.5, -1.0])
+@pytest.mark.parametrize("scale", [None, 0.5, 3.0])
 def test_topk_mask_is_the_float64_choice_for_2d_3d_and_4d_inputs(scale):
     g = torch.Generator().manual_seed(5)
     for shape_q, shape_k in [((5, 3), (6, 3)), ((2, 4, 3), (2, 7, 3)), ((1, 2, 5, 4), (1, 2, 5, 4))]:
@@ -336,12 +336,13 @@ def test_topk_with_a_single_key_gives_its_value_to_every_query():
     torch.testing.assert_close(got, v.detach().expand(1, 2, 3, 3), atol=1e-12, rtol=0)
 
 
-def test_topk_with_no_features_and_a_given_scale_averages_the_values():
-    # d = 0: every score is 0; keeping all 4 keys gives the plain mean of the values
+def test_topk_with_no_features_is_refused_as_in_the_core():
+    # d = 0: no score to rank the keys by (and 1/sqrt(d) does not exist): the core's rule, d >= 1
     q, k = torch.zeros(2, 3, 0, dtype=torch.float64), torch.zeros(2, 4, 0, dtype=torch.float64)
     v = torch.randn(2, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    got = topk_attention(q, k, v, 4, scale=1.0)
-    torch.testing.assert_close(got, v.mean(1, keepdim=True).expand(2, 3, 3), atol=1e-12, rtol=0)
+    for scale in (None, 1.0):
+        with pytest.raises(ValueError, match=re.escape("query must have at least one feature (d >= 1); got shape (2, 3, 0)")):
+            topk_attention(q, k, v, 4, scale=scale)
 
 
 def _block_used(out):

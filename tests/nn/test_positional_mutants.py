@@ -168,7 +168,7 @@ def test_rope_scaling_refusals_name_what_was_given():
             f"unknown RoPE scaling keys ['alpha', 'rope_type']; known: {known}")
     for factor in (True, "2", 0.99, None):
         refused({"type": "linear", "factor": factor},
-                f"scaling['factor'] must be a number >= 1 (the context extension); got {factor!r}")
+                f"scaling['factor'] must be a finite number >= 1 (the context extension); got {factor!r}")
     for kind in ("dynamic", "yarn"):
         for L in (None, True, 4096.0, 0):
             refused({"type": kind, "factor": 2, "original_max_position": L},
@@ -203,7 +203,7 @@ def test_dynamic_ntk_just_past_the_trained_length_and_in_forward():
 @pytest.mark.parametrize("d,L,s,betas", [
     (16, 256, 4.0, {}),  # lo = ⌊0.21⌋ = 0 without clipping
     (16, 10**9, 2.0, {}),  # hi = ⌈15.6⌉ clipped to d − 1 = 15
-    (16, 100, 3.0, {"beta_fast": 1.0, "beta_slow": 2.0}),  # lo = hi = 2: the ramp's +0.001
+    (16, 4, 3.0, {}),  # dim_of(β_slow) = −0.39: lo = hi = 0 (clipped, rounded up): the ramp's +0.001
     (32, 8192, 8.0, {"beta_fast": 16.0, "beta_slow": 2.0}),
     (16, 10**7, 2.0, {"beta_fast": 1e4, "beta_slow": 0.01}),  # lo = 4, hi = ⌈16.3⌉ clipped to 15: the clip shapes the ramp
     (64, 2011, 2.0, {}),  # dim_of(β_fast = 32) = 8.0007: lo = 8 exactly at the default β_fast

@@ -17,9 +17,13 @@ hands each rank the gradient of its own slice (``comm.all_gather``).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
 
+from .. import _checks
+from ..patterns import Pattern
 from .comm import all_gather
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -35,8 +39,8 @@ def world(group: dist.ProcessGroup | None = None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def _check_layout(layout: str) -> None:
-    if layout not in LAYOUTS:
+def _check_layout(layout: object) -> None:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
 
 
@@ -55,6 +59,49 @@ def positions(n: int, world_size: int, rank: int, layout: str = "contiguous", de
     other = parts - 1 - rank
     return torch.cat([torch.arange(rank * c, (rank + 1) * c, device=device),
                       torch.arange(other * c, (other + 1) * c, device=device)])
+
+
+def check_shards(
+    q: object, k: object, v: object, key_padding_mask: object, scale: object, pattern: object, layout: object
+) -> float | None:
+    """Entry checks of the context-parallel attentions → the scale (None: 1/√d).
+
+    q, k (b, h, n/W, d) and v (b, h, n/W, d_v) of one floating dtype; ``key_padding_mask`` bool (b, n/W);
+    ``pattern`` None or an ``attnlab.patterns.Pattern``; ``layout`` one of ``LAYOUTS``."""
+    _check_layout(layout)
+    if pattern is not None and not isinstance(pattern, Pattern):
+        raise ValueError(f"pattern must be None or an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if _checks.tensor(name, t).dim() != 4:
+            raise ValueError(f"{name} must be this rank's shard (b, h, n/W, d); got shape {_checks.shape(t)}")
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)  # checked
+    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3]:
+        raise ValueError(
+            "q, k and v must share (b, h, n/W) (self-attention over one sharded sequence); got "
+            f"q {_checks.shape(q)}, k {_checks.shape(k)}, v {_checks.shape(v)}"
+        )
+    _checks.floating(("q", "k", "v"), (q, k, v))
+    _checks.features("q", q)
+    _checks.features_match("context-parallel attention", q, k)
+    m = key_padding_mask
+    if m is not None and (not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (q.shape[0], q.shape[2])):
+        got = f"{m.dtype} {_checks.shape(m)}" if isinstance(m, torch.Tensor) else type(m).__name__
+        raise ValueError(
+            f"key_padding_mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = real token; got {got}"
+        )
+    return None if scale is None else _checks.scale(scale)
+
+
+def empty_result(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """The output (b, h, n/W, d_v) when it has no element (n = 0, or b, h or d_v = 0), else None.
+
+    Every rank holds shards of one size, so all ranks take this branch together (no peer left waiting).
+    The result joins the inputs' graph without reading them: their gradients are zeros."""
+    shape = (*q.shape[:-1], v.shape[-1])
+    if math.prod(shape):
+        return None
+    zero = sum(t.flatten()[:0].sum() for t in (q, k, v))
+    return v.new_zeros(shape) + zero
 
 
 def shard(x: torch.Tensor, dim: int = -2, group: dist.ProcessGroup | None = None, layout: str = "contiguous") -> torch.Tensor:
@@ -78,4 +125,4 @@ def gather(x_local: torch.Tensor, dim: int = -2, group: dist.ProcessGroup | None
     return whole.index_select(dim, torch.argsort(order))  # back to sequence order
 
 
-__all__ = ["LAYOUTS", "positions", "shard", "gather", "world"]
+__all__ = ["LAYOUTS", "positions", "shard", "gather", "world", "check_shards", "empty_result"]

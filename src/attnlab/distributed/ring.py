@@ -38,7 +38,7 @@ from ..functional.attention import attention, finish_nonfinite, zero_nonfinite
 from ..functional.scores import default_scale
 from ..kernels import attention_lse, block_sparse_attention, flash, merge
 from .comm import exchange, ring_shift, tie
-from .layout import positions, world
+from .layout import check_shards, empty_result, positions, world
 
 
 def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, n: int, pattern, causal: bool) -> torch.Tensor | None:
@@ -197,7 +197,10 @@ def ring_attention(
     layout: str = "contiguous",
 ) -> torch.Tensor:
     """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v)."""
+    scale = check_shards(q, k, v, key_padding_mask, scale, pattern, layout)
     rank, size = world(group)
+    if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to pass around
+        return empty
     c = q.shape[-2]
     n = c * size
     s = default_scale(q.shape[-1]) if scale is None else scale

@@ -20,7 +20,7 @@ import torch.distributed.nn.functional as dist_fn
 from .. import patterns as P
 from ..functional.attention import attention
 from ..kernels import block_sparse_attention
-from .layout import positions, world
+from .layout import check_shards, empty_result, positions, world
 
 
 def _to_heads(x: torch.Tensor, size: int, order: torch.Tensor | None, group) -> torch.Tensor:
@@ -53,6 +53,7 @@ def ulysses_attention(
     layout: str = "contiguous",
 ) -> torch.Tensor:
     """Attention over the whole sharded sequence by head parallelism; → out (b, h, n/W, d_v)."""
+    scale = check_shards(q, k, v, key_padding_mask, scale, pattern, layout)
     rank, size = world(group)
     h, c = q.shape[1], q.shape[-2]
     if h % size:
@@ -60,6 +61,8 @@ def ulysses_attention(
             f"ulysses attention splits the heads across the processes: h={h} heads do not divide by "
             f"the world size {size}; use mode='ring', or a head count divisible by {size}"
         )
+    if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to trade
+        return empty
     n = c * size
     g = group or dist.group.WORLD
     order = None if layout == "contiguous" else torch.cat([positions(n, size, r, layout) for r in range(size)]).to(q.device)

@@ -64,6 +64,8 @@ def latent_attention(
     for name, t, dims in (("q_content", q_content, 4), ("q_rope", q_rope, 4), ("c_kv", c_kv, 3), ("k_rope", k_rope, 3)):
         if _checks.tensor(name, t).dim() != dims:
             raise ValueError(f"{name} must have {dims} dimensions; got shape {_checks.shape(t)}")
+    _checks.floating(("q_content", "q_rope", "c_kv", "k_rope", "w_uk", "w_uv"),
+                     (q_content, q_rope, c_kv, k_rope, _checks.tensor("w_uk", w_uk, 2), _checks.tensor("w_uv", w_uv, 2)))
     d_c = c_kv.shape[-1]
     if w_uk.shape[1] != d_c or w_uv.shape[1] != d_c or w_uk.shape[0] % num_heads or w_uv.shape[0] % num_heads:
         raise ValueError(

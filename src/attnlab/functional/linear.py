@@ -74,6 +74,8 @@ def _validate(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> No
             f"linear attention needs query (..., q, d), key (..., k, d) and value (..., k, d_v); got "
             f"query {_checks.shape(query)}, key {_checks.shape(key)}, value {_checks.shape(value)}"
         )
+    _checks.floating(("query", "key", "value"), (query, key, value))
+    _checks.features("query", query)  # φ(q)ᵀ Σ φ(k) over no feature: no similarity at all
 
 
 def _is_key_mask(mask: torch.Tensor | None) -> bool:
@@ -129,7 +131,7 @@ def linear_attention(
     """
     _validate(query, key, value)
     if mask is not None:
-        if mask.dtype != torch.bool:
+        if _checks.tensor("mask", mask, 0).dtype != torch.bool:
             raise TypeError(f"linear attention takes a bool mask (True = may attend); got dtype {mask.dtype} (an additive bias needs a softmax)")
         lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
         _checks.mask(mask, torch.Size((*lead, query.shape[-2], key.shape[-2])))

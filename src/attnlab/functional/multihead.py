@@ -187,6 +187,9 @@ def multi_head_attention(
     check_heads(num_heads, h_kv, w_q, w_k, w_v)
     if _checks.tensor("w_o", w_o).dim() != 2 or w_o.shape[1] != w_q.shape[0]:
         raise ValueError(f"w_o must be (d_out, {w_q.shape[0]}); got {_checks.shape(w_o)}")
+    params = {n: t for n, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o), ("b_q", b_q), ("b_k", b_k),
+                                ("b_v", b_v), ("b_o", b_o)) if t is not None}
+    _checks.floating(("query", *params), (query, *params.values()))  # one dtype (several under autocast)
     mask = as_score_mask(mask, query.shape[0], key.shape[1])
     if mask is not None:
         # a float bias must have the scores' dtype: the query's, or under autocast the heads' (checked by attention)

@@ -292,20 +292,42 @@ class BlockWeights:
 
 
 
-def _validate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pattern: object, block: object) -> None:
-    for name, t in (("query", q), ("key", k), ("value", v)):
+def _validate(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, pattern: object, block: object, key_padding_mask: object
+) -> None:
+    """Entry checks: query, key (b, h, n, d), value (b, h, n, d_v) (None: not given), one floating dtype."""
+    named = (("query", q), ("key", k)) + ((("value", v),) if v is not None else ())
+    for name, t in named:
         _checks.tensor(name, t, 4)
         if t.dim() != 4:
             raise ValueError(f"{name} must be (b, h, n, d); got shape {_checks.shape(t)}")
-    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+    vv = k if v is None else v
+    if q.shape[:3] != k.shape[:3] or k.shape[:3] != vv.shape[:3] or q.shape[-1] != k.shape[-1]:
+        given = ", ".join(f"{name} {_checks.shape(t)}" for name, t in named)
         raise ValueError(
-            f"block-sparse self-attention needs query, key (b, h, n, d) and value (b, h, n, d_v) with the "
-            f"same b, h, n and d; got query {_checks.shape(q)}, key {_checks.shape(k)}, value {_checks.shape(v)}"
+            "block-sparse self-attention needs query, key (b, h, n, d) and value (b, h, n, d_v) with the "
+            f"same b, h, n and d; got {given}"
         )
+    _checks.floating(tuple(n for n, _ in named), tuple(t for _, t in named))
     if not isinstance(pattern, Pattern):
         raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer; got {block!r}")
+    if key_padding_mask is not None and not isinstance(key_padding_mask, torch.Tensor):
+        raise ValueError(f"key_padding_mask must be a bool tensor (b, n) or (b, 1, 1, n); got {type(key_padding_mask).__name__}")
+
+
+def _rows(rows: object, n: int, device: torch.device) -> torch.Tensor:
+    """Query row indices in [0, n) → (r,) long."""
+    try:
+        r = rows if isinstance(rows, torch.Tensor) else torch.as_tensor(rows, device="cpu")
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"rows must be a 1-D list of integer query indices; got {rows!r}") from None
+    if r.dim() != 1 or r.dtype.is_floating_point or r.dtype.is_complex or r.dtype == torch.bool:
+        raise ValueError(f"rows must be a 1-D list of integer query indices; got {rows!r}")
+    if r.device.type != "meta" and r.numel() and not bool(((r >= 0) & (r < n)).all()):
+        raise ValueError(f"rows must be query indices in [0, {n}); got {r.tolist()}")
+    return r.to(device=device, dtype=torch.long)
 
 
 def block_sparse_attention(
@@ -340,13 +362,13 @@ def block_sparse_attention(
     Device: CPU tensors run the CPU kernels, CUDA tensors ``flex_attention`` (block mask cached per
     pattern, n and device), others dense masked attention (``attnlab.kernels.devices``).
     """
-    _validate(query, key, value, pattern, block)
+    _validate(query, key, value, pattern, block, key_padding_mask)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
     b, h, n, d = query.shape
     if d == 0:
         raise ValueError(f"query and key need at least one feature (d >= 1); got query {_checks.shape(query)}")
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(d) if scale is None else _checks.scale(scale)
     pad = _key_real(key_padding_mask, b, n, -(-n // block), block, query.device)
     if query.numel() == 0 or value.numel() == 0:  # b, h or n is 0 (or d_v is): an empty output, as SDPA gives
         out = value * 0.0 + (query.sum() + key.sum()) * 0.0
@@ -415,9 +437,10 @@ def weights_for_rows(
     scale: float | None = None,
 ) -> torch.Tensor:
     """The weights (b, h, r, n) of the chosen query rows, in O(r·n) memory."""
+    _validate(query, key, None, pattern, 64, key_padding_mask)
     b, h, n, d = query.shape
-    rows = torch.as_tensor(rows, dtype=torch.long, device=query.device)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    rows = _rows(rows, n, query.device)
+    scale = 1.0 / math.sqrt(d) if scale is None else _checks.scale(scale)
     s = (query[:, :, rows] * scale) @ key.transpose(-1, -2)  # (b, h, r, n)
     allow = pattern.allows(rows[:, None], torch.arange(n, device=query.device)[None, :], n)  # (r, n)
     if key_padding_mask is not None:

@@ -70,6 +70,9 @@ def neighborhood_attention_2d(
             f"query, key (b, h, H, W, d) and value (b, h, H, W, d_v) must share b, h, H, W (and d); got "
             f"{_checks.shape(query)}, {_checks.shape(key)}, {_checks.shape(value)}"
         )
+    _checks.floating(("query", "key", "value"), (query, key, value))
+    if scale is not None:
+        scale = _checks.scale(scale)
     b, h, H, W, _ = query.shape
     pattern = _pattern(H, W, kernel, dilation)
     q, k, v = (t.flatten(2, 3) for t in (query, key, value))  # (b, h, H·W, d)

@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from .. import _checks
 from ..functional.attention import finish_nonfinite, zero_nonfinite
 from ..functional.softmax import masked_softmax
 from ..patterns import Pattern
@@ -56,6 +57,7 @@ class TopK:
         key_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys."""
+        scale, key_padding_mask = _validate(query, key, None, scale, key_padding_mask)
         n = key.shape[-2]
         idx, ok = topk_indices(query, key, self, scale=scale, key_padding_mask=key_padding_mask)  # (…, n, k)
         out = torch.zeros(*idx.shape[:-1], n, dtype=torch.bool, device=key.device)
@@ -70,6 +72,59 @@ def top_k(k: int, within: Pattern | None = None) -> TopK:
     return TopK(k, within)
 
 
+def _as_topk(topk: object) -> TopK:
+    """A ``TopK``, or its k as an integer >= 1."""
+    return topk if isinstance(topk, TopK) else TopK(topk)  # type: ignore[arg-type]  # TopK checks k
+
+
+def _validate(
+    query: object, key: object, value: object | None, scale: object, key_padding_mask: object
+) -> tuple[float | None, torch.Tensor | None]:
+    """Entry checks of the top-k functions → (scale or None, key padding mask (…, n) or None)."""
+    names = ("query", "key") if value is None else ("query", "key", "value")
+    given = (query, key) if value is None else (query, key, value)
+    tensors = tuple(_checks.tensor(n, t, 2) for n, t in zip(names, given))
+    _checks.floating(names, tensors)
+    q, k = tensors[0], tensors[1]
+    _checks.features("query", q)
+    _checks.features_match("top-k attention", q, k)
+    if value is not None and tensors[2].shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same length n: key {_checks.shape(k)}, value {_checks.shape(tensors[2])}"
+        )
+    lead = _checks.leading_broadcast(names, tensors)
+    scale = None if scale is None else _checks.scale(scale)
+    return scale, _key_padding(key_padding_mask, tuple(lead), k.shape[-2])
+
+
+def _key_padding(m: object, lead: tuple[int, ...], n: int) -> torch.Tensor | None:
+    """A key padding mask as (…, n), broadcastable to the leading dimensions ``lead`` + (n,).
+
+    Accepted: (…, n) against the leading dimensions (e.g. (b, 1, n) or (b, h, n) for (b, h, n, d)
+    inputs), the scores' form (…, 1, n) (e.g. (b, 1, 1, n)), and (b, n) for the first leading dimension.
+    """
+    if m is None:
+        return None
+    expected = (
+        f"key_padding_mask must be bool, True = real token, shaped (b, n), (…, n) or (…, 1, n) to match the "
+        f"inputs' leading dimensions ({', '.join(map(str, lead))}) and n={n} keys"
+    )
+    if not isinstance(m, torch.Tensor):
+        raise ValueError(f"{expected}; got {type(m).__name__}")
+    if m.dtype != torch.bool:
+        raise _checks.DtypeError(f"{expected}; got dtype {m.dtype} (convert with mask.bool())")
+    given = m
+    if m.dim() == len(lead) + 2 and m.shape[-2] == 1:
+        m = m.squeeze(-2)  # the scores' form (…, 1, n)
+    elif m.dim() == 2 and len(lead) >= 2 and m.shape[0] in (1, lead[0]):
+        m = m.view(m.shape[0], *([1] * (len(lead) - 1)), m.shape[-1])  # (b, n) → (b, 1, …, n)
+    try:
+        ok = m.dim() == len(lead) + 1 and tuple(torch.broadcast_shapes(m.shape, (*lead, n))) == (*lead, n)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{expected}; got shape {_checks.shape(given)}")
+    return m
 
 
 @torch.no_grad()
@@ -88,6 +143,8 @@ def topk_indices(
     ``first``: bool (…, n), keys chosen before any other wherever allowed (the non-finite ones, whose
     row is NaN whatever else it keeps).
     """
+    topk = _as_topk(topk)
+    scale, key_padding_mask = _validate(query, key, None, scale, key_padding_mask)
     n, d = key.shape[-2], query.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     kk = min(topk.k, n)
@@ -121,9 +178,10 @@ def topk_attention(
 ) -> torch.Tensor:
     """Self-attention where each query attends its k best keys: (b, h, n, d) → (b, h, n, d_v).
 
-    ``key_padding_mask``: bool (b, 1, n) or (b, h, n), True = real token.
+    ``key_padding_mask``: bool (b, n), (b, 1, n), (b, h, n) or (b, 1, 1, n), True = real token.
     """
-    topk = TopK(topk) if isinstance(topk, int) else topk
+    topk = _as_topk(topk)
+    scale, key_padding_mask = _validate(query, key, value, scale, key_padding_mask)
     d = query.shape[-1]
     if query.shape[-2] == 0 or key.shape[-2] == 0:  # nothing to choose from: an empty (or all-zero) output
         lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])

@@ -26,6 +26,7 @@ request) (h, total, total), zero across documents. Caveats: self-attention only 
 from __future__ import annotations
 
 import functools
+import numbers
 
 import torch
 
@@ -40,13 +41,36 @@ def _pattern(lengths: tuple[int, ...], causal: bool) -> Documents:
     return documents(lengths, causal)  # one object per packing, so the kernel's plan is reused
 
 
-def lengths_of(cu_seqlens: torch.Tensor | list[int]) -> tuple[int, ...]:
-    """cu_seqlens [0, …, total] (docs + 1,) → the documents' lengths."""
-    cu = torch.as_tensor(cu_seqlens).flatten()
-    if cu.numel() < 1 or cu.dtype.is_floating_point or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
-        raise ValueError(
-            f"cu_seqlens must be non-decreasing integers starting at 0, [0, l_1, l_1 + l_2, …, total]; got {cu.tolist()}"
-        )
+_CU = "cu_seqlens must be non-decreasing integers starting at 0, [0, l_1, l_1 + l_2, …, total]"
+
+
+def _boundaries(cu_seqlens: object, device: torch.device | None) -> torch.Tensor:
+    """cu_seqlens as a 1-D integer tensor on the host (from a list, or a tensor on the CPU or ``device``)."""
+    if isinstance(cu_seqlens, torch.Tensor):
+        cu = cu_seqlens
+        if cu.device.type == "meta" or cu.device.type not in ("cpu", getattr(device, "type", "cpu")):
+            where = "the CPU" + ("" if device is None or device.type == "cpu" else f" or the inputs' device {device}")
+            raise ValueError(f"{_CU}, on {where}; got a tensor on {cu.device}")
+        if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
+            raise ValueError(f"{_CU}; got {cu.tolist()} ({cu.dtype})")
+    elif isinstance(cu_seqlens, (list, tuple)):
+        if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in cu_seqlens):
+            raise ValueError(f"{_CU}; got {list(cu_seqlens)}")
+        cu = torch.tensor([int(x) for x in cu_seqlens], dtype=torch.long)
+    else:
+        raise ValueError(f"{_CU} (a 1-D integer tensor or list); got {type(cu_seqlens).__name__}")
+    if cu.dim() != 1:
+        raise ValueError(f"{_CU}, a 1-D tensor (docs + 1,); got shape {_checks.shape(cu)}")
+    return cu.cpu()
+
+
+def lengths_of(cu_seqlens: torch.Tensor | list[int], device: torch.device | None = None) -> tuple[int, ...]:
+    """cu_seqlens [0, …, total] (docs + 1,) → the documents' lengths.
+
+    ``device``: the inputs' device, where a cu_seqlens tensor may live besides the CPU."""
+    cu = _boundaries(cu_seqlens, device)
+    if cu.numel() < 1 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"{_CU}; got {cu.tolist()}")
     return tuple(int(x) for x in (cu[1:] - cu[:-1]))
 
 
@@ -66,7 +90,10 @@ def varlen_attention(
         _checks.tensor(name, t, 3)
         if t.dim() != 3:
             raise ValueError(f"{name} must be packed (total, h, d); got shape {_checks.shape(t)}")
-    lengths = lengths_of(cu_seqlens)
+    _checks.floating(("query", "key", "value"), (query, key, value))
+    if scale is not None:
+        scale = _checks.scale(scale)
+    lengths = lengths_of(cu_seqlens, query.device)
     total = sum(lengths)
     if query.shape[:2] != key.shape[:2] or key.shape[:2] != value.shape[:2] or query.shape[0] != total:
         raise ValueError(

@@ -44,8 +44,14 @@ from torch import nn
 from .. import _checks
 
 
+def _base(base: object) -> float:
+    """The wavelength base of sinusoidal and rotary encodings: a finite number > 1 (θ_i = base^{-2i/d} falls with i)."""
+    return _checks.number("base", base, 1.0, meaning="the wavelength base, e.g. 10000")
+
+
 def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
     """(n,) positions → (n, dim) sinusoidal encodings (sin on even, cos on odd features)."""
+    _base(base)
     if dim % 2:
         raise ValueError(f"sinusoidal encodings need an even dim; got {dim}")
     inv = base ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)  # (d/2,)
@@ -60,6 +66,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         if dim % 2:
             raise ValueError(f"SinusoidalPositionalEncoding needs an even dim; got {dim}")
+        _base(base)
         self.dim, self.base = dim, base
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -103,16 +110,28 @@ def _check_scaling(scaling: dict | None) -> dict | None:
     extra = set(scaling) - known
     if extra:
         raise ValueError(f"unknown RoPE scaling keys {sorted(extra)}; known: {sorted(known)}")
-    factor = scaling.get("factor")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
-        raise ValueError(f"scaling['factor'] must be a number >= 1 (the context extension); got {factor!r}")
-    if scaling["type"] in ("dynamic", "yarn"):
-        L = scaling.get("original_max_position")
+    _checks.number("scaling['factor']", scaling.get("factor"), 1.0, inclusive=True, meaning="the context extension")
+    L = scaling.get("original_max_position")
+    if scaling["type"] in ("dynamic", "yarn") or L is not None:
         if isinstance(L, bool) or not isinstance(L, int) or L < 1:
             raise ValueError(
                 f"scaling type {scaling['type']!r} needs 'original_max_position' (the trained context, an int >= 1); got {L!r}"
             )
+    _check_yarn(scaling)
     return dict(scaling)
+
+
+def _check_yarn(scaling: dict) -> None:
+    """YaRN's optional settings: rotation counts β_fast > β_slow > 0, an attention factor > 0."""
+    fast = _checks.number("scaling['beta_fast']", scaling.get("beta_fast", 32.0), 0.0, meaning="rotations over L")
+    slow = _checks.number("scaling['beta_slow']", scaling.get("beta_slow", 1.0), 0.0, meaning="rotations over L")
+    if fast <= slow:
+        raise ValueError(
+            f"scaling['beta_fast'] must be greater than scaling['beta_slow'] (the fast dims rotate more often); "
+            f"got beta_fast={fast:g}, beta_slow={slow:g}"
+        )
+    if scaling.get("attention_factor") is not None:
+        _checks.number("scaling['attention_factor']", scaling["attention_factor"], 0.0, meaning="None for 0.1 ln s + 1")
 
 
 def _yarn(head_dim: int, base: float, sc: dict) -> tuple[torch.Tensor, float]:
@@ -147,8 +166,9 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: dict | None = None):
         super().__init__()
-        if head_dim % 2 or head_dim < 2:
-            raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim}")
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim % 2 or head_dim < 2:
+            raise ValueError(f"rotary embeddings need an even head_dim; got {head_dim!r}")
+        _base(base)
         self.head_dim, self.base = head_dim, base
         self.scaling = sc = _check_scaling(scaling)
         theta = _rope_inv_freq(head_dim, base)
