@@ -118,6 +118,7 @@ def _check_flags(args) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..data import build_corpus
+    from ..train.checkpoint import check_out_dir
     from ..train.load import load_model
     from ..train.loop import TrainConfig, train, train_config_from
 
@@ -160,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from(args, TrainConfig)
         extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
+    check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
     if not args.quiet and rt.is_main:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
