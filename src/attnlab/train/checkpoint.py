@@ -62,6 +62,9 @@ FORMAT = 1
 MARKER = ".complete"
 RECORD = ".attnlab-save"
 OWN = ("config.json", "model.safetensors", MARKER, RECORD)  # names a caller's ``files`` may not take
+# What a run writes into its checkpoint folder besides saves (TensorBoard's event files), maybe before
+# the first one: a folder holding only these still takes a checkpoint, and each save carries them along.
+KEPT = ("tensorboard",)
 
 # A hook called with the name of each step of a save (tests inject a kill here).
 _on_step: Callable[[str], None] | None = None
@@ -255,7 +258,7 @@ def _refuse_foreign(path: Path) -> None:
     shown = _readable(path)
     if shown.exists() and not shown.is_dir():
         raise CheckpointError(f"{path} is a file, not a folder: choose a new or empty folder for the checkpoint")
-    if shown.is_dir() and any(shown.iterdir()) and not is_checkpoint(shown):
+    if shown.is_dir() and any(p.name not in KEPT for p in shown.iterdir()) and not is_checkpoint(shown):
         names = ", ".join(sorted(p.name for p in shown.iterdir())[:5])
         raise CheckpointError(
             f"{path} is a folder that is not an attnlab checkpoint (it holds {names}); it is left alone: "
