@@ -89,3 +89,22 @@ def test_nothing_of_the_users_is_overwritten_or_deleted(tmp_path):
     save_checkpoint(empty, {"w": torch.zeros(1)}, {})  # an empty folder may take a checkpoint
     save_checkpoint(empty, {"w": torch.ones(1)}, {})  # and so may our own checkpoint
     assert float(load_checkpoint(empty)[0]["w"][0]) == 1.0
+
+
+def test_a_checkpoint_from_before_the_file_list_is_replaced_and_the_users_files_carried(tmp_path):
+    """Older attnlab wrote an empty ``.complete``: the new save replaces the files it writes itself
+    (and config.json, model.safetensors); anything else in the folder moves into the new checkpoint."""
+    from safetensors.torch import save_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_file({"w": torch.zeros(2)}, str(run / "model.safetensors"))
+    (run / "config.json").write_text(json.dumps({"format": 1}))
+    (run / "vocab.json").write_text('["old"]')
+    (run / "notes.txt").write_text("mine")
+    (run / ".complete").write_text("")
+    save_checkpoint(run, {"w": torch.ones(2)}, {"n": 2}, {"vocab.json": '["new"]'})
+    tensors, config, _ = load_checkpoint(run)
+    assert torch.equal(tensors["w"], torch.ones(2)) and config["n"] == 2
+    assert (run / "vocab.json").read_text() == '["new"]' and (run / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.lock", "run"]

@@ -115,6 +115,8 @@ def _kills(tmp_path: Path, prepare, save: str) -> tuple[int, list[str]]:
             return n - 1, seen
         before = _snapshot(root)
         seen.append(_which(run))
+        if not run.exists():  # moved aside: only ever after the new checkpoint was complete, read then
+            assert seen[-1] != "old", n
         assert _snapshot(root) == before, f"reading wrote or deleted something (kill before call {n})"
         _user_files_survive(root, carried=False)
         save_checkpoint(run, *SAVES["next"])  # the next save repairs what the kill left

@@ -143,13 +143,14 @@ def _writes() -> bool:
 
 
 def _leftovers(target: Path) -> list[Path]:
-    """Siblings with the names of a save's folders, ``.NAME.<random>.attnlab-new|old``, newest first."""
+    """Siblings with the names of a save's folders, ``.NAME.<random>.attnlab-new|old``: new ones first, newest first."""
     pattern = re.compile(rf"\.{re.escape(target.name)}\.[0-9a-f]{{16}}\.attnlab-(new|old)")
     try:
         found = [p for p in target.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
     except OSError:
         return []
-    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    # a new folder before an old one (both complete only when a kill fell between steps 2 and 3)
+    return sorted(found, key=lambda p: (p.name.endswith("new"), p.stat().st_mtime_ns), reverse=True)
 
 
 def _record(folder: Path) -> dict | None:
@@ -168,13 +169,14 @@ def _complete(folder: Path) -> bool:
     return (folder / MARKER).is_file() if folder.name.endswith("new") else is_checkpoint(folder)
 
 
-def _manifest(folder: Path) -> set[str]:
-    """The files a save wrote into ``folder`` (for a checkpoint from before the list: its top-level files)."""
+def _manifest(folder: Path, before_lists: set[str] = frozenset()) -> set[str]:
+    """The files a save wrote into ``folder``; for a checkpoint from before ``.complete`` listed them,
+    ``before_lists`` (the files of the save that replaces it) and ``config.json``, ``model.safetensors``."""
     try:
         files = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
         return {str(f) for f in files} | set(OWN)
-    except (OSError, ValueError, KeyError, TypeError):  # an empty .complete, from before the list
-        return {p.name for p in folder.iterdir() if p.is_file()} | set(OWN)
+    except (OSError, ValueError, KeyError, TypeError):  # no list (an empty .complete, or none)
+        return set(before_lists) | set(OWN)
 
 
 def _readable(target: Path) -> Path:
@@ -319,7 +321,7 @@ def _swap(target: Path, new: Path) -> None:
     old = None
     if target.exists():
         old = new.with_name(new.name[: -len("new")] + "old")
-        _write_record(target, old.name, _manifest(target))
+        _write_record(target, old.name, _manifest(target, _manifest(new)))
         fsync_file(target / RECORD)
         os.rename(target, old)
         fsync_dir(target.parent)
