@@ -76,3 +76,14 @@ def test_a_run_may_save_again_and_again_under_its_own_claim(tmp_path):
     for n in range(3):
         save_checkpoint(run, {"w": torch.full((2,), float(n))}, {"n": n})
     assert load_checkpoint(run)[1]["n"] == 2
+
+
+def test_the_current_folder_is_refused_as_a_checkpoint_folder(tmp_path, monkeypatch):
+    """A save replaces the folder whole: the process (and the user's shell) would be left in a deleted one."""
+    run = tmp_path / "run"
+    (run / "sub").mkdir(parents=True)
+    monkeypatch.chdir(run / "sub")
+    for spelled in (".", "..", run):
+        with pytest.raises(CheckpointError, match="is the current folder or holds it"):
+            save_checkpoint(spelled, {"w": torch.ones(2)}, {})
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run", "sub"]

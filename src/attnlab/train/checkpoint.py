@@ -116,7 +116,7 @@ def _try_lock(fd: int) -> bool:
 
 def _acquire(target: Path) -> str | None:
     """Lock ``target`` for this process; the lock's key when this call took it, None when held already."""
-    key = os.path.abspath(target.parent / f".{target.name}.lock")
+    key = os.path.join(os.path.realpath(target.parent), f".{target.name}.lock")  # one key per folder, however spelled
     if key in _held:
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +132,16 @@ def _acquire(target: Path) -> str | None:
 def _release(key: str | None) -> None:
     if key is not None:
         os.close(_held.pop(key))  # closing the descriptor drops the lock
+
+
+def _folder(directory: str | Path) -> Path:
+    """The folder a save may replace; not the current folder, nor one that holds it."""
+    path = Path(directory)
+    full, here = os.path.abspath(path), os.path.abspath(os.curdir)
+    if here == full or here.startswith(full.rstrip(os.sep) + os.sep):
+        raise CheckpointError(f"{path} is the current folder or holds it; a save replaces the checkpoint folder "
+                              "whole: give it by a name from outside it")
+    return path
 
 
 def _writes() -> bool:
@@ -248,7 +258,7 @@ def recover(directory: str | Path) -> bool:
 
     With ``NAME`` missing, the complete new folder of a save becomes ``NAME``, else its old
     folder. Then the leftovers of saves are cleaned up (see the module's docstring)."""
-    target = Path(directory)
+    target = _folder(directory)
     key = _acquire(target)
     try:
         return _repair(target)
@@ -274,7 +284,7 @@ def check_out_dir(directory: str | Path) -> Path:
     Raises ``CheckpointError`` for a file, or a folder of the user's that holds anything else
     (nothing of it would be kept otherwise), and when another run holds the folder's lock.
     Then takes that lock for the rest of this process, and finishes an interrupted save."""
-    path = Path(directory)
+    path = _folder(directory)
     _refuse_foreign(path)
     if _writes():
         _acquire(path)
@@ -349,7 +359,7 @@ def save_checkpoint(
     """Write a checkpoint folder so that a complete one exists at every instant; return its path."""
     from safetensors import SafetensorError
 
-    target, files = Path(directory), dict(files or {})
+    target, files = _folder(directory), dict(files or {})
     _check_files(files)
     _refuse_foreign(target)
     key = None
