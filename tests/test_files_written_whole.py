@@ -113,3 +113,19 @@ def test_a_writer_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path):
             tmp.write_bytes(b"half")
             raise RuntimeError("drawing failed")
     assert out.read_bytes() == b"old" and _names(tmp_path) == ["fig.png"]
+
+
+def test_every_write_site_goes_through_the_writer():
+    """No module writes a file itself: Path.write_text/write_bytes, open(..., "w"), a savefig or an
+    image save into anything but the writer's temporary file, a rename of its own."""
+    import re
+    from pathlib import Path
+
+    root = Path(_files.__file__).parent
+    own = {root / "_files.py", root / "train" / "checkpoint.py"}  # the writer; the checkpoint swap (renames folders)
+    patterns = [r"\.write_(text|bytes)\(", r"\bopen\([^)]*['\"][wax]", r"savefig\((?!tmp\b)", r"\.save\((?!tmp\b)",
+                r"os\.(replace|rename)\(", r"\.(replace|rename)\(\w+\)", r"mkstemp\("]
+    found = [f"{p.relative_to(root)}:{n}: {line.strip()}" for p in sorted(root.rglob("*.py")) if p not in own
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if any(re.search(pat, line) for pat in patterns)]
+    assert not found, "files written around attnlab._files:\n  " + "\n  ".join(found)
