@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from .._files import fsync_dir, fsync_file
+from .._files import fsync_dir
 
 FORMAT = 1
 MARKER = ".complete"
@@ -332,7 +332,6 @@ def _swap(target: Path, new: Path) -> None:
     if target.exists():
         old = new.with_name(new.name[: -len("new")] + "old")
         _write_record(target, old.name, _manifest(target, _manifest(new)))
-        fsync_file(target / RECORD)
         os.rename(target, old)
         fsync_dir(target.parent)
         _step("old moved")
