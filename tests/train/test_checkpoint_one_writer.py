@@ -87,3 +87,18 @@ def test_the_current_folder_is_refused_as_a_checkpoint_folder(tmp_path, monkeypa
         with pytest.raises(CheckpointError, match="is the current folder or holds it"):
             save_checkpoint(spelled, {"w": torch.ones(2)}, {})
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["run", "sub"]
+
+
+@pytest.mark.parametrize("verb", [["train", "lm", "--steps", "1"], ["train", "seq2seq", "--steps", "1"],
+                                  ["train", "caption", "--epochs", "1"]])
+def test_a_second_training_command_on_the_folder_is_one_line(tmp_path, capsys, verb):
+    from attnlab.cli import main
+
+    run = tmp_path / "run"
+    save_checkpoint(run, {"w": torch.ones(2)}, {"n": 1})
+    with another_run_holding(run):
+        code = main([*verb, "--out", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "being written by another attnlab run" in err, err
+    assert load_checkpoint(run)[1]["n"] == 1
+

@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     rt = runtime_from(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
+    check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
     if args.resume:
         loaded = load_model(out, kind=("seq2seq", "transformer"))
         config = loaded.config
@@ -161,7 +162,6 @@ def run(args: argparse.Namespace) -> int:
         cfg = config_from(args, TrainConfig)
         extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
-    check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
     if not args.quiet and rt.is_main:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
