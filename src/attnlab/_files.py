@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SUFFIX = ".attnlab-tmp"
+BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation in os.write
 
 
 def _named(e: OSError, path: Path) -> OSError:
@@ -61,7 +62,7 @@ def _create(path: Path) -> Path:
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}{SUFFIX}{path.suffix}")
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | BINARY, 0o666))
         except FileExistsError:  # pragma: no cover - 64 random bits
             continue
         return tmp
@@ -103,7 +104,7 @@ def writing(path: str | Path) -> Iterator[Path]:
 def write_bytes(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` whole (see the module's docstring); returns ``Path(path)``."""
     with writing(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | BINARY)
         try:
             view = memoryview(data)
             while view:

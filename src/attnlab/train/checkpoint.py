@@ -298,7 +298,7 @@ def check_out_dir(directory: str | Path) -> Path:
 def _write_record(folder: Path, name: str, files: set[str] | None = None) -> None:
     """``folder/.attnlab-save``: the folder is attnlab's under ``name``; ``files``: those its save wrote."""
     record = {"folder": name, **({"files": sorted(files)} if files is not None else {})}
-    fd = os.open(folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    fd = os.open(folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
     try:
         os.write(fd, json.dumps(record).encode())
         os.fsync(fd)
