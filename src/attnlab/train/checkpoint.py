@@ -50,7 +50,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,7 @@ def _try_lock(fd: int) -> bool:
         import msvcrt
 
         try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
             return True
         except OSError:
             return False
@@ -179,7 +179,7 @@ def _complete(folder: Path) -> bool:
     return (folder / MARKER).is_file() if folder.name.endswith("new") else is_checkpoint(folder)
 
 
-def _manifest(folder: Path, before_lists: set[str] = frozenset()) -> set[str]:
+def _manifest(folder: Path, before_lists: Iterable[str] = ()) -> set[str]:
     """The files a save wrote into ``folder``; for a checkpoint from before ``.complete`` listed them,
     ``before_lists`` (the files of the save that replaces it) and ``config.json``, ``model.safetensors``."""
     try:
