@@ -25,7 +25,7 @@ def run_dir(tmp_path_factory):
 
 def test_checkpoint_layout(run_dir):
     assert {p.name for p in run_dir.iterdir()} == {"model.safetensors", "config.json", "src_vocab.json", "tgt_vocab.json",
-                                                 "metrics.jsonl", ".complete"}
+                                                 "metrics.jsonl", ".complete", ".attnlab-save"}
     cfg = json.loads((run_dir / "config.json").read_text())
     assert cfg["model"]["decoder"] == "bahdanau" and cfg["state"]["step"] == 20 and cfg["data"]["name"] == "numbers-de-en"
 

@@ -39,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from .._files import write_text
     from ..models.gpt import attention_json, attention_maps
     from ..train.load import load_model
 
@@ -66,7 +67,6 @@ def run_generate(args: argparse.Namespace) -> int:
             maps = attention_maps(model, window.to(rt.device)).float().cpu()  # (layers, h, n, n)
         chars = [vocab.itos[i] for i in window.tolist()]
         path = Path(args.attention_out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(attention_json(chars, maps), ensure_ascii=False), encoding="utf-8")
+        write_text(path, json.dumps(attention_json(chars, maps), ensure_ascii=False))
         print(f"attention weights ({maps.shape[0]} layers × {maps.shape[1]} heads × {maps.shape[2]}²): {path}")
     return 0

@@ -118,6 +118,7 @@ def _check_flags(args) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..data import build_corpus
+    from ..train.checkpoint import check_out_dir
     from ..train.load import load_model
     from ..train.loop import TrainConfig, train, train_config_from
 
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     rt = runtime_from(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
+    check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
     if args.resume:
         loaded = load_model(out, kind=("seq2seq", "transformer"))
         config = loaded.config

@@ -53,6 +53,8 @@ def alignment_text(src_tokens: list[str], out_tokens: list[str], weights) -> str
 
 
 def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weights, title: str | None = None) -> None:
+    from .._files import writing
+
     try:
         import matplotlib
 
@@ -69,7 +71,8 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
     if title:
         ax.set_title(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
 
 

@@ -150,8 +150,11 @@ def save_png(image: np.ndarray, path) -> None:
     """A (3, S, S) float image in [0, 1] as an RGB PNG (what ``read_image`` reads back)."""
     from PIL import Image
 
+    from .._files import writing
+
     arr = (np.clip(image, 0, 1).transpose(1, 2, 0) * 255 + 0.5).astype(np.uint8)
-    Image.fromarray(arr, "RGB").save(path)
+    with writing(path) as tmp:
+        Image.fromarray(arr, "RGB").save(tmp)
 
 
 __all__ = ["SceneConfig", "Scenes", "make_scenes", "make_split", "save_png", "POOL"]

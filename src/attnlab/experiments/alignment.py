@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .._files import write_text, writing
 from ..data import Vocab, collate, encode_pairs
 from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
@@ -152,8 +153,8 @@ def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool =
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
-        (out / "table.md").write_text(table(results), encoding="utf-8")
+        write_text(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False))
+        write_text(out / "table.md", table(results))
         plot(results, out / "alignment.png")
     return results
 
@@ -180,7 +181,8 @@ def plot(results: dict, path: Path) -> Path | None:
            title=f"Alignment error on {results['n_test']} held-out verses")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 

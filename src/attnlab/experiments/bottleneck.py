@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .._files import write_text, writing
 from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
 from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
@@ -126,8 +127,8 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        (out / "table.md").write_text(table(results), encoding="utf-8")
+        write_text(out / "results.json", json.dumps(results, indent=2))
+        write_text(out / "table.md", table(results))
         plot(results, out / "bottleneck.png")
     return results
 
@@ -161,7 +162,8 @@ def plot(results: dict, path: str | Path) -> Path | None:
     ax.set_title("The fixed-vector bottleneck and attention")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return Path(path)
 

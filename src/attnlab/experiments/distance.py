@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .._files import write_text, writing
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
 from ..viz.heatmap import pyplot_or_none
 
@@ -167,8 +168,8 @@ def run(cfg: DistanceConfig, out_dir: str | Path | None = None, *, progress=None
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1))
-        (out / "table.md").write_text(table(results))
+        write_text(out / "results.json", json.dumps(results, indent=1))
+        write_text(out / "table.md", table(results))
         plot(results, out / "distance.png")
     return results
 
@@ -212,7 +213,8 @@ def plot(results: dict, path: Path) -> Path | None:
            ylabel="‖∂ logit / ∂ x_{T−d}‖", title="Gradient reaching a token d steps back")
     a2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 

@@ -41,13 +41,13 @@ a unique explanation); the other rows say how much the prediction depends on the
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from .._files import write_text
 from ..data import build_corpus, collate, load_dataset
 from ..data.batching import batches_in_order
 from ..data.vocab import PAD
@@ -261,15 +261,9 @@ def write(results: dict, out: str | Path) -> None:
     """results.json, table.md and faithfulness.png into ``out``, each written whole (temporary name, renamed)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic(out / "results.json", json.dumps(results, indent=2))
-    _atomic(out / "table.md", table(results))
+    write_text(out / "results.json", json.dumps(results, indent=2))
+    write_text(out / "table.md", table(results))
     plot(results, out / "faithfulness.png")
-
-
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def table(results: dict) -> str:

@@ -22,6 +22,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .._files import write_text, writing
 from ..train import metrics
 from ..viz.heatmap import pyplot_or_none
 from .bottleneck import BottleneckConfig
@@ -85,8 +86,8 @@ def run(cfg: LengthConfig, out: str | Path | None = None, *, progress: bool = Fa
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        (out / "table.md").write_text(table(results), encoding="utf-8")
+        write_text(out / "results.json", json.dumps(results, indent=2))
+        write_text(out / "table.md", table(results))
         plot(results, out / "length.png")
     return results
 
@@ -128,7 +129,8 @@ def plot(results: dict, path: Path) -> Path | None:
                title=f"{name} against length (95 % bootstrap band)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 

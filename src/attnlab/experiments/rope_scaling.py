@@ -20,8 +20,6 @@ cut into windows of n = 128 … 1,024 tokens, ``eval_tokens`` tokens per length.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .._files import write_text
 from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
@@ -98,13 +97,6 @@ def _val_loss(model: GPT, ids: torch.Tensor, n: int, cfg: RopeScalingConfig) -> 
     return total / (count * n), count
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | None = None, progress: bool = False) -> dict:
     """Train the rotary and ALiBi models, evaluate every method at every length; write
     table.md, results.json and rope_scaling.png to ``out`` when given."""
@@ -144,8 +136,8 @@ def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | No
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        _atomic_write(out / "results.json", json.dumps(results, indent=2))
-        _atomic_write(out / "table.md", table(results))
+        write_text(out / "results.json", json.dumps(results, indent=2))
+        write_text(out / "table.md", table(results))
         plot(results, out / "rope_scaling.png")
     return results
 

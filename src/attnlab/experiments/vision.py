@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._files import write_text, writing
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 from ..viz.heatmap import pyplot_or_none
@@ -250,12 +251,12 @@ def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
     if cfg.out_dir is not None:
         out = Path(cfg.out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "results.md").write_text(result.table() + "\n", encoding="utf-8")
+        write_text(out / "results.md", result.table() + "\n")
         payload = {"config": {**asdict(cfg), "variants": list(cfg.variants), "seeds": list(cfg.seeds),
                               "train_sizes": list(cfg.train_sizes), "widths": list(cfg.widths)},
                    "accuracy": {v: {str(n): a for n, a in d.items()} for v, d in acc.items()},
                    "params": params, "seconds": seconds, "cbam_box_mass": box_mass, "uniform_box_mass": chance}
-        (out / "results.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        write_text(out / "results.json", json.dumps(payload, indent=2))
         result.files += [out / "results.md", out / "results.json"]
         plot = _plot(result, out / "learning_curve.png")
         if plot is not None:
@@ -286,7 +287,8 @@ def _plot(result: VisionResult, path: Path) -> Path | None:
            title="Paired difference to the plain CNN (95 % CI)")
     a1.legend(), a2.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 

@@ -20,6 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from .._files import write_text
 from .examples import Example, builtin_names, load, tomllib
 from .mechanisms import ALIASES, MECHANISMS, PAPERS, run
 
@@ -212,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     """Write the schema next to this module and the Markdown page to ``docs/examples-format.md`` (or argv[0])."""
     argv = sys.argv[1:] if argv is None else argv
     for path, text in ((SCHEMA_FILE, schema_text()), (Path(argv[0] if argv else "docs/examples-format.md"), format_doc())):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)  # never half-written
+        write_text(path, text)  # never half-written
     return 0
 
 

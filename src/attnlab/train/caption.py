@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .._files import write_text
 from ..data.emoji import BOS, EOS, PAD, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
 from ..data.vocab import Vocab
@@ -346,7 +347,7 @@ def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_
             save_png(examples.images[i], d / f"{i:03d}.png")
             truth[f"{i:03d}.png"] = {"caption": examples.captions[i], "token_cells": examples.token_cells[i],
                                      "cells": cfg.cells}
-        (d / "scenes.json").write_text(json.dumps(truth, ensure_ascii=False, indent=1), encoding="utf-8")
+        write_text(d / "scenes.json", json.dumps(truth, ensure_ascii=False, indent=1))
     return path
 
 

@@ -4,48 +4,72 @@
       model.safetensors   tensors (weights; optimizer state may be flattened in too)
       config.json         {"format": 1, "attnlab_version": ..., **config}
       vocab.json ...      any further text files
-      .complete           written last: the folder is whole
+      .complete           written last: the folder is whole; lists the files the save wrote
+      .attnlab-save       the save's record: {"folder": the name under which attnlab owns it}
 
 Saving is safe at every instant, also against a kill (SIGKILL, power loss):
 
-1. the new checkpoint is written to a sibling ``.NAME.tmp-*`` folder, every file and the
-   folder fsynced, and ``.complete`` written last;
-2. the old checkpoint is renamed to ``.NAME.old-*`` (the parent folder fsynced);
+1. the new checkpoint is written to a sibling folder ``.NAME.<random>.attnlab-new``, its
+   record written first, every file and the folder fsynced, and ``.complete`` written last;
+2. the record in ``NAME`` is set to ``.NAME.<random>.attnlab-old`` and ``NAME`` renamed to
+   that name (the parent folder fsynced);
 3. the new folder is renamed to ``NAME`` (fsynced), and only then
-4. the old one is deleted.
+4. what else the old folder holds (a ``tensorboard/`` log, a file of the user's) moves into
+   the new ``NAME``, and the files the old save wrote are removed with its folder.
 
-At every instant a complete checkpoint exists: ``NAME`` itself, or (between steps 2 and 3)
-the complete ``.tmp-*`` and the ``.old-*``. ``recover(NAME)``, which every load and save
-runs first, puts the newest complete one back in place and removes incomplete leftovers.
+At every instant a complete checkpoint exists: ``NAME`` itself or, between steps 2 and 3,
+the complete new folder and the old one. Reading never writes or deletes anything: with
+``NAME`` missing, a reader reads the complete leftover (the new folder, else the old one).
+The next save (or ``recover``) puts it back in place and finishes step 4.
 
-Nothing that is not ours is ever overwritten or deleted: ``save_checkpoint`` and
-``check_out_dir`` refuse a path that is a file, or a folder that is neither empty nor an
-attnlab checkpoint, with a ``CheckpointError`` naming it. Loading reads tensors with
-safetensors (no pickle, no code runs) and raises ``CheckpointError`` (a ``ValueError``)
-with a clear message for a missing folder, a missing or corrupt file, or a checkpoint of
-another format.
+attnlab deletes or renames only what it wrote: a leftover folder counts as attnlab's only
+when its ``.attnlab-save`` record names that very folder (a copy under another name, or a
+folder of the user's such as ``.NAME.old-backup``, is never touched), and of an old
+checkpoint only the files its ``.complete`` lists are removed. An empty folder with
+attnlab's temporary name, or one holding nothing but an unfinished record (a save killed
+between its ``mkdir`` and its record), is removed too.
+
+One writer at a time: a save takes the lock ``.NAME.lock`` (``flock``, an empty file beside
+the checkpoint that stays there; the system drops the lock when its process ends, so a
+killed run never leaves a stale lock). ``check_out_dir``, which the training commands call
+before any work, takes it for the rest of the process, so a second run on the same folder is
+refused at once with a ``CheckpointError``. Under torchrun only rank 0 writes and locks.
+
+``save_checkpoint`` and ``check_out_dir`` refuse a path that is a file, or a folder that is
+neither empty nor an attnlab checkpoint, with a ``CheckpointError`` naming it. Loading reads
+tensors with safetensors (no pickle, no code runs) and raises ``CheckpointError`` (a
+``ValueError``) with a clear message for a missing folder, a missing or corrupt file, or a
+checkpoint of another format. A save that fails (a full disk, a read-only folder) raises a
+``CheckpointError`` naming the folder and the cause, and leaves the last checkpoint as it was.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._files import fsync_dir
+
 FORMAT = 1
 MARKER = ".complete"
-# Folders a run writes into its checkpoint folder between saves (TensorBoard's event files):
-# a save carries them from the old folder into the new one instead of dropping them.
+RECORD = ".attnlab-save"
+OWN = ("config.json", "model.safetensors", MARKER, RECORD)  # names a caller's ``files`` may not take
+# What a run writes into its checkpoint folder besides saves (TensorBoard's event files), maybe before
+# the first one: a folder holding only these still takes a checkpoint, and each save carries them along.
 KEPT = ("tensorboard",)
 
 # A hook called with the name of each step of a save (tests inject a kill here).
 _on_step: Callable[[str], None] | None = None
+# Locks this process holds: lock file → its descriptor.
+_held: dict[str, int] = {}
 
 
 class CheckpointError(ValueError):
@@ -55,17 +79,6 @@ class CheckpointError(ValueError):
 def _step(name: str) -> None:
     if _on_step is not None:
         _on_step(name)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -80,59 +93,260 @@ def is_checkpoint(path: str | Path) -> bool:
         return False
 
 
-def _leftovers(target: Path, kind: str) -> list[Path]:
-    """The ``.NAME.tmp-*`` or ``.NAME.old-*`` siblings of ``target``, newest first."""
-    if not target.parent.is_dir():
+# -- the lock ---------------------------------------------------------------------------------------
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+            return True
+        except OSError:
+            return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _acquire(target: Path) -> str | None:
+    """Lock ``target`` for this process; the lock's key when this call took it, None when held already."""
+    key = os.path.join(os.path.realpath(target.parent), f".{target.name}.lock")  # one key per folder, however spelled
+    if key in _held:
+        return None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(key, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+    if not _try_lock(fd):
+        os.close(fd)
+        raise CheckpointError(f"{target} is being written by another attnlab run (it holds the lock {key}); "
+                              "wait for that run to end, or choose another folder")
+    _held[key] = fd
+    return key
+
+
+def _release(key: str | None) -> None:
+    if key is not None:
+        os.close(_held.pop(key))  # closing the descriptor drops the lock
+
+
+def _folder(directory: str | Path) -> Path:
+    """The folder a save may replace; not the current folder, nor one that holds it."""
+    path = Path(directory)
+    full, here = os.path.abspath(path), os.path.abspath(os.curdir)
+    if here == full or here.startswith(full.rstrip(os.sep) + os.sep):
+        raise CheckpointError(f"{path} is the current folder or holds it; a save replaces the checkpoint folder "
+                              "whole: give it by a name from outside it")
+    return path
+
+
+def _writes() -> bool:
+    """Under torchrun only rank 0 writes checkpoints (and so takes their lock)."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+# -- whose folder is it -----------------------------------------------------------------------------
+
+
+def _leftovers(target: Path) -> list[Path]:
+    """Siblings with the names of a save's folders, ``.NAME.<random>.attnlab-new|old``: new ones first, newest first."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.[0-9a-f]{{16}}\.attnlab-(new|old)")
+    try:
+        found = [p for p in target.parent.iterdir() if pattern.fullmatch(p.name) and p.is_dir()]
+    except OSError:
         return []
-    found = [p for p in target.parent.glob(f".{target.name}.{kind}-*") if p.is_dir()]
-    return sorted(found, key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    # a new folder before an old one (both complete only when a kill fell between steps 2 and 3)
+    return sorted(found, key=lambda p: (p.name.endswith("new"), p.stat().st_mtime_ns), reverse=True)
+
+
+def _record(folder: Path) -> dict | None:
+    """The save's record in ``folder`` when it names the folder itself (attnlab made it under this name)."""
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("folder") == folder.name else None
+
+
+def _complete(folder: Path) -> bool:
+    """A leftover that can be read as the checkpoint: a finished new one, or an old one."""
+    if _record(folder) is None:
+        return False
+    return (folder / MARKER).is_file() if folder.name.endswith("new") else is_checkpoint(folder)
+
+
+def _manifest(folder: Path, before_lists: Iterable[str] = ()) -> set[str]:
+    """The files a save wrote into ``folder``; for a checkpoint from before ``.complete`` listed them,
+    ``before_lists`` (the files of the save that replaces it) and ``config.json``, ``model.safetensors``."""
+    try:
+        files = json.loads((folder / MARKER).read_text(encoding="utf-8"))["files"]
+        return {str(f) for f in files} | set(OWN)
+    except (OSError, ValueError, KeyError, TypeError):  # no list (an empty .complete, or none)
+        return set(before_lists) | set(OWN)
+
+
+def _readable(target: Path) -> Path:
+    """Where a reader finds the checkpoint ``target``: itself, else a complete leftover of a save."""
+    if target.exists():
+        return target
+    return next((p for p in _leftovers(target) if _complete(p)), target)
+
+
+# -- the writer's repairs -----------------------------------------------------------------------------
+
+
+def _retire(old: Path, target: Path) -> None:
+    """Move what the old checkpoint holds besides its save's files into ``target``; remove the rest.
+
+    Its record lists the files its save wrote (written into the folder before it moved aside)."""
+    ours = {str(f) for f in (_record(old) or {}).get("files", [])} | set(OWN)
+    for p in sorted(old.iterdir()):
+        if p.name not in ours and not os.path.lexists(target / p.name):
+            os.rename(p, target / p.name)
+    for name in sorted(ours - {RECORD}) + [RECORD]:  # the record last: a killed retire is found again
+        if (old / name).is_file() and not (old / name).is_symlink():
+            os.unlink(old / name)
+    _rmdir(old)
+
+
+def _stillborn(folder: Path) -> bool:
+    """A save's folder killed before its record was written: empty, or holding an unfinished record only."""
+    entries = os.listdir(folder)
+    if entries == [RECORD]:
+        try:
+            json.loads((folder / RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return True
+    return not entries
+
+
+def _rmdir(folder: Path) -> None:
+    try:
+        os.rmdir(folder)  # only an empty folder: a file of the user's inside keeps it
+    except OSError:
+        pass
+
+
+def _repair(target: Path) -> bool:
+    """Finish or undo an interrupted save (under the lock); True when a checkpoint was put back."""
+    restored = False
+    if not target.exists():
+        found = _readable(target)
+        if found != target:
+            os.rename(found, target)
+            fsync_dir(target.parent)
+            restored = True
+    for p in _leftovers(target):
+        if _stillborn(p):
+            if (p / RECORD).exists():
+                os.unlink(p / RECORD)
+            _rmdir(p)
+        elif target.is_dir() and _record(p) is not None:
+            if p.name.endswith("new"):
+                shutil.rmtree(p)
+            else:
+                _retire(p, target)
+    return restored
 
 
 def recover(directory: str | Path) -> bool:
     """Finish or undo a save that was interrupted; True when a checkpoint was put back in place.
 
-    With ``NAME`` missing, the newest complete ``.tmp-*`` (the new checkpoint, written whole)
-    becomes ``NAME``, else the newest ``.old-*``. Incomplete ``.tmp-*`` folders and, once
-    ``NAME`` is in place, stale ``.old-*`` folders are removed."""
-    target = Path(directory)
-    restored = False
-    if not target.exists():
-        complete = [p for p in _leftovers(target, "tmp") if (p / MARKER).is_file()]
-        olds = [p for p in _leftovers(target, "old") if is_checkpoint(p)]
-        for candidate in (complete + olds)[:1]:
-            candidate.rename(target)
-            _fsync_dir(target.parent)
-            restored = True
-    if target.exists():
-        for p in _leftovers(target, "tmp") + _leftovers(target, "old"):
-            _carry_kept(p, target)
-            shutil.rmtree(p, ignore_errors=True)
-    return restored
+    With ``NAME`` missing, the complete new folder of a save becomes ``NAME``, else its old
+    folder. Then the leftovers of saves are cleaned up (see the module's docstring)."""
+    target = _folder(directory)
+    key = _acquire(target)
+    try:
+        return _repair(target)
+    finally:
+        _release(key)
 
 
-def _carry_kept(old: Path, new: Path) -> None:
-    """Move the ``KEPT`` folders of ``old`` into ``new`` (where ``new`` has none of its own)."""
-    for name in KEPT:
-        if (old / name).is_dir() and not (new / name).exists():
-            (old / name).rename(new / name)
+def _refuse_foreign(path: Path) -> None:
+    shown = _readable(path)
+    if shown.exists() and not shown.is_dir():
+        raise CheckpointError(f"{path} is a file, not a folder: choose a new or empty folder for the checkpoint")
+    if shown.is_dir() and any(p.name not in KEPT for p in shown.iterdir()) and not is_checkpoint(shown):
+        names = ", ".join(sorted(p.name for p in shown.iterdir())[:5])
+        raise CheckpointError(
+            f"{path} is a folder that is not an attnlab checkpoint (it holds {names}); it is left alone: "
+            "choose a new or empty folder"
+        )
 
 
 def check_out_dir(directory: str | Path) -> Path:
     """A folder a command may write a checkpoint into: missing, empty, or an attnlab checkpoint.
 
     Raises ``CheckpointError`` for a file, or a folder of the user's that holds anything else
-    (nothing of it would be kept otherwise)."""
-    path = Path(directory)
-    recover(path)
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f"{path} is a file, not a folder: choose a new or empty folder for the checkpoint")
-    if path.is_dir() and any(p.name not in KEPT for p in path.iterdir()) and not is_checkpoint(path):
-        shown = ", ".join(sorted(p.name for p in path.iterdir())[:5])
-        raise CheckpointError(
-            f"{path} is a folder that is not an attnlab checkpoint (it holds {shown}); it is left alone: "
-            "choose a new or empty folder"
-        )
+    (nothing of it would be kept otherwise), and when another run holds the folder's lock.
+    Then takes that lock for the rest of this process, and finishes an interrupted save."""
+    path = _folder(directory)
+    _refuse_foreign(path)
+    if _writes():
+        _acquire(path)
+        _repair(path)
     return path
+
+
+# -- saving -------------------------------------------------------------------------------------------
+
+
+def _write_record(folder: Path, name: str, files: set[str] | None = None) -> None:
+    """``folder/.attnlab-save``: the folder is attnlab's under ``name``; ``files``: those its save wrote."""
+    record = {"folder": name, **({"files": sorted(files)} if files is not None else {})}
+    fd = os.open(folder / RECORD, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        os.write(fd, json.dumps(record).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_new(new: Path, tensors: dict[str, torch.Tensor], config: dict[str, Any], files: dict[str, str]) -> None:
+    """The new checkpoint, whole, in the fresh folder ``new`` (record first, ``.complete`` last)."""
+    from safetensors.torch import save
+
+    from .. import __version__
+    from .._files import write_bytes, write_text
+
+    _write_record(new, new.name)
+    # Serialised here and written by write_bytes, which checks every write (a full disk is an error).
+    write_bytes(new / "model.safetensors", save({k: v.detach().contiguous().cpu() for k, v in tensors.items()}))
+    meta = {"format": FORMAT, "attnlab_version": __version__, **config}
+    write_text(new / "config.json", json.dumps(meta, indent=2, ensure_ascii=False))
+    for name, text in files.items():
+        write_text(new / name, text)
+    _step("written")
+    write_text(new / MARKER, json.dumps({"files": sorted(["config.json", "model.safetensors", *files])}))
+    fsync_dir(new)
+    _step("complete")
+
+
+def _swap(target: Path, new: Path) -> None:
+    """Steps 2 to 4: the old checkpoint aside (marked as attnlab's), the new one in, the old one retired."""
+    old = None
+    if target.exists():
+        old = new.with_name(new.name[: -len("new")] + "old")
+        _write_record(target, old.name, _manifest(target, _manifest(new)))
+        os.rename(target, old)
+        fsync_dir(target.parent)
+        _step("old moved")
+    os.rename(new, target)
+    fsync_dir(target.parent)
+    _step("new moved")
+    if old is not None:
+        _retire(old, target)
+        _step("old removed")
+
+
+def _check_files(files: dict[str, str]) -> None:
+    for name in files:
+        if Path(name).name != name or name in OWN or name in ("", ".", ".."):
+            raise ValueError(f"a checkpoint's extra file needs a plain file name other than {', '.join(OWN)}; got {name!r}")
 
 
 def save_checkpoint(
@@ -142,55 +356,40 @@ def save_checkpoint(
     files: dict[str, str] | None = None,
 ) -> Path:
     """Write a checkpoint folder so that a complete one exists at every instant; return its path."""
-    from safetensors.torch import save_file
+    from safetensors import SafetensorError
 
-    from .. import __version__
-
-    target = check_out_dir(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    target, files = _folder(directory), dict(files or {})
+    _check_files(files)
+    _refuse_foreign(target)
+    key = None
     try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / "model.safetensors"))
-        meta = {"format": FORMAT, "attnlab_version": __version__, **config}
-        (tmp / "config.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False), encoding="utf-8")
-        for name, text in (files or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        _step("written")
-        with open(tmp / MARKER, "w") as fh:
-            fh.flush()
-            os.fsync(fh.fileno())
-        _fsync_dir(tmp)
-        _step("complete")
-    except Exception:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-        target.rename(old)
-        _fsync_dir(target.parent)
-        _step("old moved")
-    tmp.rename(target)
-    _fsync_dir(target.parent)
-    _step("new moved")
-    if old is not None:
-        _carry_kept(old, target)
-        shutil.rmtree(old, ignore_errors=True)
-        _step("old removed")
+        key = _acquire(target)
+        _repair(target)
+        _refuse_foreign(target)
+        new = target.parent / f".{target.name}.{secrets.token_hex(8)}.attnlab-new"
+        os.mkdir(new)
+        try:
+            _write_new(new, tensors, config, files)
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            raise
+        _swap(target, new)
+    except (OSError, SafetensorError) as e:
+        cause = getattr(e, "strerror", None) or " ".join(str(e).split())
+        raise CheckpointError(f"could not save the checkpoint {target}: {cause}; "
+                              "the last checkpoint there (if any) is unchanged") from e
+    finally:
+        _release(key)
     return target
 
 
-def load_checkpoint(directory: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
-    """Read ``(tensors, config, path)``; raises ``CheckpointError`` when it cannot."""
+# -- loading ------------------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(directory)
-    recover(path)
     if not path.is_dir():
         raise CheckpointError(f"no checkpoint folder at {path}")
     cfg_file, weights = path / "config.json", path / "model.safetensors"
@@ -212,15 +411,33 @@ def load_checkpoint(directory: str | Path) -> tuple[dict[str, torch.Tensor], dic
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights} is not a readable safetensors file: {e}") from None
-    return tensors, config, path
+    return tensors, config
+
+
+def load_checkpoint(directory: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
+    """Read ``(tensors, config, path)``; raises ``CheckpointError`` when it cannot. Writes nothing.
+
+    ``path`` is the folder read: ``directory``, or a save's complete leftover while a save
+    (or a kill during one) has ``directory`` moved aside."""
+    target = Path(directory)
+    for attempt in range(3):
+        path = _readable(target)
+        try:
+            tensors, config = _load(path)
+            return tensors, config, path
+        except (CheckpointError, FileNotFoundError):
+            if attempt == 2 or (path.exists() and _readable(target) == path):
+                raise  # not a folder moved away by a save running now: the checkpoint itself is wrong
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_text(path: Path, name: str) -> str:
     """A text file of a checkpoint, with a clear error when it is missing."""
-    f = Path(path) / name
+    f = _readable(Path(path)) / name
     if not f.is_file():
         raise CheckpointError(f"checkpoint {path} is missing {name}")
     return f.read_text(encoding="utf-8")
 
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_text", "check_out_dir", "recover", "is_checkpoint", "CheckpointError", "FORMAT"]
+__all__ = ["save_checkpoint", "load_checkpoint", "read_text", "check_out_dir", "recover", "is_checkpoint",
+           "CheckpointError", "FORMAT"]

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import writing
 from .fonts import use_cjk_font
 
 
@@ -315,9 +316,8 @@ def save(fig, path: str | Path) -> Path:
     if max(w_in, h_in) * DPI > MAX_PX:  # a last guard: scale the whole figure down to the cap
         scale = MAX_PX / (max(w_in, h_in) * DPI)
         fig.set_size_inches(w_in * scale, h_in * scale)
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    fig.savefig(tmp, dpi=DPI)
-    tmp.replace(path)
+    with writing(path) as tmp:  # written whole: a temporary file, then renamed
+        fig.savefig(tmp, dpi=DPI)
     _plt().close(fig)
     return path
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._files import writing
+
 
 def _plt():
     try:
@@ -72,8 +74,8 @@ def save_overlay_grid(
             axes[0][c].set_title(t, fontsize=7)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    with writing(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
     return path
 

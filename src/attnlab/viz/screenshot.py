@@ -13,6 +13,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .._files import writing
+
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWS = ("head", "model", "neuron", "matrix")
@@ -40,13 +42,10 @@ def screenshot(page: str | Path, png: str | Path, *, view: str = "head", focus: 
     if exe is None:
         raise ImportError("screenshots need a chromium browser on the PATH (Debian: apt-get install chromium)")
     page, png = Path(page).resolve(), Path(png)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    tmp = png.with_name(png.name + ".tmp.png")
     # In a thread of its own: the sync API refuses to run where an asyncio loop runs (Jupyter, another
     # Playwright session), and a fresh thread has none.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with writing(png) as tmp, ThreadPoolExecutor(max_workers=1) as pool:
         pool.submit(_shoot, sync_playwright, exe, page, tmp, view, focus, width, height).result()
-    tmp.replace(png)
     return png
 
 

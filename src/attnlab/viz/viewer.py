@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from .._files import write_text
+
 #: Pages whose weights have at most this many entries store them as float32; larger ones as 8-bit.
 FLOAT32_LIMIT = 1 << 20
 
@@ -287,12 +289,7 @@ def render_html(data: dict, precision: str = "auto") -> str:
 
 def write_html(data: dict, path: str | Path, precision: str = "auto") -> Path:
     """Write the viewer page to ``path`` (atomically: a temporary file, then renamed)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(data, precision), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(path, render_html(data, precision))
 
 
 __all__ = ["View", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]
