@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .maxflow import max_flow
+from .maxflow import layered_max_flows
 
 FUSIONS = {"mean": lambda a: a.mean(axis=1), "max": lambda a: a.max(axis=1), "min": lambda a: a.min(axis=1)}
 
@@ -79,18 +79,10 @@ def rollout(weights, residual: bool = True, head_fusion: str = "mean") -> np.nda
 def flow(weights, residual: bool = True, head_fusion: str = "mean") -> np.ndarray:
     """Attention flow: (layers, h, n, n) → (n, n) of max-flow values (not renormalised, as in the paper).
 
-    Nodes (l, i) for l = 0..L; node index l·n + i. Costs n² max-flow runs on (L+1)·n nodes: for short inputs.
-    """
-    mats = layer_matrices(weights, residual, head_fusion)
-    layers, n, _ = mats.shape
-    cap = np.zeros(((layers + 1) * n,) * 2)
-    for layer, m in enumerate(mats, start=1):  # edge (l, i) → (l-1, j) with capacity Â_l[i, j]
-        cap[layer * n:(layer + 1) * n, (layer - 1) * n:layer * n] = m
-    out = np.zeros((n, n))
-    for i in range(n):
-        for j in range(n):
-            out[i, j] = max_flow(cap, layers * n + i, j)
-    return out
+    Nodes (l, i) for l = 0..L; edge (l, i) → (l-1, j) has capacity Â_l[i, j]; F[i, j] is the max-flow
+    from (L, i) to (0, j). The n² problems are solved in batches (``layered_max_flows``): a second or
+    so for 12 layers × 32 tokens."""
+    return layered_max_flows(layer_matrices(weights, residual, head_fusion))
 
 
 def grad_rollout(weights, grads) -> np.ndarray:
