@@ -233,7 +233,7 @@ def layered_max_flows(mats: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
     layers, n, _ = mats.shape
     if layers == 1:
         return np.where(mats[0] > eps, mats[0], 0.0)
-    caps = [mats[-1][:, None, :], *(m[None] for m in mats[-2:0:-1]), None]  # (n sources, 1, n), shared middle
+    middle = [m[None] for m in mats[-2:0:-1]]  # the edges below layer L-1 down to layer 1, shared: (1, n, n)
     flows = [np.zeros((n, 1, n))] + [np.zeros((n, n, n)) for _ in range(layers - 2)] + [np.zeros((n, n, 1))]
     excess = [np.zeros((n, 1))] + [np.zeros((n, n)) for _ in range(layers - 1)] + [np.zeros((n, 1))]
     linked = np.eye(n, dtype=bool)
@@ -247,7 +247,7 @@ def layered_max_flows(mats: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
         rows = np.flatnonzero(linked[:, j])  # the other sources send nothing to this sink: they wait
         if not rows.size:
             continue
-        sub_caps = [caps[0][rows], *caps[1:-1], mats[0][None, :, j, None]]  # the sink (0, j)'s edges, (1, n, 1)
+        sub_caps = [mats[-1][rows, None, :], *middle, mats[0][None, :, j, None]]  # sources' edges, the sink's
         sub_flows, sub_excess = [f[rows] for f in flows], [e[rows] for e in excess]
         _blocking_flow(sub_caps, sub_flows, sub_excess, eps)
         value = sub_flows[-1].sum(axis=(1, 2))
