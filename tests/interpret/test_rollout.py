@@ -61,17 +61,42 @@ def test_flow_by_hand_with_residual():
 
 def test_grad_rollout_by_hand():
     g1 = [[1, 1, 1], [2, -1, 0], [0, 0, -1]]
-    # (G1 ⊙ A1)⁺ = [[1,0,0],[1,0,0],[0,0,0]]; + I = [[2,0,0],[1,1,0],[0,0,1]] → rows: [[1,0,0],[.5,.5,0],[0,0,1]]
+    # (G1 ⊙ A1)⁺ = [[1,0,0],[1,0,0],[0,0,0]]; Ā1 = I + that = [[2,0,0],[1,1,0],[0,0,1]] (not renormalised)
     g2 = [[0, 0, 0], [0, 0, 0], [0, 2, 2]]
-    # (G2 ⊙ A2)⁺ = [[0,0,0],[0,0,0],[0,1,1]]; + I = [[1,0,0],[0,1,0],[0,1,2]] → rows: [[1,0,0],[0,1,0],[0,1/3,2/3]]
-    # R = Ā2 Ā1: row 2 = 1/3·[.5,.5,0] + 2/3·[0,0,1]
-    expected = [[1, 0, 0], [0.5, 0.5, 0], [1 / 6, 1 / 6, 2 / 3]]
+    # (G2 ⊙ A2)⁺ = [[0,0,0],[0,0,0],[0,1,1]]; Ā2 = [[1,0,0],[0,1,0],[0,1,2]]
+    # R = Ā2 Ā1: row 0 = [2,0,0]; row 1 = [1,1,0]; row 2 = 1·[1,1,0] + 2·[0,0,1] = [1,1,2]
+    expected = [[2, 0, 0], [1, 1, 0], [1, 1, 2]]
     np.testing.assert_allclose(grad_rollout(stack(A1, A2), stack(g1, g2)), expected, atol=1e-12)
-    # a second head with zero gradient halves E_h[...]: layer 1 becomes [[1.5,0,0],[.5,1,0],[0,0,1]] → rows
+    # a second head with zero gradient halves E_h[...]: Ā1 = [[1.5,0,0],[.5,1,0],[0,0,1]]
     two = grad_rollout(np.concatenate([stack(A1), stack(A1)], 1), np.concatenate([stack(g1), np.zeros((1, 1, 3, 3))], 1))
-    np.testing.assert_allclose(two, [[1, 0, 0], [1 / 3, 2 / 3, 0], [0, 0, 1]], atol=1e-12)
+    np.testing.assert_allclose(two, [[1.5, 0, 0], [0.5, 1, 0], [0, 0, 1]], atol=1e-12)
     with pytest.raises(ValueError, match="shape"):
         grad_rollout(stack(A1, A2), stack(g1))
+
+
+def chefer_relevance(attns, grads):
+    """The authors' loop (Transformer-MM-Explainability, generic self-attention rule) in float64 NumPy:
+    R = I; for each layer: cam = mean_h (grad * attn).clamp(min=0); R += cam @ R."""
+    n = attns.shape[-1]
+    R = np.eye(n)
+    for attn, grad in zip(attns, grads):  # attn, grad: (h, n, n), first layer first
+        cam = np.maximum(grad * attn, 0.0).mean(axis=0)
+        R = R + cam @ R
+    return R
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grad_rollout_follows_the_authors_loop_when_heads_disagree(seed):
+    rng = np.random.default_rng(seed)
+    w = random_weights(rng, 3, 2, 5)
+    g = rng.normal(size=(3, 2, 5, 5))
+    g[:, 1] = -np.abs(g[:, 1]) * 2  # head 2's relevance is negative everywhere: clipped to 0 before the mean
+    g[:, 0] = np.abs(g[:, 0]) * 3   # head 1's positive
+    ref = chefer_relevance(w, g)
+    np.testing.assert_allclose(grad_rollout(w, g), ref, rtol=1e-12, atol=1e-12)
+    assert np.abs(ref.sum(-1) - 1).max() > 0.1  # unnormalised: rows do not sum to 1 here
+    # torch tensors (e.g. attention maps and their .grad) give the same
+    np.testing.assert_allclose(grad_rollout(torch.tensor(w), torch.tensor(g)), ref, rtol=1e-12, atol=1e-12)
 
 
 def random_weights(rng, layers, heads, n):

@@ -234,3 +234,17 @@ def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
     assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
                  "--screenshot", str(png), "--focus", "9"]) == 2
     assert "--focus" in capsys.readouterr().err
+
+
+def test_tokens_that_look_like_markup_render_as_text(browser_page, tmp_path):
+    """Tokens such as ``<!--<script>`` and ``</script>`` would end or hide the page's data block if they
+    reached the HTML parser: the page must still render, showing them as text."""
+    tokens = ["<!--<script>", "</script>", "a&amp;b", "<b>x</b>"]
+    w = torch.softmax(torch.randn(1, 1, 4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    page = browser_page
+    errors = _open(page, write_html({"title": "</title><!--<script>", "layers": w, "tokens": tokens},
+                                    tmp_path / "markup.html"))
+    page.click("#views button[data-view='matrix']")
+    assert page.eval_on_selector_all(".qtok", "els => els.map(e => e.textContent)") == tokens
+    assert page.inner_text("#title") == "</title><!--<script>"
+    assert errors == []

@@ -4,7 +4,7 @@
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
     attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --focus 1
-    attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model
+    attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model (safetensors)
 
 The page has all its script inline and needs no network.
 """

@@ -1,4 +1,6 @@
-"""Maximum flow on a small dense graph: Dinic's algorithm (Dinitz 1970).
+"""Maximum flow: Dinic's algorithm on a small dense graph, and every pair of a layered graph at once.
+
+``max_flow`` is Dinic's algorithm (Dinitz 1970) on any graph given as a dense capacity matrix.
 
 https://en.wikipedia.org/wiki/Dinic%27s_algorithm — in phases: label the nodes of the
 residual graph by breadth-first distance from the source, then push a blocking flow along
@@ -12,7 +14,27 @@ the sink is unreachable. The flow then equals the capacity of a minimum cut.
 | c(u, v) | ``capacity[u, v]`` (float64 NumPy, (N, N), ≥ 0) |
 | s, t | ``source``, ``sink`` |
 
-Used by ``attnlab.interpret.flow`` (attention flow). Pure NumPy; no networkx.
+``layered_max_flows`` solves the n² problems of attention flow (top node i → bottom node j of a
+graph whose edges go from one layer to the next) in NumPy, all sources together as one batch, one
+sink after another:
+
+1. Blocking flow, Karzanov's wave method (Dinic's first phase, whose level graph is the layers):
+   the source fills its edges; each wave pushes every excess forward a layer at a time (in
+   proportion to the room on a node's edges); a node that cannot pass its excess on is blocked
+   and, in the backward half of the wave, returns it along the edges that brought it.
+2. Finished: a problem whose flow equals a cut it cannot exceed (all of the source's edges, or all
+   of the sink's), or whose residual graph has no path left from source to sink (a breadth-first
+   sweep of the batch).
+3. The rest: Dinic's later phases, ``max_flow`` on the residual graph (cut down to the nodes on
+   some path from source to sink), and the values add.
+4. Next sink: the flow delivered to the last sink goes back as excess to the nodes that sent it,
+   and step 1 starts again from that preflow. The other bottom nodes have no outgoing edges, so
+   they change no cut between a source and the current sink.
+
+On one shared core: 1 s (dense weights) to 5 s (causal) at 12 layers × 32 tokens, where
+``max_flow`` pair by pair took 24 s; 25 s to 60 s at 12 × 64, where it took over 150 s. Causal
+weights leave more pairs to step 3.
+Pure NumPy; no networkx or scipy.
 """
 
 from __future__ import annotations
@@ -36,7 +58,8 @@ def max_flow(capacity: np.ndarray, source: int, sink: int, *, eps: float = 1e-12
         return float("inf")
     residual = cap.tolist()  # Python lists: element access is much faster than NumPy's here
     linked = (cap > eps) | (cap.T > eps)
-    neighbours = [np.flatnonzero(row).tolist() for row in linked]
+    flat, ends = np.nonzero(linked)[1].tolist(), np.cumsum(linked.sum(1)).tolist()
+    neighbours = [flat[a:b] for a, b in zip([0, *ends[:-1]], ends)]  # row by row, in order
     total = 0.0
     while True:
         level = [-1] * n  # breadth-first levels of the residual graph (Dinic's phase)
@@ -79,4 +102,160 @@ def max_flow(capacity: np.ndarray, source: int, sink: int, *, eps: float = 1e-12
             total += push
 
 
-__all__ = ["max_flow"]
+#: Excess below this is rounding, not flow.
+_TINY = 1e-14
+
+
+def _rows(mask: np.ndarray):
+    """The problems (rows of a batch) where ``mask`` (b, ...) holds anywhere: a slice if all do."""
+    rows = np.flatnonzero(mask.reshape(len(mask), -1).any(1))
+    return slice(None) if len(rows) == len(mask) else rows
+
+
+def _forward_wave(caps, flows, excess, blocked, eps):
+    """Every unblocked node, level by level, pushes its excess on along its free edges (in proportion
+    to their room); a node left with excess is blocked (Karzanov). Only problems with excess at a level
+    are computed there."""
+    for k in range(1, len(caps)):
+        rows = _rows((excess[k] > _TINY) & ~blocked[k])
+        if isinstance(rows, np.ndarray) and not rows.size:
+            continue
+        c = caps[k] if caps[k].shape[0] == 1 else caps[k][rows]
+        f = flows[k][rows]
+        r = c - f  # (b, a_k, a_k+1)
+        r = np.where((r > eps) & ~blocked[k + 1][rows][:, None, :], r, 0.0)
+        e = np.where(blocked[k][rows], 0.0, np.maximum(excess[k][rows], 0.0))[:, :, None]
+        room = r.sum(2, keepdims=True)
+        push = r * np.minimum(1.0, np.divide(e, room, out=np.zeros_like(e), where=room > 0))
+        flows[k][rows] = f + push
+        excess[k][rows] -= push.sum(2)
+        excess[k + 1][rows] += push.sum(1)
+        blocked[k][rows] |= excess[k][rows] > _TINY
+
+
+def _backward_wave(flows, excess, blocked):
+    """Every blocked node with excess, from the last level up, returns it along the edges that brought it."""
+    for k in range(len(flows) - 1, 0, -1):
+        held = blocked[k] & (excess[k] > _TINY)
+        rows = _rows(held)
+        if isinstance(rows, np.ndarray) and not rows.size:
+            continue
+        e = np.where(held[rows], excess[k][rows], 0.0)[:, None, :]
+        f = flows[k - 1][rows]  # (b, a_k-1, a_k)
+        back = np.clip(e - (np.cumsum(f, axis=1) - f), 0.0, f)
+        flows[k - 1][rows] = f - back
+        excess[k][rows] = np.where(held[rows], 0.0, excess[k][rows])
+        if k > 1:
+            excess[k - 1][rows] += back.sum(2)
+
+
+def _blocking_flow(caps, flows, excess, eps) -> None:
+    """From a preflow, fill the source's edges, then wave until no node but the sink holds excess:
+    the flow is then blocking (every path forward has a full edge or a blocked node)."""
+    add = np.where(caps[0] > eps, caps[0], 0.0) - flows[0]
+    flows[0] += add
+    excess[1] += add[:, 0, :]
+    blocked = [np.zeros(e.shape, bool) for e in excess]
+    for _ in range(sum(e.shape[1] for e in excess) + 1):  # each wave but the last blocks a node
+        _forward_wave(caps, flows, excess, blocked, eps)
+        if not any((e > _TINY).any() for e in excess[1:-1]):
+            return
+        _backward_wave(flows, excess, blocked)
+
+
+def _reach(arcs_down, arcs_up, start: int) -> list[np.ndarray]:
+    """Per level, (b, a_k) bool: the nodes reachable from level ``start`` (all of it) along the arcs
+    arcs_down[k] (b, a_k, a_k+1) from level k to k+1 and arcs_up[k] from level k+1 to k, sweeping down and
+    up until nothing new is reached."""
+    b = len(arcs_down[0])
+    reach = [np.zeros((b, a.shape[1]), bool) for a in arcs_down] + [np.zeros((b, arcs_down[-1].shape[2]), bool)]
+    reach[start][...] = True
+    total = -1
+    while total != (total := sum(int(r.sum()) for r in reach)):
+        for k in range(len(arcs_down)):
+            reach[k + 1] |= (reach[k][:, :, None] & arcs_down[k]).any(1)
+        for k in range(len(arcs_down) - 1, -1, -1):
+            reach[k] |= (reach[k + 1][:, None, :] & arcs_up[k]).any(2)
+    return reach
+
+
+def _residual_arcs(caps, flows, eps):
+    """The residual graphs' arcs: down along edges with room, up (against an edge) where it carries flow."""
+    return [(c - f) > eps for c, f in zip(caps, flows)], [f > eps for f in flows]
+
+
+def _residual_matrix(caps, flows, b: int, eps) -> np.ndarray:
+    """Problem b's residual graph as a dense capacity matrix (node 0 the source, the last the sink), cut
+    down to the nodes on some path from the source to the sink."""
+    down, up = _residual_arcs([c if c.shape[0] == 1 else c[b:b + 1] for c in caps], [f[b:b + 1] for f in flows], eps)
+    from_source = _reach(down, up, 0)
+    to_sink = _reach([a.transpose(0, 2, 1) for a in reversed(up)], [a.transpose(0, 2, 1) for a in reversed(down)], 0)
+    keep = [np.flatnonzero(s[0] & t[0]) for s, t in zip(from_source, reversed(to_sink))]
+    start = np.cumsum([0] + [len(k) for k in keep])
+    out = np.zeros((start[-1], start[-1]))
+    for k, (c, f) in enumerate(zip(caps, flows)):
+        rows, cols = slice(start[k], start[k + 1]), slice(start[k + 1], start[k + 2])
+        fb = f[b][np.ix_(keep[k], keep[k + 1])]
+        out[rows, cols] = np.clip(np.broadcast_to(c, f.shape)[b][np.ix_(keep[k], keep[k + 1])] - fb, 0.0, None)
+        out[cols, rows] = np.clip(fb.T, 0.0, None)
+    return out
+
+
+def _finish(caps, flows, value, eps) -> None:
+    """Complete ``value`` (b,) where a blocking flow may fall short of the maximum: below both simple cuts
+    (all of the source's edges, all of the sink's) and with an augmenting path left in the residual graph."""
+    bound = np.minimum(np.where(caps[0] > eps, caps[0], 0.0).sum(axis=(1, 2)),
+                       np.where(caps[-1] > eps, caps[-1], 0.0).sum(axis=(1, 2)))
+    open_ = np.flatnonzero(value < np.broadcast_to(bound, value.shape) - eps)
+    if not open_.size:
+        return
+    sub = [c if c.shape[0] == 1 else c[open_] for c in caps]
+    reach = _reach(*_residual_arcs(sub, [f[open_] for f in flows], eps), 0)
+    for b in open_[reach[-1][:, 0]]:  # an augmenting path is left: Dinic's later phases
+        res = _residual_matrix(caps, flows, b, eps)
+        value[b] += max_flow(res, 0, len(res) - 1, eps=eps)
+
+
+def layered_max_flows(mats: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
+    """Max-flow from every top node to every bottom node of a layered graph: (L, n, n) → (n, n).
+
+    The graph has nodes (l, i) for l = 0..L, i < n, and edges (l, i) → (l-1, j) of capacity
+    ``mats[l-1][i, j]`` (≥ 0); ``out[i, j]`` is the max-flow from (L, i) to (0, j), as ``max_flow``
+    finds it on the dense matrix of the whole graph. All n sources are solved together, one sink
+    after another: each sink starts from the flow to the one before, whose delivery is handed back
+    as excess to the nodes that sent it (the other bottom nodes have no outgoing edges, so they never
+    change a cut between a source and this sink)."""
+    mats = np.asarray(mats, dtype=np.float64)
+    if mats.ndim != 3 or mats.shape[1] != mats.shape[2]:
+        raise ValueError(f"mats must be (layers, n, n); got shape {mats.shape}")
+    if (mats < 0).any() or not np.isfinite(mats).all():
+        raise ValueError("capacities must be finite and >= 0")
+    layers, n, _ = mats.shape
+    if layers == 1:
+        return np.where(mats[0] > eps, mats[0], 0.0)
+    middle = [m[None] for m in mats[-2:0:-1]]  # the edges below layer L-1 down to layer 1, shared: (1, n, n)
+    flows = [np.zeros((n, 1, n))] + [np.zeros((n, n, n)) for _ in range(layers - 2)] + [np.zeros((n, n, 1))]
+    excess = [np.zeros((n, 1))] + [np.zeros((n, n)) for _ in range(layers - 1)] + [np.zeros((n, 1))]
+    linked = np.eye(n, dtype=bool)
+    for m in mats[::-1]:  # linked[i, j]: some path of edges > eps from (L, i) down to (0, j)
+        linked = (linked.astype(np.float64) @ (m > eps)) > 0
+    out = np.zeros((n, n))
+    for j in range(n):
+        excess[-2] += flows[-1][:, :, 0]  # the last sink's delivery, back to the nodes that sent it
+        flows[-1][...] = 0.0
+        excess[-1][...] = 0.0
+        rows = np.flatnonzero(linked[:, j])  # the other sources send nothing to this sink: they wait
+        if not rows.size:
+            continue
+        sub_caps = [mats[-1][rows, None, :], *middle, mats[0][None, :, j, None]]  # sources' edges, the sink's
+        sub_flows, sub_excess = [f[rows] for f in flows], [e[rows] for e in excess]
+        _blocking_flow(sub_caps, sub_flows, sub_excess, eps)
+        value = sub_flows[-1].sum(axis=(1, 2))
+        _finish(sub_caps, sub_flows, value, eps)
+        out[rows, j] = value
+        for whole, part in zip(flows + excess, sub_flows + sub_excess):
+            whole[rows] = part
+    return out
+
+
+__all__ = ["max_flow", "layered_max_flows"]

@@ -21,6 +21,7 @@ their projections) so that the page has a neuron view.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ def display_token(t: str) -> str:
 
 def _stack(maps: Any, what: str, batch_index: int) -> np.ndarray:
     """A tuple of per-layer (b, h, q, k) tensors → (layers, h, q, k) float32 for one batch element."""
-    if maps is None or len(maps) == 0 or any(m is None for m in maps):
+    if maps is not None and len(maps) == 0:
+        raise ValueError(f"the model has no attention layers (its outputs' {what} is empty)")
+    if maps is None or any(m is None for m in maps):
         raise ValueError(f"the outputs have no {what}: run the model with output_attentions=True "
                          "(and attn_implementation='eager', since fused attention returns no weights)")
     layers = [m.detach().float().cpu().numpy() for m in maps]
@@ -116,46 +119,161 @@ def _record_qk(model, n_heads: int):
     return store, handles
 
 
+#: Weight files that are Python pickles: loading one can run arbitrary code, so attnlab refuses them.
+_PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+@contextmanager
+def _reading(model_dir: Path, what: str):
+    """Any error of transformers (or torch, safetensors, tokenizers) while doing ``what`` → one ValueError."""
+    try:
+        yield
+    except Exception as e:
+        raise ValueError(f"{model_dir}: {what}: {_one_line(e)}") from None
+
+
+def _check_weight_files(model_dir: Path) -> None:
+    if any(model_dir.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pattern in _PICKLES for p in model_dir.glob(pattern))
+    if pickles:
+        raise ValueError(f"{model_dir} holds its weights as a Python pickle ({', '.join(pickles)}), which attnlab "
+                         "never unpickles (it can run code): convert it to safetensors, e.g. "
+                         "model.save_pretrained(dir, safe_serialization=True) where you trust the file")
+    raise ValueError(f"{model_dir} has no weights: expected model.safetensors (or sharded *.safetensors)")
+
+
+@contextmanager
+def _quiet():
+    """transformers without its progress bars and warnings (the command's output is its own one line)."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _load(model_dir: Path):
+    """(config, tokenizer, model) from a local folder; every failure is one ValueError naming the step."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+    _check_weight_files(model_dir)
+    with _reading(model_dir, "config.json is not a model configuration transformers can read"):
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    with _reading(model_dir, "could not load its tokenizer"):
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        empty = len(tok) == 0 or getattr(tok, "vocab_size", None) == 0
+    if empty:
+        raise ValueError(f"{model_dir}: the tokenizer's vocabulary is empty")
+    with _reading(model_dir, "could not build the model from config.json and its weights"):
+        model, info = AutoModel.from_pretrained(model_dir, local_files_only=True, use_safetensors=True,
+                                                attn_implementation="eager", ignore_mismatched_sizes=True,
+                                                output_loading_info=True)
+    if info.get("mismatched_keys"):
+        key, saved, expected = sorted(info["mismatched_keys"], key=lambda m: m[0])[0]
+        raise ValueError(f"{model_dir}: the weights do not fit config.json: {key} is {tuple(saved)} in the file, "
+                         f"{tuple(expected)} in the model it describes ({len(info['mismatched_keys'])} tensors differ)")
+    return config, tok, model.eval()
+
+
+def _check_text(text: str, what: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid text: character {e.start} is a lone surrogate "
+                         f"({text[e.start]!r}; a command line that is not UTF-8?)") from None
+
+
+def _encode(model_dir: Path, config, tok, text: str, target: str | None) -> dict[str, Any]:
+    """The forward pass's arguments; the text must give 1 to max-positions tokens the model knows."""
+    import torch
+
+    _check_text(text, "--text")
+    with _reading(model_dir, "the tokenizer failed on the text"):
+        enc = tok(text, return_tensors="pt")
+    kwargs: dict[str, Any] = {"input_ids": enc["input_ids"], "output_attentions": True}
+    if "attention_mask" in enc:
+        kwargs["attention_mask"] = enc["attention_mask"]
+    if config.is_encoder_decoder:
+        _check_text(target if target is not None else text, "--target")
+        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.pad_token_id
+        with _reading(model_dir, "the tokenizer failed on the decoder's text"):
+            d = tok(target if target is not None else text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+            kwargs["decoder_input_ids"] = torch.cat([torch.full((1, 1), int(start or 0), dtype=d.dtype), d], dim=1)
+    limit = getattr(config, "max_position_embeddings", None)
+    vocab = getattr(config, "vocab_size", None)
+    for key in ("input_ids", "decoder_input_ids"):
+        ids = kwargs.get(key)
+        if ids is None:
+            continue
+        n = ids.shape[1]
+        if n == 0:
+            raise ValueError(f"the text gives no tokens with {model_dir}'s tokenizer: give a text with at least one")
+        if isinstance(limit, int) and n > limit:
+            raise ValueError(f"the text gives {n} tokens; {model_dir}'s model reads at most {limit} "
+                             "(max_position_embeddings): shorten the text")
+        if isinstance(vocab, int) and int(ids.max()) >= vocab:
+            raise ValueError(f"the tokenizer gives token id {int(ids.max())}, but {model_dir}'s model has "
+                             f"{vocab} embeddings (vocab_size): the tokenizer and the model do not match")
+    return kwargs
+
+
 def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *, device="cpu") -> View:
     """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
 
-    For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token.
     The model runs on ``device`` (a ``torch.device`` or its name); the weights come back as float32
-    NumPy arrays. An autocast context around the call applies to the forward."""
+    NumPy arrays. An autocast context around the call applies to the forward.
+
+    For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token.
+    Weights are read from safetensors only (a pickled ``.bin`` is refused, never unpickled); a folder,
+    text or weights that transformers cannot use is one ``ValueError`` that names the step."""
     try:
         import torch
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+        import transformers  # noqa: F401
     except ImportError:
         raise ImportError("viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise ValueError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
-    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    model = AutoModel.from_pretrained(model_dir, local_files_only=True, attn_implementation="eager").eval().to(device)
-    enc = tok(text, return_tensors="pt")
-    ids = enc["input_ids"]
-    kwargs: dict[str, Any] = {"input_ids": ids, "output_attentions": True}
-    if "attention_mask" in enc:
-        kwargs["attention_mask"] = enc["attention_mask"]
+    with _quiet():
+        config, tok, model = _load(model_dir)
+        model = model.to(device)
+        kwargs = _encode(model_dir, config, tok, text, target)
     dec_tokens = None
-    if config.is_encoder_decoder:
-        start = config.decoder_start_token_id if config.decoder_start_token_id is not None else config.pad_token_id
-        d = tok(target if target is not None else text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-        d = torch.cat([torch.full((1, 1), int(start or 0), dtype=d.dtype), d], dim=1)
-        kwargs["decoder_input_ids"] = d
-        dec_tokens = tok.convert_ids_to_tokens(d[0].tolist())
+    if "decoder_input_ids" in kwargs:
+        dec_tokens = tok.convert_ids_to_tokens(kwargs["decoder_input_ids"][0].tolist())
     n_heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None)
-    store, handles = _record_qk(model, int(n_heads)) if n_heads and not config.is_encoder_decoder else ({}, [])
+    store, handles = ({}, [])
+    if isinstance(n_heads, int) and n_heads > 0 and not config.is_encoder_decoder:
+        store, handles = _record_qk(model, n_heads)
     try:
-        with torch.no_grad():
+        with _reading(model_dir, "running the model on the text failed"), torch.no_grad():
             out = model(**{k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
     finally:
         for h in handles:
             h.remove()
     name = getattr(config, "_name_or_path", "") or model_dir.name
-    view = from_transformers(out, tok.convert_ids_to_tokens(ids[0].tolist()), dec_tokens,
-                             title=f"{Path(str(name)).name or model_dir.name} ({config.model_type})")
+    tokens = tok.convert_ids_to_tokens(kwargs["input_ids"][0].tolist())
+    try:
+        view = from_transformers(out, tokens, dec_tokens, title=f"{Path(str(name)).name or model_dir.name} ({config.model_type})")
+    except ValueError as e:
+        raise ValueError(f"{model_dir}: {e}") from None
+    return _with_queries_and_keys(view, store)
+
+
+def _with_queries_and_keys(view: View, store: dict) -> View:
+    """The view with the neuron view's queries and keys, when the hooks saw every layer's."""
     n_layers = view["layers"].shape[0]
     if store and sorted(store) == list(range(n_layers)) and all(len(v) == 2 for v in store.values()):
         s = dict(view["sections"][0])

@@ -34,6 +34,7 @@ import base64
 import html
 import json
 import math
+import re
 import zlib
 from importlib import resources
 from pathlib import Path
@@ -279,12 +280,31 @@ def payload(data: dict, precision: str = "auto") -> dict:
     return {"title": data["title"], "sections": sections}
 
 
+#: Characters that could end or re-open the page's data block: written as JSON escapes, which
+#: ``JSON.parse`` reads back as the same characters (U+2028/2029 and every other non-ASCII character
+#: are escaped by ``ensure_ascii``).
+_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe between ``<script type="application/json">`` tags: ASCII only
+    (a lone surrogate stays an escape), and no ``<``, ``>`` or ``&``, so no text can close the block
+    (``</script>``) or switch the parser's state (``<!--<script>``)."""
+    text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text.translate(str.maketrans(_JSON_ESCAPES))
+
+
+def _html_text(s: str) -> str:
+    """``s`` escaped for HTML text; a lone surrogate (not writable as UTF-8) becomes U+FFFD."""
+    return html.escape(s.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+
+
 def render_html(data: dict, precision: str = "auto") -> str:
-    """The page as a string; the data is inline JSON (``</`` escaped so it cannot end the script)."""
+    """The page as a string; the data is inline JSON, escaped by ``script_json``."""
     p = payload(data, precision)
     template = (resources.files("attnlab.viz") / "viewer.html").read_text(encoding="utf-8")
-    text = json.dumps(p, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
-    return template.replace("__TITLE__", html.escape(p["title"])).replace("__DATA__", text)
+    fill = {"__TITLE__": _html_text(p["title"]), "__DATA__": script_json(p)}
+    return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group(0)], template)  # one pass: a title may say __DATA__
 
 
 def write_html(data: dict, path: str | Path, precision: str = "auto") -> Path:
