@@ -15,7 +15,7 @@ Rows (sizes on CUDA; the CPU divides the lengths):
   padding fwd             (b, 1, 1, k) bool mask       vs SDPA with the same mask
   need_weights            need_weights=True, n 2048    vs matmul-softmax-matmul      (time ratio, lower is better)
   MHA causal inference    nn.MultiHeadAttention        vs torch.nn.MultiheadAttention dim 1024 n 2048 b 8
-  varlen                  varlen_attention             vs flex with a document mask 8 documents, 16,384 tokens
+  varlen                  varlen_attention             vs flex with a document mask 8 documents, 12,288 tokens
   window 1M fwd+bwd       block_sparse_attention       time and peak memory         w 256 h 8 d 64 n 1,048,576
 """
 

@@ -119,3 +119,24 @@ def test_sanitize_cleans_in_one_pass_and_passes_gradients_through():
     assert bad.tolist() == [True, False, True]
     y.backward(torch.full_like(y, 2.0))
     assert x.grad.tolist() == [[2.0, 2.0]] * 3
+
+
+def test_the_compiled_device_path_equals_the_eager_one_with_nan_padding_and_gradients():
+    """What CUDA runs (``_device_fast`` under ``torch.compile``), compiled here for the CPU: the same
+    outputs and gradients as eager, with NaN in padded keys, inf in a padded value and a fully masked row."""
+    q, k, v = _inputs(6, 6, seed=4)
+    real = torch.tensor([[True] * 4 + [False] * 2, [False] * 6])[:, None, None, :]
+    k[0, :, 5, 1], v[0, :, 4, 0] = float("nan"), float("inf")
+    lead = torch.Size((2, 3))
+    compiled = torch.compile(core._device_fast, dynamic=False)
+    results = []
+    for fn in (core._device_fast, compiled):
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out = fn(qq, kk, vv, real, False, 8 ** -0.5, 0.0, lead, False)
+        out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape))
+        results.append([out.detach(), qq.grad, kk.grad, vv.grad])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+    want = _np_attention(q.numpy(), np.nan_to_num(k.numpy()), np.nan_to_num(v.numpy(), posinf=0.0), real.numpy())
+    np.testing.assert_allclose(results[1][0].numpy(), want, rtol=1e-10, atol=1e-12)
+    assert all(torch.isfinite(g).all() for g in results[1][1:])

@@ -55,6 +55,7 @@ the output through the arithmetic itself (in the features it touches).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -218,6 +219,56 @@ def _fast(
     )
 
 
+def _device_fast(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+    dropout_p: float,
+    lead: torch.Size,
+    kv_finite: bool,
+) -> torch.Tensor:
+    """The fast path without host reads: the rule's cleaning, one SDPA call, the rule's finish."""
+    attend = masks.allowed(mask) if mask is not None else None
+    dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1)
+    if dead is not None and query.shape[:-2] != lead:  # (its dead rows are zeroed in the cleaning)
+        query = query.expand(*lead, *query.shape[-2:])
+    query, key, value, hit = _guard_device(query, key, value, attend, dead, kv_finite)
+    out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, False)
+    return finish_nonfinite(out, hit, dead)
+
+
+_COMPILED: dict[bool, Callable[..., torch.Tensor]] = {}
+_SHAPES: set[tuple] = set()
+STATIC_SHAPES = 8  # distinct shapes compiled one by one; after them, one kernel for every shape
+
+
+def _device_path(query: torch.Tensor, lower_right: bool) -> Callable[..., torch.Tensor]:
+    """``_device_fast`` compiled on CUDA (its dozen small operations fused into a few kernels, launched
+    from one call: each eager launch costs the host more than the pass costs the GPU), eagerly on other
+    devices, under an enclosing ``torch.compile`` and for causal chunks (SDPA's bottom-right mask object
+    does not compile)."""
+    if query.device.type != "cuda" or _checks.tracing() or lower_right:
+        return _device_fast
+    if len(_SHAPES) <= STATIC_SHAPES:
+        _SHAPES.add((query.shape, query.dtype))
+    dynamic = len(_SHAPES) > STATIC_SHAPES
+    if dynamic not in _COMPILED:
+        compiled = torch.compile(_device_fast, dynamic=dynamic)
+
+        def run(*args: Any) -> torch.Tensor:
+            try:
+                return compiled(*args)
+            except Exception:  # a compiler that cannot build it here (no Triton, say): the same numbers, eagerly
+                _COMPILED[dynamic] = _device_fast
+                return _device_fast(*args)
+
+        _COMPILED[dynamic] = run
+    return _COMPILED[dynamic]
+
+
 def _scaled_scores(q: torch.Tensor, k: torch.Tensor, s: float) -> torch.Tensor:
     """s · q kᵀ (..., q, k) as one batched GEMM with alpha = s (no scaled copy of q or of the scores)."""
     lead = q.shape[:-2]
@@ -347,8 +398,15 @@ def attention(
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
 
+    use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
+    s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
+    guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
+    if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)
+        args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite)
+        return _device_path(query, fused_causal and q_len != k_len)(*args), None
+
     hit = dead = None
-    if mask is not None or fused_causal:  # the non-finite rule (``attnlab.functional.nonfinite``)
+    if guarded:
         attend = masks.allowed(mask) if mask is not None else None
         if attend is not None:
             dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
@@ -361,9 +419,7 @@ def attention(
             if dead is not None and not bool(dead.any()):
                 dead = None
 
-    use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
     if use_fast:
-        s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
         out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2], on_host)
         return finish_nonfinite(out, hit, dead), None
 

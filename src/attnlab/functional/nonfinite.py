@@ -49,6 +49,8 @@ def flag_rows(x: torch.Tensor) -> torch.Tensor:
     """(..., n, d) → (..., n) bool: rows holding a NaN or ±inf, as one matrix-vector product
     (x · 1, accumulated in float32 by the GEMV: a read of x at memory speed, no reduction kernel).
     A finite row whose sum overflows is flagged too (entries near the dtype's largest value)."""
+    if _checks.tracing():  # inside torch.compile: a reduction that fuses with the cleaning's read
+        return nonfinite_rows(x)
     return ~torch.isfinite(x @ x.new_ones(x.shape[-1]))
 
 
