@@ -242,19 +242,22 @@ def _device_fast(
 
 _COMPILED: dict[bool, Callable[..., torch.Tensor]] = {}
 _SHAPES: set[tuple] = set()
-STATIC_SHAPES = 8  # distinct shapes compiled one by one; after them, one kernel for every shape
+STATIC_SHAPES = 8  # distinct (query, key, mask) shapes compiled one by one; after them, one kernel for all
 
 
-def _device_path(query: torch.Tensor, lower_right: bool) -> Callable[..., torch.Tensor]:
+def _device_path(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
+                 lower_right: bool) -> Callable[..., torch.Tensor]:
     """``_device_fast`` compiled on CUDA (its dozen small operations fused into a few kernels, launched
     from one call: each eager launch costs the host more than the pass costs the GPU), eagerly on other
     devices, under an enclosing ``torch.compile`` and for causal chunks (SDPA's bottom-right mask object
     does not compile)."""
     if query.device.type != "cuda" or _checks.tracing() or lower_right:
         return _device_fast
+    args_shapes = (query.shape, key.shape, None if mask is None else mask.shape)
     if len(_SHAPES) <= STATIC_SHAPES:
-        _SHAPES.add((query.shape, query.dtype))
-    dynamic = len(_SHAPES) > STATIC_SHAPES
+        _SHAPES.add((*args_shapes, query.dtype))
+    # a cache that grows by a step (q != k) changes shape every call: one dynamic kernel from the start
+    dynamic = len(_SHAPES) > STATIC_SHAPES or args_shapes[0][-2] != args_shapes[1][-2]
     if dynamic not in _COMPILED:
         compiled = torch.compile(_device_fast, dynamic=dynamic)
 
@@ -403,7 +406,7 @@ def attention(
     guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
     if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)
         args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite)
-        return _device_path(query, fused_causal and q_len != k_len)(*args), None
+        return _device_path(query, key, mask, fused_causal and q_len != k_len)(*args), None
 
     hit = dead = None
     if guarded:
