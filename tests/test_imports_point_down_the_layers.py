@@ -94,7 +94,7 @@ def layer(module: str) -> int:
     if len(parts) == 1:
         return ROOT_LAYER
     if parts[1] not in RANK:
-        raise AssertionError(f"{module}: its package {parts[1]!r} has no layer in tests/test_layers.py LAYERS")
+        raise AssertionError(f"{module}: its package {parts[1]!r} has no layer in tests/test_imports_point_down_the_layers.py LAYERS")
     return RANK[parts[1]]
 
 
