@@ -288,7 +288,12 @@ class MultiHeadAttention(nn.Module):
             memory_cache.store(key, value, kh, vh)
         if cache is not None:
             kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
-        kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
+        # one query per head (decoding) with grouped heads: each group's queries attend their key/value head
+        # together as (b, h_kv, groups, d_h), so the cache is never copied per step
+        fold = (groups > 1 and q_len == 1 and not need_weights and self.alibi is None and self.pattern is None
+                and (smask is None or (smask.dim() == 4 and smask.shape[1] == 1 and smask.shape[2] == 1)))
+        if not fold:
+            kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
         k_len = kh.shape[-2]
         if self.alibi is not None:
             smask = masks.combine(smask, self.alibi(q_len, k_len).to(qh.dtype))
@@ -299,6 +304,9 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.attn_drop if self.training else 0.0
         if self.pattern is not None:
             ctx, weights = self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
+        elif fold:
+            ctx, weights = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p)
+            ctx = ctx.reshape(b, h, 1, d_h)
         else:
             ctx, weights = attention(
                 qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
