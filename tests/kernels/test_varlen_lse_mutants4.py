@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.kernels.lse import attention_lse, merge
+from attnlab.kernels.lse import attention_lse
+from attnlab.kernels.partial import merge
 from attnlab.kernels.varlen import lengths_of, varlen_attention
 
 CU_MESSAGE = "cu_seqlens must be non-decreasing integers starting at 0, [0, l_1, l_1 + l_2, …, total]; got {}"
@@ -128,7 +129,7 @@ def test_attention_lse_is_nan_only_on_rows_that_may_attend_a_non_finite_key():
 def test_merge_names_the_shapes_that_disagree():
     with pytest.raises(ValueError, match=re.escape(
             "each lse must be its output's shape without the last axis; got (2, 3, 4) and (2, 4)")):
-        merge([torch.zeros(2, 3, 4)], [torch.zeros(2, 4)])
+        merge([(torch.zeros(2, 3, 4), torch.zeros(2, 4))])
 
 
 def test_merge_ignores_a_parts_output_where_its_row_has_no_key():
@@ -136,6 +137,6 @@ def test_merge_ignores_a_parts_output_where_its_row_has_no_key():
     o2 = torch.tensor([[float("nan"), float("inf")], [5.0, 6.0]], dtype=torch.float64)
     l1 = torch.tensor([0.5, 1.0], dtype=torch.float64)
     l2 = torch.tensor([float("-inf"), 1.0], dtype=torch.float64)
-    out, lse = merge([o1, o2], [l1, l2])
+    out, lse = merge([(o1, l1), (o2, l2)])
     np.testing.assert_allclose(out.numpy(), [[1.0, 2.0], [4.0, 5.0]], atol=1e-12)
     np.testing.assert_allclose(lse.numpy(), [0.5, 1.0 + np.log(2.0)], atol=1e-12)

@@ -36,7 +36,8 @@ import torch
 from .. import patterns as P
 from ..functional.attention import attention, finish_nonfinite, zero_nonfinite
 from ..functional.scores import default_scale
-from ..kernels import attention_lse, block_sparse_attention, flash, merge
+from ..kernels import attention_lse, block_sparse_attention, flash
+from ..kernels.partial import PartialResult, finish_partial, merge, no_keys
 from .comm import exchange, ring_shift, tie
 from .layout import check_shards, empty_result, positions, world
 
@@ -79,31 +80,24 @@ def _causal_fused(q, k, v, q_pos, k_pos, pad, scale):
     bias = None if pad is None else flash.additive(pad[:, None, None, :], q.dtype)  # (b, 1, 1, n_k)
     outs, lses = [], []
     for qi, ql, qp in _runs(q_pos):
-        parts = []
+        parts: list[PartialResult] = []
         for ki, kl, kp in _runs(k_pos):
             if kp > qp + ql - 1:
                 continue  # every key after every query
             qq, kk, vv = q[..., qi : qi + ql, :], k[..., ki : ki + kl, :], v[..., ki : ki + kl, :]
             b = None if bias is None else bias[..., ki : ki + kl]
             if kp + kl - 1 <= qp:  # every key at or before every query
-                o, lse = _fused(qq, kk, vv, bias=b, scale=scale)
-                if pad is not None:  # a sequence whose keys here are all padding: no key (ℓ = −inf)
-                    dead = ~pad[:, ki : ki + kl].any(-1)[:, None, None]  # (b, 1, 1)
-                    o, lse = o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
-                parts.append((o, lse))
+                # a sequence whose keys here are all padding: no key (ℓ = −inf)
+                dead = None if pad is None else ~pad[:, ki : ki + kl].any(-1)[:, None, None]  # (b, 1, 1)
+                parts.append(finish_partial(*_fused(qq, kk, vv, bias=b, scale=scale), dead))
             elif kp == qp and kl == ql and b is None:
-                parts.append(_fused(qq, kk, vv, causal=True, scale=scale))
+                parts.append(PartialResult(*_fused(qq, kk, vv, causal=True, scale=scale)))
             else:  # a partial overlap (or padding on the diagonal): the dense mask of this pair only
                 allow = k_pos[ki : ki + kl][None, :] <= q_pos[qi : qi + ql][:, None]
                 m = allow[None, None] if pad is None else allow[None, None] & pad[:, None, None, ki : ki + kl]
                 o, lse = _fused(qq, kk, vv, bias=flash.additive(m.expand(q.shape[0], 1, ql, kl), q.dtype), scale=scale)
-                dead = ~m.any(-1)
-                parts.append((o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))))
-        if parts:
-            o, lse = merge([p[0] for p in parts], [p[1] for p in parts])
-        else:
-            o = q.new_zeros(*q.shape[:-2], ql, v.shape[-1])
-            lse = q.new_full((*q.shape[:-2], ql), float("-inf"))
+                parts.append(finish_partial(o, lse, ~m.any(-1)))
+        o, lse = merge(parts, inplace=True) if parts else no_keys(q, (*q.shape[:-2], ql, v.shape[-1]))
         outs.append(o), lses.append(lse)
     return torch.cat(outs, -2), torch.cat(lses, -1)
 
@@ -123,16 +117,13 @@ def _reach(bad: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, allow: t
     return bad.any(-1, keepdim=True).expand(*bad.shape[:-1], q_pos.numel())
 
 
-def _partial(q, k, v, mask, scale):
+def _partial(q, k, v, mask, scale) -> PartialResult:
     """(out, ℓ) of one block. Without autograd on CPU, PyTorch's fused flash kernel gives both in
     O(n) memory; otherwise the core's attention and the block's ℓ (differentiable, O(n_q·n_k))."""
     if _fusable(q, k, v):
         bias = None if mask is None else flash.additive(mask.expand(q.shape[0], 1, q.shape[-2], k.shape[-2]), q.dtype)
-        out, lse = _fused(q, k, v, bias=bias, scale=scale)
-        if mask is None:
-            return out, lse
-        dead = ~mask.any(-1)  # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
-        return out.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
+        # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
+        return finish_partial(*_fused(q, k, v, bias=bias, scale=scale), None if mask is None else ~mask.any(-1))
     return attention_lse(q, k, v, mask, scale=scale)  # the core's output and its ℓ, differentiable
 
 
@@ -217,7 +208,8 @@ def ring_attention(
         q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n/W) each
         bad = bad if pad is None else bad & pad[:, None, :]  # (padded keys are masked anyway)
     q_pos = positions(n, size, rank, layout)
-    outs, lses, tokens = [], [], []
+    parts: list[PartialResult] = []
+    tokens = []
     cur = [k, v] + ([pad] if pad is not None else []) + ([bad] if bad is not None else [])
     for step in range(size):
         src = (rank - step) % size  # the rank whose keys this rank holds now
@@ -226,22 +218,20 @@ def ring_attention(
         allow = None
         if causal and pattern is None and _fusable(q, cur[0], cur[1]):  # no (n/W)² mask is ever built
             if int(k_pos.min()) <= int(q_pos.max()):  # some key at or before some query
-                o, lse = _causal_fused(q, cur[0], cur[1], q_pos, k_pos, kpad, s)
-                outs.append(o), lses.append(lse)
+                parts.append(PartialResult(*_causal_fused(q, cur[0], cur[1], q_pos, k_pos, kpad, s)))
         else:
             allow = _allowed(q_pos, k_pos, n, pattern, causal)
             if allow is None or bool(allow.any()):  # positions live on the host: no device sync
-                o, lse = _partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s)
-                outs.append(o), lses.append(lse)
+                parts.append(_partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s))
         if bad is not None:
             reach = _reach(cur[-1] > 0.5, q_pos, k_pos, allow, causal)
             hit = reach if hit is None else hit | reach
         if step + 1 < size:
             cur, token = ring_shift(cur, k, group)
             tokens.append(token)
-    if not outs:  # every key is masked for every query of this rank
+    if not parts:  # every key is masked for every query of this rank
         return tie(torch.zeros(*q.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device), tokens)
-    out, lse = merge(outs, lses)
+    out, lse = merge(parts)
     if hit is not None and bad_q is not None:  # NaN rows: those that may attend a non-finite key or value,
         out = finish_nonfinite(out, hit | (bad_q & (lse > float("-inf"))), None)  # and live non-finite queries
     return tie(out, tokens)

@@ -69,6 +69,8 @@ def scale_scores(e: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
 
 
 def default_scale(d: int) -> float:
+    """The scaled dot product's default factor 1/√d (Vaswani et al. 2017), for d >= 1 features:
+    the one definition that every mechanism, kernel and module uses."""
     return 1.0 / math.sqrt(d)
 
 

@@ -2,13 +2,14 @@
 
 ``block_sparse_attention`` chooses its kernel by the tensors' device (``devices``): the CPU
 block-sparse kernels, flex attention on CUDA, dense masked attention elsewhere.
-``attention_lse`` returns a block's ``(out, lse)`` and ``merge`` combines such partial results
-exactly (``lse``)."""
+``attention_lse`` returns a block's ``PartialResult(out, lse)`` and ``merge`` combines such partial
+results exactly (``partial``)."""
 
 from .block_sparse import BlockWeights, block_sparse_attention, plan, weights_for_rows
 from .devices import backend_for, block_mask, flex_pattern_attention
-from .lse import attention_lse, merge
+from .lse import attention_lse
 from .neighborhood import neighborhood_attention_2d
+from .partial import PartialResult, merge
 from .topk import TopK, top_k, topk_attention, topk_indices
 from .varlen import varlen_attention
 
@@ -20,6 +21,7 @@ __all__ = [
     "BlockWeights",
     "plan",
     "attention_lse",
+    "PartialResult",
     "merge",
     "backend_for",
     "block_mask",

@@ -15,7 +15,7 @@ its own backward), with the same (T, L) mask for every interior tile
   the spans of interior tiles are a strided view of k and v (``as_strided``, no
   copy); the spans of boundary tiles, which reach before 0 or past n, are
   gathered with zeros outside. They return and take the row log-sum-exp, so a
-  window can be merged with other parts of a pattern (``attnlab.kernels.flash``);
+  window can be merged with other parts of a pattern (``attnlab.kernels.partial``);
   the backward adds each span's key gradients back with ``index_add_``, a few
   tiles per call so the kernel's own gradient buffers stay small.
 
@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from . import flash
+from .partial import PartialResult, finish_partial
 
 # Mask elements per SDPA call on the padded path (bounds the per-tile masks, ~4 MiB bool).
 MASK_BUDGET = 1 << 22
@@ -152,10 +153,10 @@ def band_forward(
     real: torch.Tensor | None,
     scale: float,
     T: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> PartialResult:
     """The window with PyTorch's fused kernel, no autograd: (out (b, h, n, d_v), lse (b, h, n)).
 
-    Rows that may attend no key get out = 0 and lse = −inf (``attnlab.kernels.flash.merge``)."""
+    Rows that may attend no key get out = 0 and lse = −inf (``attnlab.kernels.partial``)."""
     b, h, n, d = q.shape
     dv = v.shape[-1]
     nt = -(-n // T)
@@ -168,14 +169,13 @@ def band_forward(
             qt[sel, :, s:e].reshape(m * h, e - s, T, d), _chunk_spans(k[sel], s, e, T, before, after),
             _chunk_spans(v[sel], s, e, T, before, after), 0.0, False, attn_mask=_kernel_mask(allow, q.dtype), scale=scale,
         )  # (m·h, e − s, T, d_v), (m·h, e − s, T)
-        if dead is not None:
-            o, lp = o.masked_fill(dead[None, :, :, None], 0.0), lp.masked_fill(dead[None], float("-inf"))
+        o, lp = finish_partial(o, lp, None if dead is None else dead[None])
         if lse is None:
             lse = lp.new_empty(b, h, nt, T)
         out[sel, :, s:e] = o.view(m, h, e - s, T, dv)
         lse[sel, :, s:e] = lp.reshape(m, h, e - s, T)
     assert lse is not None  # n >= 1: there was a call
-    return out.view(b, h, nt * T, dv)[:, :, :n], lse.view(b, h, nt * T)[:, :, :n]
+    return PartialResult(out.view(b, h, nt * T, dv)[:, :, :n], lse.view(b, h, nt * T)[:, :, :n])
 
 
 def band_backward(

@@ -15,7 +15,7 @@ How it works (the CPU analogue of Sparse Transformer's and FlashAttention's kern
    tile plan below). Each part runs PyTorch's fused CPU flash kernel
    (``aten._scaled_dot_product_flash_attention_for_cpu``: scores, online
    softmax and the weighted sum in one pass, no score tensor) and returns its
-   output and row log-sum-exp; ``flash.merge`` combines them exactly.
+   output and row log-sum-exp; ``partial.merge`` combines them exactly.
 2. A **plan** (``tiles``; cached per pattern in a ``WeakKeyDictionary``, then per n, block and batch·heads): for every query
    block, the list of key blocks the rest touches (``Pattern.blocks``), padded
    to a common width m inside groups of rows sorted by their count, and the
@@ -68,7 +68,6 @@ https://arxiv.org/abs/2205.14135 (recomputation from the log-sum-exp).
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -77,11 +76,13 @@ import torch
 
 from .. import _checks
 from ..functional.attention import finish_nonfinite, zero_nonfinite
+from ..functional.scores import default_scale
 from ..functional.softmax import masked_softmax
 from ..patterns import Pattern, Window
 from . import devices, flash
 from .band import band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
+from .partial import PartialResult, merge, merge_rows
 from .parts import _SPLITS, split  # noqa: F401  (_SPLITS: the cache, inspected by the tests)
 from .reach import reach
 from .tiles import (
@@ -146,14 +147,18 @@ def _forward(
     if _fused(d, v.shape[-1], dropout_p):
         win, T, g, pl = _layout(pattern, n, block, b * h, grad)
         real = None if keys is None else keys.flatten(1)[:, :n].expand(b, n)
-        parts: list[tuple[torch.Tensor, ...]] = []
+        parts: list[PartialResult] = []
+        rows_part = None
         if win is not None:
             parts.append(band_forward(q, k, v, win.before, win.after, real, scale, T))
         if g is not None:
-            parts += global_forward(q, k, v, g, win, real, scale)
+            cols_part, rows_part = global_forward(q, k, v, g, win, real, scale)
+            parts.append(cols_part)
         if pl is not None:
             parts.append(plan_forward(q, k, v, pl, keys, scale))
-        out, lse = flash.merge(parts)
+        out, lse = merge(parts, inplace=True)  # the kernels' fresh buffers
+        if rows_part is not None:
+            out, lse = merge_rows(PartialResult(out, lse), *rows_part)
         return out.contiguous(), lse.contiguous(), 0
     seed = int(torch.randint(0, 2**31 - 1, ())) if dropout_p > 0 else 0
     return tiles_forward(q, k, v, plan(pattern, n, block, b * h), keys, scale, dropout_p, seed), q.new_empty(0), seed
@@ -368,7 +373,7 @@ def block_sparse_attention(
     b, h, n, d = query.shape
     if d == 0:
         raise ValueError(f"query and key need at least one feature (d >= 1); got query {_checks.shape(query)}")
-    scale = 1.0 / math.sqrt(d) if scale is None else _checks.scale(scale)
+    scale = default_scale(d) if scale is None else _checks.scale(scale)
     pad = _key_real(key_padding_mask, b, n, -(-n // block), block, query.device)
     if query.numel() == 0 or value.numel() == 0:  # b, h or n is 0 (or d_v is): an empty output, as SDPA gives
         out = value * 0.0 + (query.sum() + key.sum()) * 0.0
@@ -440,7 +445,7 @@ def weights_for_rows(
     _validate(query, key, None, pattern, 64, key_padding_mask)
     b, h, n, d = query.shape
     rows = _rows(rows, n, query.device)
-    scale = 1.0 / math.sqrt(d) if scale is None else _checks.scale(scale)
+    scale = default_scale(d) if scale is None else _checks.scale(scale)
     s = (query[:, :, rows] * scale) @ key.transpose(-1, -2)  # (b, h, r, n)
     allow = pattern.allows(rows[:, None], torch.arange(n, device=query.device)[None, :], n)  # (r, n)
     if key_padding_mask is not None:

@@ -30,6 +30,7 @@ import torch
 
 from ..functional.attention import attention
 from ..patterns import Combined, Documents, GlobalTokens, Pattern, Window
+from .partial import finish_partial
 
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
@@ -209,7 +210,7 @@ def flex_pattern_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pa
     if not return_lse:  # flex gives rows with no key a zero output itself
         return fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale)[..., :d_v]
     out, aux = fn(q, k, v, score_mod=score_mod, block_mask=bm, scale=scale, return_aux=AuxRequest(lse=True))
-    return torch.where(torch.isneginf(aux.lse)[..., None], 0.0, out[..., :d_v]), aux.lse
+    return finish_partial(out[..., :d_v], aux.lse, torch.isneginf(aux.lse))
 
 
 FLEX_MIN_HEAD = 16  # flex's kernels need head dimensions of at least 16

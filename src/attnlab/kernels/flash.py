@@ -1,4 +1,4 @@
-"""PyTorch's fused CPU flash kernel, and how partial results over disjoint key sets combine.
+"""PyTorch's fused CPU flash kernel, and why its partial results over disjoint key sets combine.
 
 The kernel (``aten._scaled_dot_product_flash_attention_for_cpu``) computes, per
 query row, the output o = softmax(q kᵀ · scale + mask) v and the row's
@@ -6,7 +6,7 @@ log-sum-exp ℓ = log Σ_j exp(q·k_j · scale + mask_j), in one pass without a
 score tensor; its backward recomputes the weights from ℓ (FlashAttention).
 
 Two parts of one softmax, over disjoint key sets S₁ and S₂ of the same query,
-combine exactly (the split-KV trick of Flash-Decoding):
+combine exactly (the split-KV trick of Flash-Decoding, ``attnlab.kernels.partial.merge``):
 
     ℓ = log(e^{ℓ₁} + e^{ℓ₂}),    o = e^{ℓ₁ − ℓ} o₁ + e^{ℓ₂ − ℓ} o₂
 
@@ -41,35 +41,6 @@ HAS_FUSED = FLASH is not None and FLASH_BWD is not None
 def additive(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """bool, True = may attend → the kernel's additive mask (0 or −inf)."""
     return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill_(~allow, float("-inf"))
-
-
-def _weight(lp: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
-    """e^{ℓ_p − ℓ}, 0 where ℓ = −inf (a row with no key anywhere)."""
-    return torch.exp(lp - lse).masked_fill_(torch.isneginf(lse), 0.0)[..., None]
-
-
-def merge(parts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Parts over disjoint key sets → (o, ℓ); rows with no key anywhere: o = 0, ℓ = −inf.
-
-    A part is ``(o (..., n, d), ℓ (..., n))`` over all n rows, or ``(o (..., r, d), ℓ (..., r), rows (r,))``
-    over some rows only (global queries). The first part must cover all rows; its output is
-    overwritten (the parts are the kernels' fresh buffers)."""
-    out, lse = parts[0][0], parts[0][1]
-    full = [p for p in parts[1:] if len(p) == 2]
-    if full:
-        total = lse
-        for _, lp in full:
-            total = torch.logaddexp(total, lp)
-        out.mul_(_weight(lse, total))
-        for o, lp in full:
-            out.addcmul_(o, _weight(lp, total))
-        lse = total
-    for o, lp, rows in (p for p in parts[1:] if len(p) == 3):
-        old_o, old_l = out.index_select(-2, rows), lse.index_select(-1, rows)
-        new_l = torch.logaddexp(old_l, lp)
-        out.index_copy_(-2, rows, old_o.mul_(_weight(old_l, new_l)).addcmul_(o, _weight(lp, new_l)))
-        lse = lse.index_copy(-1, rows, new_l)
-    return out, lse
 
 
 __all__: list[str] = []

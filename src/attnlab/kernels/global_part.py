@@ -11,7 +11,7 @@ of tiles (``attnlab.kernels.flash``):
 
 The columns part returns (out, lse) over all n query rows, the rows part over
 the g global rows (rows without a key in a part: out = 0, lse = −inf), for
-``flash.merge``; the backward takes the merged output and lse and returns this
+``partial.merge`` and ``partial.merge_rows``; the backward takes the merged output and lse and returns this
 part's share of the gradients.
 
 Shapes: q, k (b, h, n, d), v (b, h, n, d), G (g,) sorted key positions < n,
@@ -27,6 +27,7 @@ import torch
 
 from ..patterns import Window
 from . import flash
+from .partial import PartialResult, finish_partial
 
 # (query positions or None for all, key positions or None for all, allowed)
 _Part = tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]
@@ -70,18 +71,22 @@ def global_forward(
     window: Window | None,
     real: torch.Tensor | None,
     scale: float,
-) -> list[tuple[torch.Tensor, ...]]:
-    """The parts, no autograd, for ``flash.merge``: the columns (out (b, h, n, d), lse (b, h, n)) and
-    the rows (out (b, h, g, d), lse (b, h, g), positions (g,))."""
-    out: list[tuple[torch.Tensor, ...]] = []
+) -> tuple[PartialResult, tuple[PartialResult, torch.Tensor] | None]:
+    """The parts, no autograd: the columns over all rows (out (b, h, n, d), lse (b, h, n)), for
+    ``partial.merge``, and the rows part over the g global rows with their positions
+    ((out (b, h, g, d), lse (b, h, g)), (g,)), for ``partial.merge_rows`` (None when every position is global)."""
+    cols_part, rows_part = None, None
     for rows, cols, allow in _parts(q, glob, window, real):
         qs = q if rows is None else q.index_select(2, rows.to(q.device))
         ks, vs = (k, v) if cols is None else (k.index_select(2, cols.to(q.device)), v.index_select(2, cols.to(q.device)))
         o, lse = flash.FLASH(qs, ks, vs, 0.0, False, attn_mask=_mask(allow, q.dtype), scale=scale)
-        dead = ~allow.any(-1)  # (r,) or (b, 1, r): rows with no key in this part
-        o, lse = o.masked_fill(dead[..., None], 0.0), lse.masked_fill(dead, float("-inf"))
-        out.append((o, lse) if rows is None else (o, lse, rows.to(q.device)))  # the rows part: g rows only
-    return out
+        part = finish_partial(o, lse, ~allow.any(-1))  # (r,) or (b, 1, r): rows with no key in this part
+        if rows is None:
+            cols_part = part
+        else:
+            rows_part = (part, rows.to(q.device))
+    assert cols_part is not None  # _parts always gives the columns part
+    return cols_part, rows_part
 
 
 def global_backward(

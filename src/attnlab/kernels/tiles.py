@@ -9,7 +9,7 @@ R query blocks of a group, m the key blocks of one query block.
   to a common width m inside groups of rows sorted by their count, with the element-level mask of
   each gathered tile (True = may attend); cached in a ``WeakKeyDictionary`` keyed by the pattern.
 * ``plan_forward`` / ``plan_backward``: the tiles through PyTorch's fused CPU flash kernel, returning
-  and taking the row log-sum-exp (``attnlab.kernels.flash``), used by ``block_sparse_attention``.
+  and taking the row log-sum-exp (``attnlab.kernels.partial``), used by ``block_sparse_attention``.
 * ``tiles_forward`` / ``tiles_backward`` (the explicit path): scores, one fused ``torch.softmax``,
   the weighted sum; for dropout (a mask replayed in the backward from a per-group seed), d_v ≠ d,
   and torch builds without the private kernel.
@@ -31,6 +31,7 @@ import torch
 from .. import _checks
 from ..patterns import Pattern
 from . import flash
+from .partial import PartialResult, finish_partial, no_keys
 
 # Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
 SCORE_BUDGET = 1 << 22
@@ -190,15 +191,14 @@ def _bias(grp: _Group, keys: torch.Tensor | None, b: int, h: int, dtype: torch.d
 
 def plan_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pl: Plan, keys: torch.Tensor | None, scale: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> PartialResult:
     """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
 
     Query rows the pattern gives no key (and rows of blocks outside the plan) get out = 0, lse = −inf."""
     b, h, n, d = q.shape
     B, nb = pl.block, pl.n_blocks
     qb, kb, vb = _blocks(q, nb, B), _blocks(k, nb, B), _blocks(v, nb, B)
-    out = q.new_zeros(b, h, nb, B, d)
-    lse = q.new_full((b, h, nb, B), float("-inf"))
+    out, lse = no_keys(q, (b, h, nb, B, d))  # rows outside the plan keep them
     wk, wv = _workspaces(pl, q, (d, d))
     for grp in pl.groups:
         R = len(grp.q_blocks)
@@ -209,11 +209,10 @@ def plan_forward(
         )
         o, lp = o.reshape(b, h, R, B, d), lp.reshape(b, h, R, B).to(lse.dtype)
         dead = _dead(grp, keys)  # (b, 1, R, B, 1) rows with no key, or None
-        if dead is not None:
-            o, lp = o.masked_fill(dead, 0.0), lp.masked_fill(dead[..., 0], float("-inf"))
+        o, lp = finish_partial(o, lp, None if dead is None else dead[..., 0])
         out.index_copy_(2, grp.q_blocks, o)
         lse.index_copy_(2, grp.q_blocks, lp)
-    return out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n]
+    return PartialResult(out.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n])
 
 
 def plan_backward(

@@ -26,6 +26,7 @@ import torch
 
 from .. import _checks
 from ..functional.attention import finish_nonfinite, zero_nonfinite
+from ..functional.scores import default_scale
 from ..functional.softmax import masked_softmax
 from ..patterns import Pattern
 
@@ -146,7 +147,7 @@ def topk_indices(
     topk = _as_topk(topk)
     scale, key_padding_mask = _validate(query, key, None, scale, key_padding_mask)
     n, d = key.shape[-2], query.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = default_scale(d) if scale is None else float(scale)
     kk = min(topk.k, n)
     lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     rows = max(1, _ROW_BUDGET // max(1, n * math.prod(lead)))
@@ -189,7 +190,7 @@ def topk_attention(
         # with no key): zero, zero gradients
         zero = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()
         return value.new_zeros(*lead, query.shape[-2], value.shape[-1]) + zero
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    scale = default_scale(d) if scale is None else float(scale)
     query, key, value, bad_q, bad = zero_nonfinite(query, key, value)  # bad_q (b, h, n), bad (b, h|1, n)
     idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask, first=bad)  # (b, h, n, k)
     lead = idx.shape[:-2]

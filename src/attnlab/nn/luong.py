@@ -26,7 +26,6 @@ while a trace records, the readable ``attnlab.scores`` functions run instead.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -94,7 +93,7 @@ class LuongAttention(nn.Module):
 
     def _score(self, projected: bool) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """The score (q, k) → (b, q, k) that the core calls; k is raw keys, or precompute(keys) if ``projected``."""
-        s = 1.0 / math.sqrt(self.key_dim) if self.scale else 1.0
+        s = _scores.default_scale(self.key_dim) if self.scale else 1.0
         if active():  # the readable reference, recording its steps
             ref = {"dot": lambda q, k: _scores.dot(q, k),
                    "general": lambda q, k: _scores.general(q, k, self.weight.weight),
