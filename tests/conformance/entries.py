@@ -327,9 +327,7 @@ def make_vision(name: str, **kw):
         x = {"x": _leaf(b, 4, q, 3, dtype=dtype, device=device)}
 
         def run(path, pad, causal):
-            if path == "fast":
-                return m(x["x"]), None
-            out, maps = m(x["x"], need_weights=True)
+            out, _ = m(x["x"], need_weights=_need(path))
             return out, None
 
         return Case(x, run, list(m.parameters()))
