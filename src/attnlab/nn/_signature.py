@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 SIGNATURE = "forward(query, key, value=None, *, mask=None, need_weights=False)"
 RENAMED = {"keys": "key", "values": "value"}
 
-_Forward = TypeVar("_Forward", bound=Callable)
+_Forward = TypeVar("_Forward", bound=Callable[..., Any])
 
 
 def classic_forward(forward: _Forward) -> _Forward:
     """Decorate a classic module's ``forward``: old keyword names or a positional mask raise ``TypeError``."""
 
     @functools.wraps(forward)
-    def checked(self, *args, **kwargs):
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         name = type(self).__name__
         for old, new in RENAMED.items():
             if old in kwargs:
