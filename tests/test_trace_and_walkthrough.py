@@ -68,7 +68,7 @@ def test_cli_explain_prints_the_steps(capsys):
     "argv, words",
     [
         (["explain", "nonsense"], "unknown mechanism 'nonsense'"),
-        (["explain", "dot", "--example", "seed-000-additive"], "is a 'additive' example, not 'dot'"),
+        (["explain", "dot", "--example", "seed-000-additive"], "is a 'bahdanau' example, not 'dot'"),
         (["explain", "additive", "--example", "nope"], "no built-in example 'nope'"),
         (["explain", "additive", "--file", "missing.toml"], "no such file"),
     ],

@@ -240,7 +240,7 @@ def make_keyed(name: str):
         def run(path, pad, causal):
             if path.startswith("precompute"):  # the keys' part once, with the padding mask or without it
                 pk = m.precompute(x["keys"], mask=pad if path == "precompute" else None)
-                return m(x["query"], x["keys"], mask=pad, projected_keys=pk)
+                return m(x["query"], x["keys"], mask=pad, need_weights=_need(path), projected_keys=pk)
             mod = ref if path == "reference" else m
             return _traced(path, lambda: mod(x["query"], x["keys"], mask=pad, need_weights=_need(path)))
 
@@ -327,9 +327,7 @@ def make_vision(name: str, **kw):
         x = {"x": _leaf(b, 4, q, 3, dtype=dtype, device=device)}
 
         def run(path, pad, causal):
-            if path == "fast":
-                return m(x["x"]), None
-            out, maps = m(x["x"], need_weights=True)
+            out, _ = m(x["x"], need_weights=_need(path))
             return out, None
 
         return Case(x, run, list(m.parameters()))

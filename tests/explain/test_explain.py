@@ -137,7 +137,7 @@ def test_cli_formats(capsys):
     assert r"$$e_{ij} = v^\top u_{ij}$$" in md and r"\begin{bmatrix}" in md
     assert main(["explain", "multi_head", "--format", "json", "--lang", "zh"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["mechanism"] == "multi_head" and doc["ok"] is True
+    assert doc["mechanism"] == "multi-head" and doc["ok"] is True
     assert [s["name"] for s in doc["steps"]][:3] == ["query_heads", "key_heads", "value_heads"]
     assert main(["explain", "multi_head"]) == 0
     assert "head 2" in capsys.readouterr().out

@@ -85,12 +85,12 @@ def test_inputs_show_the_written_numbers():
 def test_explain_example_without_the_mechanism(capsys):
     assert main(["explain", "--example", "seed-001-multi-head"]) == 0
     out = capsys.readouterr().out
-    assert "Step 1." in out and "mechanism: multi_head" in out
+    assert "Step 1." in out and "mechanism: multi-head" in out
     assert main(["explain", "multi-head", "--example", "seed-001-multi-head"]) == 0
     assert capsys.readouterr().out == out
     assert main(["explain", "bahdanau", "--example", "seed-000-additive"]) == 0  # nn's name for it
     assert main(["explain", "dot", "--example", "seed-000-additive"]) == 2
-    assert "is a 'additive' example" in capsys.readouterr().err
+    assert "is a 'bahdanau' example" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("verb", ["explain", "verify"])
@@ -106,5 +106,5 @@ def test_hyphenated_mechanism_in_a_file(tmp_path, capsys):
     f = tmp_path / "mh.toml"
     f.write_text('mechanism = "multi-head"\n[inputs]\nx = [[1.0, 0.0], [0.0, 1.0]]\n[params]\nnum_heads = 2\n',
                  encoding="utf-8")
-    assert load(str(f)).mechanism == "multi_head"
+    assert load(str(f)).mechanism == "multi-head"
     assert main(["explain", "--file", str(f)]) == 0

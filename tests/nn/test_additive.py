@@ -47,7 +47,7 @@ def test_matches_numpy(impl, mask_kind):
         mask = torch.rand(2, 3, 5, generator=g) > 0.4
         mask[1, 2] = False  # one fully masked row
     m = _module(4, 6, 8, impl, max_elems=40)  # tiny budget: several chunks
-    ctx, w = m(q, k, val, mask=mask)
+    ctx, w = m(q, k, val, mask=mask, need_weights=True)
     np_mask = None if mask is None else np.broadcast_to((mask if mask.dim() == 3 else mask[:, None]).numpy(), (2, 3, 5))
     ref_ctx, ref_w = np_additive(q.numpy(), k.numpy(), val.numpy(), *_params(m), np_mask)
     np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=1e-12)
@@ -57,7 +57,7 @@ def test_matches_numpy(impl, mask_kind):
 def test_single_step_query_and_keys_as_values():
     m = _module(3, 3, 4)
     q, k = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 4, 3, dtype=torch.float64)
-    ctx, w = m(q, k, mask=torch.tensor([[True, True, True, False]] * 2))
+    ctx, w = m(q, k, mask=torch.tensor([[True, True, True, False]] * 2), need_weights=True)
     assert ctx.shape == (2, 3) and w.shape == (2, 4)
     np_mask = np.array([[[True, True, True, False]]] * 2)
     ref_ctx, ref_w = np_additive(q[:, None].numpy(), k.numpy(), k.numpy(), *_params(m), np_mask)
@@ -74,7 +74,7 @@ def test_seed_example_through_the_module():
         m.v.copy_(torch.tensor([1.0, 2.0]))
     h = torch.tensor([[[0.2, 0.5], [0.3, 0.1], [-0.1, 0.4]]])
     s = torch.tensor([[0.6, -0.2]])
-    ctx, w = m(s, h)
+    ctx, w = m(s, h, need_weights=True)
     u1 = np.tanh(np.array([0.02, 0.10]) + np.array([0.40, 0.54]))  # the seed's step 1, by hand
     assert abs(float(np.array([1.0, 2.0]) @ u1) - 1.5267) < 1e-4
     torch.testing.assert_close(w, torch.tensor([[0.4771, 0.2731, 0.2498]]), atol=1e-4, rtol=0)
@@ -119,7 +119,7 @@ def test_fully_masked_row_zero_output_finite_grads():
     k = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(2, 2, 4, dtype=torch.bool)
     mask[0, 1] = False
-    ctx, w = m(q, k, mask=mask)
+    ctx, w = m(q, k, mask=mask, need_weights=True)
     assert torch.all(w[0, 1] == 0) and torch.all(ctx[0, 1] == 0)
     ctx.sum().backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
@@ -130,7 +130,7 @@ def test_precomputed_keys_and_need_weights():
     m = _module(3, 5, 4)
     q, k = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 6, 5, dtype=torch.float64)
     pk = m.precompute(k)
-    c1, w1 = m(q, k)
+    c1, w1 = m(q, k, need_weights=True)
     c2, w2 = m(q, k, projected_keys=pk, need_weights=False)
     assert w2 is None
     torch.testing.assert_close(c1, c2)

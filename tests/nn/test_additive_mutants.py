@@ -77,8 +77,8 @@ def test_every_path_gives_the_papers_numbers(impl, traced):
     ok = torch.tensor([[True, False, True, True], [True, True, True, False]])
     ref_c, ref_w = np_reference(m, q, k, v, ok.numpy()[:, None, :])
     with attnlab.trace() if traced else contextlib.nullcontext() as tr:
-        c, w = m(q, k, v, mask=ok)
-        c_pk, w_pk = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok))
+        c, w = m(q, k, v, mask=ok, need_weights=True)
+        c_pk, w_pk = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok), need_weights=True)
     if traced:
         assert "tanh" in tr and "scores" in tr
     for cc, ww in ((c, w), (c_pk, w_pk)):
@@ -103,11 +103,11 @@ def test_projected_keys_are_used_as_given_by_the_chunked_path_only():
     q, k = t(2, 3, 3, seed=5), t(2, 4, 4, seed=6)
     zeros = torch.zeros(2, 4, 5, dtype=torch.float64)
     chunked = AdditiveAttention(3, 4, 5).double()
-    _, w = chunked(q, k, projected_keys=zeros)  # every key scores vᵀ tanh(W_q s): uniform
+    _, w = chunked(q, k, projected_keys=zeros, need_weights=True)  # every key scores vᵀ tanh(W_q s): uniform
     torch.testing.assert_close(w, torch.full((2, 3, 4), 0.25, dtype=torch.float64))
     reference = AdditiveAttention(3, 4, 5, impl="reference").double()
     reference.load_state_dict(chunked.state_dict())
-    _, w_ref = reference(q, k, projected_keys=zeros)  # the readable path reads the raw keys
+    _, w_ref = reference(q, k, projected_keys=zeros, need_weights=True)  # the readable path reads the raw keys
     np.testing.assert_allclose(w_ref.detach().numpy(), np_reference(chunked, q, k, k)[1], atol=1e-12)
     assert message(lambda: chunked(q, k, projected_keys=zeros[..., :4])) == (
         "projected_keys must be (b, k, d) = (2, 4, 5) (precompute(keys) of these keys); got (2, 4, 4)")
@@ -134,7 +134,7 @@ def test_need_weights_false_and_single_step(impl):
     q, k = t(3, 2, seed=10), t(3, 5, 3, seed=11)
     ref_c, ref_w = np_reference(m, q[:, None], k, k)
     for kw in ({}, {"projected_keys": m.precompute(k)}):
-        c, w = m(q, k, **kw)
+        c, w = m(q, k, **kw, need_weights=True)
         np.testing.assert_allclose(c.detach().numpy(), ref_c[:, 0], atol=1e-12)
         np.testing.assert_allclose(w.detach().numpy(), ref_w[:, 0], atol=1e-12)
         c2, w2 = m(q, k, need_weights=False, **kw)

@@ -95,7 +95,7 @@ def test_channel_attention_without_and_with_bias_against_numpy(bias):
     ref_out, ref_mc = np_channel(x.numpy(), m)
     np.testing.assert_allclose(mc.detach().numpy(), ref_mc, rtol=1e-12)
     np.testing.assert_allclose(out.detach().numpy(), ref_out, rtol=1e-12)
-    torch.testing.assert_close(m(x), out)
+    torch.testing.assert_close(m(x)[0], out)
 
 
 @pytest.mark.parametrize("cls", [ChannelAttention, SqueezeExcite])
@@ -129,7 +129,7 @@ def test_spatial_attention_and_its_conv_module(k, bias):
     ref_out, ref_ms = np_spatial(x.numpy(), m)
     np.testing.assert_allclose(ms.detach().numpy(), ref_ms, rtol=1e-12)
     np.testing.assert_allclose(out.detach().numpy(), ref_out, rtol=1e-12)
-    torch.testing.assert_close(m(x), out)
+    torch.testing.assert_close(m(x)[0], out)
     pooled = torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)
     torch.testing.assert_close(torch.sigmoid(m.conv(pooled)), ms)  # the documented f^{k×k}
 
@@ -150,8 +150,8 @@ def test_cbam_defaults_arguments_and_maps():
     np.testing.assert_allclose(maps.channel.detach().numpy(), mc, rtol=1e-12)
     np.testing.assert_allclose(maps.spatial.detach().numpy(), ms, rtol=1e-12)
     np.testing.assert_allclose(out.detach().numpy(), f2, rtol=1e-12)
-    plain = m(x)
-    assert isinstance(plain, torch.Tensor)
+    plain, none = m(x)
+    assert none is None
     torch.testing.assert_close(plain, out)
 
 
@@ -165,8 +165,8 @@ def test_se_defaults_bias_and_need_weights():
     s_ref = sigmoid(mlp(x.numpy().mean((2, 3)), m.fc1, m.fc2))[:, :, None, None]
     np.testing.assert_allclose(s.detach().numpy(), s_ref, rtol=1e-12)
     np.testing.assert_allclose(out.detach().numpy(), x.numpy() * s_ref, rtol=1e-12)
-    plain = m(x)
-    assert isinstance(plain, torch.Tensor)
+    plain, none = m(x)
+    assert none is None
     torch.testing.assert_close(plain, out)
 
 
@@ -198,8 +198,8 @@ def test_eca_against_numpy_and_its_conv_module():
     ref_out, ref_s = np_eca(x.numpy(), m)
     np.testing.assert_allclose(s.detach().numpy(), ref_s, rtol=1e-12)
     np.testing.assert_allclose(out.detach().numpy(), ref_out, rtol=1e-12)
-    plain = m(x)
-    assert isinstance(plain, torch.Tensor)
+    plain, none = m(x)
+    assert none is None
     torch.testing.assert_close(plain, out)
     z = x.mean((2, 3))[:, None, :]  # (b, 1, C)
     torch.testing.assert_close(torch.sigmoid(m.conv(z))[:, 0, :, None, None], s)  # the documented C1D_k

@@ -50,13 +50,13 @@ def test_masks_of_every_accepted_form_agree(m):
     """(b, k) and (b, q, k) bool masks, a (b, 1, k) one, and a float bias: the same weights."""
     q, k, v = t(2, 3, 3), t(2, 4, 3, seed=1), t(2, 4, 2, seed=2)
     ok = torch.tensor([[True, False, True, True], [True, True, True, False]])
-    _, w = m(q, k, v, mask=ok)
+    _, w = m(q, k, v, mask=ok, need_weights=True)
     assert torch.all(w[0, :, 1] == 0) and torch.all(w[1, :, 3] == 0)
     for other in (ok[:, None, :], ok[:, None, :].expand(2, 3, 4).contiguous(),
                   torch.zeros(2, 4, dtype=torch.float64).masked_fill(~ok, float("-inf")),
                   torch.zeros(2, 1, 4, dtype=torch.float64).masked_fill(~ok[:, None], float("-inf"))):
-        torch.testing.assert_close(m(q, k, v, mask=other)[1], w, atol=1e-15, rtol=0)
-    _, w_one = m(q[:, 0], k, v, mask=ok)  # one decoding step: (b, k) weights
+        torch.testing.assert_close(m(q, k, v, mask=other, need_weights=True)[1], w, atol=1e-15, rtol=0)
+    _, w_one = m(q[:, 0], k, v, mask=ok, need_weights=True)  # one decoding step: (b, k) weights
     torch.testing.assert_close(w_one, w[:, 0], atol=1e-15, rtol=0)
 
 

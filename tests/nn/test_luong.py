@@ -43,10 +43,10 @@ def test_matches_numpy(score, scale, traced):
     mask[0, 2] = False
     if traced:
         with attnlab.trace() as t:
-            ctx, w = m(q, k, val, mask=mask)
+            ctx, w = m(q, k, val, mask=mask, need_weights=True)
         assert "scores" in t and "weights" in t
     else:
-        ctx, w = m(q, k, val, mask=mask)
+        ctx, w = m(q, k, val, mask=mask, need_weights=True)
     for n in range(2):
         e = np_scores(score, q[n].numpy(), k[n].numpy(), m, scale)
         ref_w = np_softmax(e, mask[n].numpy())
@@ -61,7 +61,7 @@ def test_registry_precompute_and_padding_mask(name):
     assert isinstance(m, LuongAttention) and m.score == name.split("-")[1]
     q, k = torch.randn(3, 4), torch.randn(3, 5, 4)
     pad = attnlab.masks.padding([5, 2, 4])  # (b, k)
-    c1, w1 = m(q, k, mask=pad)
+    c1, w1 = m(q, k, mask=pad, need_weights=True)
     c2, _ = m(q, k, mask=pad, projected_keys=m.precompute(k), need_weights=False)
     torch.testing.assert_close(c1, c2)
     assert torch.all(w1[1, 2:] == 0)

@@ -119,10 +119,10 @@ def test_projected_keys_give_the_papers_numbers(score, scale, dq, dk, traced):
     ref_c, ref_w = np_attend(np_scores(m, q, k), v.numpy(), ok.numpy()[:, None, :])
     if traced:
         with attnlab.trace() as tr:
-            c, w = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok))
+            c, w = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok), need_weights=True)
         assert "scores" in tr and "weights" in tr
     else:
-        c, w = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok))
+        c, w = m(q, k, v, mask=ok, projected_keys=m.precompute(k, ok), need_weights=True)
     np.testing.assert_allclose(w.detach().numpy(), ref_w, atol=1e-12)
     np.testing.assert_allclose(c.detach().numpy(), ref_c, atol=1e-12)
 
@@ -135,10 +135,10 @@ def test_projected_keys_are_used_as_given(score, scale, dq, dk):
     m = LuongAttention(dq, dk, score=score, scale=scale, attn_dim=6).double()
     q, k = t(2, 3, dq, seed=5), t(2, 4, dk, seed=6)
     width = {"dot": dk, "general": dq, "concat": 6}[score]
-    _, w = m(q, k, projected_keys=torch.zeros(2, 4, width, dtype=torch.float64))
+    _, w = m(q, k, projected_keys=torch.zeros(2, 4, width, dtype=torch.float64), need_weights=True)
     torch.testing.assert_close(w, torch.full((2, 3, 4), 0.25, dtype=torch.float64))
     with attnlab.trace():  # while tracing, the readable reference reads the raw keys instead
-        _, w_traced = m(q, k, projected_keys=torch.zeros(2, 4, width, dtype=torch.float64))
+        _, w_traced = m(q, k, projected_keys=torch.zeros(2, 4, width, dtype=torch.float64), need_weights=True)
     np.testing.assert_allclose(w_traced.detach().numpy(), np_attend(np_scores(m, q, k), k.numpy())[1], atol=1e-12)
     bad = torch.zeros(2, 4, width + 1, dtype=torch.float64)
     assert message(lambda: m(q, k, projected_keys=bad)) == (
@@ -151,7 +151,7 @@ def test_raw_keys_single_step_and_need_weights(score, scale, dq, dk):
     m = LuongAttention(dq, dk, score=score, scale=scale, attn_dim=5, max_elems=3).double()
     q, k = t(3, dq, seed=7), t(3, 6, dk, seed=8)
     ref_c, ref_w = np_attend(np_scores(m, q[:, None], k), k.numpy())
-    c, w = m(q, k)
+    c, w = m(q, k, need_weights=True)
     np.testing.assert_allclose(w.detach().numpy(), ref_w[:, 0], atol=1e-12)
     np.testing.assert_allclose(c.detach().numpy(), ref_c[:, 0], atol=1e-12)
     c2, w2 = m(q, k, need_weights=False)
@@ -167,7 +167,7 @@ def test_scale_divides_by_the_key_width_not_the_query_width():
     e = np.einsum("bd,de,bke->bk", q.numpy(), W, k.numpy()) / np.sqrt(8)
     for traced in (False, True):
         with _maybe_trace(traced):
-            _, w = m(q, k)
+            _, w = m(q, k, need_weights=True)
         np.testing.assert_allclose(w.detach().numpy(), np_attend(e, k.numpy())[1], atol=1e-12)
 
 

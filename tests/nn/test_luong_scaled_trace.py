@@ -19,7 +19,7 @@ def test_traced_scaled_scores_are_recorded_and_the_weights_are_their_softmax(sco
     m = LuongAttention(4, 4, score=score, scale=True).double()
     q, k = torch.randn(1, 2, 4, dtype=torch.float64), torch.randn(1, 5, 4, dtype=torch.float64)
     with attnlab.trace() as t:
-        _, w = m(q, k)
+        _, w = m(q, k, need_weights=True)
     kk = k[0].numpy() if score == "dot" else k[0].numpy() @ m.weight.weight.detach().numpy().T
     e = q[0].numpy() @ kk.T
     np.testing.assert_allclose(t["scores"].value[0].numpy(), e, atol=1e-12)

@@ -173,8 +173,8 @@ def test_maps_in_unit_interval_shapes_and_gradients(name, hw):
             fc1.bias.fill_(1.0)  # keep the hidden ReLUs alive so every weight gets a gradient
     x = (rand_map(c=8, h=hw[0], w=hw[1]) * 3).requires_grad_()
     out, maps = m(x, need_weights=True)
-    plain = m(x)
-    assert isinstance(plain, torch.Tensor) and plain.shape == x.shape == out.shape
+    plain, none = m(x)  # one type whatever the flag: (out, maps or None)
+    assert none is None and plain.shape == x.shape == out.shape
     torch.testing.assert_close(plain, out)
     for mp in maps if isinstance(maps, tuple) else (maps,):
         assert mp.min() >= 0 and mp.max() <= 1
@@ -192,7 +192,7 @@ def test_channels_smaller_than_reduction_keep_one_hidden_unit(c, r, expected):
         m = cls(c, reduction=r)
         assert m.fc1.out_features == expected
         x = rand_map(c=c, h=3, w=3)
-        assert m(x).shape == x.shape
+        assert m(x)[0].shape == x.shape
     assert CBAM(4, hidden=3).channel.hidden == 3
 
 
@@ -201,7 +201,7 @@ def test_registry_builds_every_vision_module():
     for name, kw in {"channel": {"channels": 16}, "spatial": {}, "cbam": {"channels": 16},
                      "se": {"channels": 16}, "eca": {"channels": 16}}.items():
         m = attnlab.create(name, **kw)
-        assert m(x).shape == x.shape
+        assert m(x)[0].shape == x.shape
 
 
 def test_trace_records_the_steps():

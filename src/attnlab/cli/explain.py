@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",
     )
-    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))} (hyphens accepted: multi-head); "
+    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))} (other spellings accepted: multi_head, additive, latent); "
                    "optional with --example or --file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")

@@ -115,7 +115,7 @@ def parse(text: str, name: str = "<string>") -> Example:
     if mech not in NAMES:
         n = _locate(text, "", "mechanism", None)
         where = f"{name}, line {n}" if n else name
-        raise ExampleError(f"{where}: unknown mechanism {mech!r}; known: {', '.join(sorted(NAMES))}")
+        raise ExampleError(f"{where}: unknown mechanism {data['mechanism']!r}; known: {', '.join(sorted(NAMES))}")
     if "inputs" not in data or not isinstance(data["inputs"], dict):
         raise ExampleError(f"{name}: missing the table [inputs]")
     claims = data.get("claim", [])

@@ -150,24 +150,24 @@ def _neighborhood(ex: Example) -> tuple[Env, steps.Path]:
 
 PATHS = {
     "dot": _attention("dot"),
-    "scaled_dot": _attention("scaled_dot"),
-    "general": _attention("general"),
-    "additive": _attention("additive"),
-    "concat": _attention("concat"),
+    "scaled-dot": _attention("scaled_dot"),
+    "luong-general": _attention("general"),
+    "bahdanau": _attention("additive"),
+    "luong-concat": _attention("concat"),
     "masked": _attention("scaled_dot"),
     "sparse": _attention("scaled_dot"),
     "attentional": _attentional,
-    "self_attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
-    "multi_head": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
-    "cross_attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "self-attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "multi-head": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
+    "cross": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
     "channel": lambda ex: (_vision_env(ex), steps.CHANNEL),
     "spatial": lambda ex: (_vision_env(ex), steps.SPATIAL),
     "softcap": _softcap,
     "linear": _linear,
     "differential": _differential,
-    "latent": _latent,
+    "mla": _latent,
     "gqa": _gqa,
-    "neighborhood": _neighborhood,
+    "neighborhood-2d": _neighborhood,
 }
 
 

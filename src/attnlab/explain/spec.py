@@ -22,7 +22,8 @@ from typing import Any
 
 from .._files import write_text
 from .examples import Example, builtin_names, load, tomllib
-from .mechanisms import ALIASES, MECHANISMS, PAPERS, run
+from .mechanisms import MECHANISMS, PAPERS, run
+from .names import ALIASES, WALKTHROUGH_OF, spellings
 
 _NUM = {"type": "number"}
 _VEC = {"type": "array", "items": _NUM, "minItems": 1}
@@ -99,11 +100,8 @@ def _required(spec: tuple[str, ...]) -> list[dict]:
 def schema() -> dict[str, Any]:
     per_mechanism = []
     for name, m in MECHANISMS.items():
-        spellings = [name] + [a for a, c in ALIASES.items() if c == name]
-        if "_" in name:
-            spellings.append(name.replace("_", "-"))
         per_mechanism.append({
-            "if": {"properties": {"mechanism": {"enum": spellings}}},
+            "if": {"properties": {"mechanism": {"enum": spellings(name)}}},
             "then": {
                 "properties": {
                     table: {"propertyNames": {"enum": _names(spec)}, **({"allOf": _required(spec)} if _required(spec) else {})}
@@ -112,7 +110,7 @@ def schema() -> dict[str, Any]:
                 **({"required": ["params"]} if _required(m.params) else {}),
             },
         })
-    mechanisms = sorted({*MECHANISMS, *ALIASES, *(n.replace("_", "-") for n in MECHANISMS)})
+    mechanisms = sorted({s for name in MECHANISMS for s in spellings(name)})
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://github.com/attnlab/attnlab/explain/example.schema.json",
@@ -182,8 +180,9 @@ def format_doc() -> str:
         "`[[claim]]` tables (`step`, 1-based `index`, `relation` = `\"equal\"` or `\"argmax\"`, `value`).",
         "Matrices act on a column (`W x`), as the papers write them. Optional: `title`, `title_zh`,",
         "`tokens`, `key_tokens`. The JSON Schema is `attnlab/explain/example.schema.json` (in the package).",
-        "Mechanism names may be written with hyphens (`multi-head`) or as `attnlab.nn` names",
-        f"({', '.join(f'`{a}`' for a in ALIASES)}).",
+        "Mechanism names are `attnlab.nn`'s (`attnlab.available()`), with hyphens (`multi-head`); underscores",
+        "are read as hyphens (`multi_head`), and other names as the registry reads them",
+        f"({', '.join(f'`{a}` = `{c}`' for a, c in {**ALIASES, **WALKTHROUGH_OF}.items())}).",
         "",
     ]
     examples: dict[str, str] = {}

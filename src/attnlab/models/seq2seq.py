@@ -182,8 +182,8 @@ class Seq2Seq(nn.Module):
 
     def _attend(self, memory, query, weights_override=None):
         # kv_finite: the encoder's states (and their bias-free projections) are exactly zero on padding
-        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], projected_keys=memory["projected"],
-                                          kv_finite=True)
+        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], need_weights=True,
+                                          projected_keys=memory["projected"], kv_finite=True)
         if weights_override is None:
             return context, weights
         new = weights_override(weights)  # (b, s)

@@ -1,10 +1,11 @@
 """Shared plumbing of the decoder-side attention modules (Bahdanau, Luong).
 
-Their call shape: ``forward(query, keys, values=None, mask=None, need_weights=True)``
-with query ``(b, d_q)`` (one decoding step) or ``(b, q, d_q)``, keys ``(b, k, d_k)``,
-values ``(b, k, d_v)`` (default: the keys), mask ``(b, k)`` or ``(b, q, k)``
-(bool True = may attend, or a float bias). Returns ``(context, weights)`` with
-context ``(b, d_v)`` / ``(b, q, d_v)`` and weights ``(b, k)`` / ``(b, q, k)``.
+Their call shape is the one of every classic module (``_signature.classic_forward``):
+``forward(query, key, value=None, *, mask=None, need_weights=False)`` with query ``(b, d_q)``
+(one decoding step) or ``(b, q, d_q)``, key ``(b, k, d_k)``, value ``(b, k, d_v)`` (default:
+the keys), mask ``(b, k)`` or ``(b, q, k)`` (bool True = may attend, or a float bias). Returns
+``(context, weights or None)`` with context ``(b, d_v)`` / ``(b, q, d_v)`` and weights ``(b, k)`` /
+``(b, q, k)`` when ``need_weights=True``.
 
 The masked softmax and the weighted sum are the core's
 (``attnlab.functional.attention.attention`` with the module's score as a

@@ -35,6 +35,7 @@ from ..functional.finite_rows import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
 from ._keyed import check_projected, finish, mask_keys, prepare
+from ._signature import classic_forward
 from .registry import register
 
 IMPLS = ("chunked", "reference")
@@ -74,33 +75,35 @@ class AdditiveAttention(nn.Module):
         """
         return map_finite_rows(self.w_k, mask_keys(keys, mask))
 
+    @classic_forward
     def forward(
         self,
         query: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = True,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
         *,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
         projected_keys: torch.Tensor | None = None,
         kv_finite: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights).
+        """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
+        mask (b, k) | (b, q, k) → (context, weights or None).
 
         ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
         NaN or inf at masked positions, so the core skips its per-call passes over them
         (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
         """
-        query, values, mask, single = prepare(query, keys, values, mask)
+        query, values, mask, single = prepare(query, key, value, mask)
         w_q, v = self.w_q.weight, self.v
         if active() or self.impl == "reference":
             score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)
-            return finish(query, keys, values, score, mask, single, need_weights, kv_finite)
+            return finish(query, key, values, score, mask, single, need_weights, kv_finite)
         chunk = self.max_elems
         if projected_keys is None:  # project inside the score: the core has zeroed non-finite keys
             score = lambda q, k: chunked_additive_scores(self.w_q(q), self.w_k(k), v, max_elems=chunk)  # noqa: E731
-            return finish(query, keys, values, score, mask, single, need_weights, kv_finite)
-        check_projected(projected_keys, keys, self.attn_dim)
+            return finish(query, key, values, score, mask, single, need_weights, kv_finite)
+        check_projected(projected_keys, key, self.attn_dim)
         score = lambda q, wk: chunked_additive_scores(self.w_q(q), wk, v, max_elems=chunk)  # noqa: E731
         return finish(query, projected_keys, values, score, mask, single, need_weights, kv_finite)
 

@@ -13,11 +13,11 @@ Each module owns its parameters and calls the pure functions of
 (b, C, H, W); any H, W (odd ones included) work, since the spatial convolution
 is padded to keep the size.
 
-``forward(x)`` returns the gated map only, so a module drops into
-``nn.Sequential``; ``forward(x, need_weights=True)`` returns ``(gated map,
-maps)``: M_c (b, C, 1, 1) for the channel gates, M_s (b, 1, H, W) for the
-spatial one, and ``CBAMMaps(channel, spatial)`` for CBAM. Every map is in
-[0, 1] (a sigmoid).
+Every module returns one type, as the attention modules do: ``forward(x)`` →
+``(gated map, None)``; ``forward(x, need_weights=True)`` → ``(gated map, maps)``:
+M_c (b, C, 1, 1) for the channel gates, M_s (b, 1, H, W) for the spatial one,
+and ``CBAMMaps(channel, spatial)`` for CBAM. Every map is in [0, 1] (a sigmoid).
+In an ``nn.Sequential``, take the map with ``out, _ = gate(x)`` in the caller.
 
 | paper | parameter |
 |-------|-----------|
@@ -90,10 +90,11 @@ class ChannelAttention(_MLPGate):
     def __init__(self, channels: int, reduction: int = 16, *, hidden: int | None = None, bias: bool = True):
         super().__init__(channels, reduction, hidden, bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (b, C, H, W) → (F' (b, C, H, W), M_c (b, C, 1, 1) or None)."""
         self._check(x)
         out, m_c = channel_attention(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
-        return (out, m_c) if need_weights else out
+        return out, (m_c if need_weights else None)
 
 
 @register("spatial")
@@ -107,9 +108,10 @@ class SpatialAttention(nn.Module):
         self.kernel_size = kernel_size
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (b, C, H, W) → (F' (b, C, H, W), M_s (b, 1, H, W) or None)."""
         out, m_s = spatial_attention(x, self.conv.weight, self.conv.bias)
-        return (out, m_s) if need_weights else out
+        return out, (m_s if need_weights else None)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}"
@@ -132,10 +134,11 @@ class CBAM(nn.Module):
         self.channel = ChannelAttention(channels, reduction, hidden=hidden, bias=bias)
         self.spatial = SpatialAttention(kernel_size, bias=bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, CBAMMaps]:
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, CBAMMaps | None]:
+        """x (b, C, H, W) → (F'' (b, C, H, W), CBAMMaps(M_c, M_s) or None)."""
         f1, m_c = self.channel(x, need_weights=True)
         f2, m_s = self.spatial(f1, need_weights=True)
-        return (f2, CBAMMaps(m_c, m_s)) if need_weights else f2
+        return f2, (CBAMMaps(m_c, m_s) if need_weights else None)
 
 
 __all__ = ["ChannelAttention", "SpatialAttention", "CBAM", "CBAMMaps"]

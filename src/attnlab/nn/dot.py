@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..functional.attention import attention
+from ._signature import classic_forward
 from .registry import register
 
 
@@ -27,6 +28,7 @@ class DotProductAttention(nn.Module):
             raise ValueError("scale applies only with scaled=True")
         self.scaled, self.scale, self.attn_drop = scaled, scale, attn_drop
 
+    @classic_forward
     def forward(
         self,
         query: torch.Tensor,
@@ -34,8 +36,8 @@ class DotProductAttention(nn.Module):
         value: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
-        causal: bool = False,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return attention(
             query,

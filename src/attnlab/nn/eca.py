@@ -6,7 +6,8 @@
 |-------|-----------|
 | C1D_k | ``conv`` (``nn.Conv1d(1, 1, k, bias=False)``) |
 
-Owns the parameter and calls ``attnlab.functional.eca``.
+Owns the parameter and calls ``attnlab.functional.eca``. ``forward(x)`` returns ``(gated map, None)``;
+``forward(x, need_weights=True)`` returns ``(gated map, w (b, C, 1, 1))``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ class ECA(nn.Module):
         self.channels, self.kernel_size = channels, k
         self.conv = nn.Conv1d(1, 1, k, padding=k // 2, bias=False)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (b, C, H, W) → (F' (b, C, H, W), w (b, C, 1, 1) or None)."""
         out, w = eca(x, self.conv.weight)
-        return (out, w) if need_weights else out
+        return out, (w if need_weights else None)
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, kernel_size={self.kernel_size}"

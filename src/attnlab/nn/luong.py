@@ -36,6 +36,7 @@ from ..functional.finite_rows import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active, record
 from ._keyed import check_projected, finish, mask_keys, prepare
+from ._signature import classic_forward
 from .registry import register
 
 SCORES = ("dot", "general", "concat")
@@ -113,33 +114,35 @@ class LuongAttention(nn.Module):
         record("scaled_scores", f"e_ij · {s:.6g}  (= 1/√d_k)", scaled, latex=r"e_{ij} / \sqrt{d_k}")
         return scaled
 
+    @classic_forward
     def forward(
         self,
         query: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = True,
+        key: torch.Tensor,
+        value: torch.Tensor | None = None,
         *,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
         projected_keys: torch.Tensor | None = None,
         kv_finite: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), keys (b, k, d_k), mask (b, k) | (b, q, k) → (context, weights).
+        """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
+        mask (b, k) | (b, q, k) → (context, weights or None).
 
         ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
         NaN or inf at masked positions, so the core skips its per-call passes over them
         (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
         """
-        query, values, mask, single = prepare(query, keys, values, mask)
-        if query.shape[-1] != self.query_dim or keys.shape[-1] != self.key_dim:
+        query, values, mask, single = prepare(query, key, value, mask)
+        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
             raise ValueError(
                 f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
-                f"got query {tuple(query.shape)} and keys {tuple(keys.shape)}"
+                f"got query {tuple(query.shape)} and keys {tuple(key.shape)}"
             )
         if projected_keys is None or active():
-            return finish(query, keys, values, self._score(False), mask, single, need_weights, kv_finite)
+            return finish(query, key, values, self._score(False), mask, single, need_weights, kv_finite)
         width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
-        check_projected(projected_keys, keys, width)
+        check_projected(projected_keys, key, width)
         return finish(query, projected_keys, values, self._score(True), mask, single, need_weights, kv_finite)
 
     def extra_repr(self) -> str:

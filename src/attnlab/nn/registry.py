@@ -7,9 +7,11 @@ this module can be reached (no import back up into ``attnlab.nn``: no cycle). ``
 iterate over it).
 
 Names are spelled one way: lower case, words joined by hyphens (``multi-head``,
-``scaled-dot``, ``luong-general``). The older underscore spellings (``multi_head``,
-``scaled_dot``, as the worked examples of ``attnlab explain`` name their mechanisms)
-are accepted everywhere through ``canonical(name)`` and the one table ``ALIASES``.
+``scaled-dot``, ``luong-general``). ``canonical(name)`` is the one place other spellings
+are read: an underscore is read as a hyphen (``multi_head`` → ``multi-head``, as the worked
+examples of ``attnlab explain`` used to write them), then the table ``ALIASES`` maps the
+other names of a registered mechanism to it (``additive`` → ``bahdanau``). ``attnlab explain``
+reads mechanism names through the same function, so every spelling works in both.
 """
 
 from __future__ import annotations
@@ -22,23 +24,27 @@ import torch
 _REGISTRY: dict[str, Callable[..., torch.nn.Module]] = {}
 _ModuleClass = TypeVar("_ModuleClass", bound=type[torch.nn.Module])
 
-# old spelling → registered name (the only place an alias is defined)
+# another name (hyphen spelling) → registered name: the only place an alias is defined
 ALIASES: dict[str, str] = {
-    "multi_head": "multi-head",
-    "scaled_dot": "scaled-dot",
-    "luong_dot": "luong-dot",
-    "luong_general": "luong-general",
-    "luong_concat": "luong-concat",
-    "neighborhood_2d": "neighborhood-2d",
-    "cross_attention": "cross",
+    "additive": "bahdanau",
+    "general": "luong-general",
+    "concat": "luong-concat",
+    "cross-attention": "cross",
+    "latent": "mla",
+    "neighborhood": "neighborhood-2d",
 }
 
 
 def canonical(name: str) -> str:
-    """The registered spelling of ``name``: ``"multi_head"`` → ``"multi-head"``; other names unchanged."""
+    """The one spelling of ``name``: ``"multi_head"`` → ``"multi-head"``, ``"additive"`` → ``"bahdanau"``.
+
+    Names that are neither registered nor aliases come back with hyphens (``self_attention`` →
+    ``self-attention``); ``create`` refuses those it does not know.
+    """
     if not isinstance(name, str):
         raise TypeError(f"an attention name must be a str; got {type(name).__name__}")
-    return ALIASES.get(name, name)
+    hyphens = name.replace("_", "-")
+    return ALIASES.get(hyphens, hyphens)
 
 
 def register(name: str, **defaults: Any) -> Callable[[_ModuleClass], _ModuleClass]:
@@ -58,10 +64,9 @@ def register(name: str, **defaults: Any) -> Callable[[_ModuleClass], _ModuleClas
 
 def create(name: str, **kwargs: Any) -> torch.nn.Module:
     """Build the module registered under ``name`` with ``kwargs``."""
-    name = canonical(name)
-    if name not in _REGISTRY:
+    if canonical(name) not in _REGISTRY:
         raise ValueError(f"unknown attention {name!r}; available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**kwargs)
+    return _REGISTRY[canonical(name)](**kwargs)
 
 
 def available() -> list[str]:

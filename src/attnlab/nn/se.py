@@ -6,8 +6,8 @@
 |----------|-----------|
 | W_1, W_2 | ``fc1``, ``fc2`` (``nn.Linear``) |
 
-Owns the parameters and calls ``attnlab.functional.se``. ``forward(x)`` returns the
-gated map; ``forward(x, need_weights=True)`` returns ``(gated map, s (b, C, 1, 1))``.
+Owns the parameters and calls ``attnlab.functional.se``. ``forward(x)`` returns
+``(gated map, None)``; ``forward(x, need_weights=True)`` returns ``(gated map, s (b, C, 1, 1))``.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ class SqueezeExcite(_MLPGate):
     def __init__(self, channels: int, reduction: int = 16, *, hidden: int | None = None, bias: bool = True):
         super().__init__(channels, reduction, hidden, bias)
 
-    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (b, C, H, W) → (F' (b, C, H, W), s (b, C, 1, 1) or None)."""
         self._check(x)
         out, s = se(x, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)
-        return (out, s) if need_weights else out
+        return out, (s if need_weights else None)
 
 
 __all__ = ["SqueezeExcite"]

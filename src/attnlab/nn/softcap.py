@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..functional.softcap import check_cap, softcap_attention
+from ._signature import classic_forward
 from .registry import register
 
 
@@ -25,6 +26,7 @@ class SoftcapAttention(nn.Module):
         super().__init__()
         self.cap, self.scale, self.attn_drop = check_cap(cap), scale, attn_drop
 
+    @classic_forward
     def forward(
         self,
         query: torch.Tensor,
@@ -32,8 +34,8 @@ class SoftcapAttention(nn.Module):
         value: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
-        causal: bool = False,
         need_weights: bool = False,
+        causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return softcap_attention(
             query, key, key if value is None else value, cap=self.cap, scale=self.scale, mask=mask, causal=causal,
