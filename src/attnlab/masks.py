@@ -61,16 +61,14 @@ def score_mask(
 ) -> tuple[torch.Tensor | None, bool]:
     """A module's ``mask`` argument → (a mask broadcastable to the scores (b, h, q, k), is it key padding).
 
-    ============  =====================  ============================================
-    given         read as                when
-    ============  =====================  ============================================
-    (k,)          (1, 1, 1, k)           the same keys for every query
-    (b, k)        (b, 1, 1, k), padding  b != q (or b = q <= 1: both readings agree)
-    (q, k)        (1, 1, q, k)           q != b
-    (b, k)=(q, k) ``ValueError``         b = q > 1: say (b, 1, 1, k) or (1, 1, q, k)
-    (b, q, k)     (b, 1, q, k)           one mask for every head
-    4-D           unchanged              padding when it is (b, 1, 1, k)
-    ============  =====================  ============================================
+    | given           | read as                 | when                                          |
+    |-----------------|-------------------------|-----------------------------------------------|
+    | (k,)            | (1, 1, 1, k)            | the same keys for every query                 |
+    | (b, k)          | (b, 1, 1, k), padding   | b != q (or b = q <= 1: both readings agree)   |
+    | (q, k)          | (1, 1, q, k)            | q != b                                        |
+    | (b, k) = (q, k) | ``ValueError``          | b = q > 1: say (b, 1, 1, k) or (1, 1, q, k)   |
+    | (b, q, k)       | (b, 1, q, k)            | one mask for every head                       |
+    | 4-D             | unchanged               | padding when it is (b, 1, 1, k)               |
 
     A 2-D mask whose shape is neither raises ``ValueError``; other shapes are
     left for the broadcast check of the attention that receives them.
@@ -91,8 +89,8 @@ def score_mask(
     rows, cols = shape
     if cols not in (k_len, 1) or rows not in (b, q_len, 1):
         raise ValueError(
-            f"a 2-D mask must be (b, k) = ({b}, {k_len}) (padding) or (q, k) = ({q_len}, {k_len}) "
-            f"(every sequence); got {shape}"
+            f"a 2-D mask of shape {shape} does not broadcast to the scores: it must be a (b, k) = ({b}, {k_len}) "
+            f"padding mask or a (q, k) = ({q_len}, {k_len}) mask for every sequence"
         )
     if rows == b and (b != q_len or b <= 1):  # b = q <= 1: both readings give the same scores
         return mask[:, None, None, :], True  # (b, 1, 1, k)
