@@ -5,7 +5,7 @@ Public names (shape legend: b batch, h heads, q query length, k key length, d fe
 * ``attnlab.scores``: dot, scaled_dot, general, additive, concat: (..., q, d), (..., k, d) → (..., q, k)
 * ``attnlab.masked_softmax(scores, mask=None, dim=-1)``
 * ``attnlab.attention(query, key, value, *, score=..., mask=..., causal=..., need_weights=...)``
-* ``attnlab.masks``: padding, causal (bottom-right), combine, as_key_mask
+* ``attnlab.masks``: padding, causal (bottom-right), combine, as_key_mask, score_mask (how modules read short masks)
 * ``attnlab.patterns``: sparse patterns (window, strided, global, random, block, top-k) composing with & and |
 * ``attnlab.trace()``: record the named steps of the reference path
 * ``attnlab.create(name, **kwargs)``: build a registered module (``attnlab.available()`` lists them)

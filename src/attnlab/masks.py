@@ -5,6 +5,11 @@
 * Masks broadcast against the scores ``(b, h, q, k)`` by PyTorch's rules, so a
   ``(b, k)`` padding mask is given as ``(b, 1, 1, k)`` (``as_key_mask``); a
   mask that does not broadcast to the scores raises ``ValueError``.
+* Modules (and ``functional.multi_head_attention``) also take the short forms
+  that ``score_mask`` reads: ``(k,)`` for every query, ``(b, k)`` padding,
+  ``(q, k)`` for every sequence, ``(b, q, k)`` for every head. A 2-D mask is
+  read by its shape; when ``b == q`` both readings fit and it raises
+  ``ValueError``: pass ``(b, 1, 1, k)`` or ``(1, 1, q, k)`` / ``(b, q, k)``.
 
 ``causal`` is aligned bottom-right: query i of a block of q queries at the end
 of k keys may attend keys ``j <= i + (k - q)``. With ``q == k`` this is the
@@ -40,6 +45,60 @@ def as_key_mask(mask: torch.Tensor) -> torch.Tensor:
     if mask.dim() != 2:
         raise ValueError(f"as_key_mask expects a (b, k) mask; got shape {_checks.shape(mask)}")
     return mask[:, None, None, :]
+
+
+def _ambiguous(shape: tuple[int, ...], b: int, q_len: int, k_len: int) -> ValueError:
+    return ValueError(
+        f"a 2-D mask of shape {shape} is ambiguous with batch b={b}, q={q_len} queries and k={k_len} keys: "
+        f"it could be a (b, k) padding mask or a (q, k) mask for every sequence. Be explicit: "
+        f"(b, 1, 1, k) for padding (attnlab.masks.as_key_mask(mask)), or (1, 1, q, k) "
+        f"(mask[None, None]) or (b, q, k) for a per-query mask"
+    )
+
+
+def score_mask(
+    mask: torch.Tensor | None, b: int, q_len: int, k_len: int
+) -> tuple[torch.Tensor | None, bool]:
+    """A module's ``mask`` argument → (a mask broadcastable to the scores (b, h, q, k), is it key padding).
+
+    | given           | read as                 | when                                          |
+    |-----------------|-------------------------|-----------------------------------------------|
+    | (k,)            | (1, 1, 1, k)            | the same keys for every query                 |
+    | (b, k)          | (b, 1, 1, k), padding   | b != q (or b = q <= 1: both readings agree)   |
+    | (q, k)          | (1, 1, q, k)            | q != b                                        |
+    | (b, k) = (q, k) | ``ValueError``          | b = q > 1: say (b, 1, 1, k) or (1, 1, q, k)   |
+    | (b, q, k)       | (b, 1, q, k)            | one mask for every head                       |
+    | 4-D             | unchanged               | padding when it is (b, 1, 1, k)               |
+
+    A 2-D mask whose shape is neither raises ``ValueError``; other shapes are
+    left for the broadcast check of the attention that receives them.
+    "Padding" tells a self-attention module that the mask's last q columns mark
+    its padded queries too.
+    """
+    if mask is None:
+        return None, False
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor (bool or float); got {type(mask).__name__}")
+    shape = tuple(mask.shape)
+    if mask.dim() == 1:
+        return mask.reshape(1, 1, 1, -1), False
+    if mask.dim() == 3:
+        return mask.unsqueeze(1), False
+    if mask.dim() != 2:
+        return mask, mask.dim() == 4 and shape == (b, 1, 1, k_len)
+    rows, cols = shape
+    if cols not in (k_len, 1) or rows not in (b, q_len, 1):
+        raise ValueError(
+            f"a 2-D mask of shape {shape} does not broadcast to the scores: it must be a (b, k) = ({b}, {k_len}) "
+            f"padding mask or a (q, k) = ({q_len}, {k_len}) mask for every sequence"
+        )
+    if rows == b and (b != q_len or b <= 1):  # b = q <= 1: both readings give the same scores
+        return mask[:, None, None, :], True  # (b, 1, 1, k)
+    if rows == q_len and q_len != b:
+        return mask[None, None], False  # (1, 1, q, k)
+    if rows == 1:
+        return mask[None, None], False  # (1, 1, 1, k): every query of every sequence
+    raise _ambiguous(shape, b, q_len, k_len)
 
 
 def causal(q_len: int, k_len: int | None = None, *, device: torch.device | str | None = None) -> torch.Tensor:
@@ -96,4 +155,4 @@ def allowed(mask: torch.Tensor) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask > float("-inf")
 
 
-__all__ = ["padding", "as_key_mask", "causal", "combine", "to_bias", "allowed"]
+__all__ = ["padding", "as_key_mask", "score_mask", "causal", "combine", "to_bias", "allowed"]

@@ -156,8 +156,9 @@ def make_mha(name: str, **kw):
             if path == "cached":  # the prefix, then the last two tokens, through a LayerCache
                 cache, n = ann.LayerCache(), x["x"].shape[1]
                 cut = max(0, n - 2)
-                a, _ = m(x["x"][:, :cut], mask=None if pad is None else pad[:, :cut], causal=True, cache=cache)
-                c, _ = m(x["x"][:, cut:], mask=pad, causal=True, cache=cache)
+                key = None if pad is None else pad[:, None, None, :]  # (b, 1, 1, k): explicit, as 2 tokens = b
+                a, _ = m(x["x"][:, :cut], mask=None if key is None else key[..., :cut], causal=True, cache=cache)
+                c, _ = m(x["x"][:, cut:], mask=key, causal=True, cache=cache)
                 return torch.cat([a, c], 1), None
             if path == "window-cached":  # a WindowCache keeping every token; the last chunk as long as the batch
                 return _window_cached(m, x["x"]), None

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import attnlab
+from attnlab import masks
 from attnlab.functional import multihead as mh
 from attnlab.functional.channel import channel_attention, spatial_attention
 from attnlab.functional.latent import latent_attention
@@ -109,9 +110,10 @@ def test_a_batch_query_key_mask_is_read_per_query_row_for_every_head():
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
 
 
-def test_as_score_mask_puts_the_head_axis_second_for_a_three_dimensional_mask():
+def test_score_mask_puts_the_head_axis_second_for_a_three_dimensional_mask():
     mask = torch.arange(24).reshape(2, 3, 4) % 3 == 0  # (b, q, k)
-    got = mh.as_score_mask(mask, 2, 4)
+    got, padding = masks.score_mask(mask, 2, 3, 4)
+    assert not padding
     assert tuple(got.shape) == (2, 1, 3, 4)
     assert torch.equal(got[:, 0], mask)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlab.masks import as_key_mask
 from attnlab.models.gpt import GPT, GPTConfig
 from attnlab.models.transformer import Transformer, TransformerConfig
 from attnlab.nn import KVCache, LayerCache, MultiHeadAttention
@@ -40,7 +41,7 @@ def test_cache_with_padding_mask_counts_cached_keys():
     pad = torch.tensor([[True] * 5, [False, True, True, True, True]])  # left padding in row 1
     full, _ = m(x, mask=pad, causal=True)
     cache = LayerCache()
-    outs = [m(x[:, :2], mask=pad[:, :2], causal=True, cache=cache)[0]]
+    outs = [m(x[:, :2], mask=as_key_mask(pad[:, :2]), causal=True, cache=cache)[0]]
     outs += [m(x[:, i:i + 1], mask=pad[:, : i + 1], causal=True, cache=cache)[0] for i in range(2, 5)]
     torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=0)
 

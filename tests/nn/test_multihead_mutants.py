@@ -323,11 +323,11 @@ def test_cross_attention_subclass_passes_every_argument():
     pad = torch.tensor([[True, True, True, False], [True, False, False, False]])
     allow = np.broadcast_to(pad.numpy()[:, None, :], (2, 2, 4))
     ref, ref_w = mha_np(m, q.numpy(), ctx.numpy(), val.numpy(), allow=allow, causal=True)
-    out, w = m(q, ctx, val, mask=pad, causal=True, need_weights=True)
+    out, w = m(q, ctx, val, mask=pad[:, None, None, :], causal=True, need_weights=True)  # (b, 1, 1, k): b = q
     close(out, ref)
     close(w, ref_w)
     cache = MemoryCache()
-    close(m(q, ctx, val, mask=pad, cache=cache)[0], mha_np(m, q.numpy(), ctx.numpy(), val.numpy(), allow=allow)[0])
+    close(m(q, ctx, val, mask=pad[:, None, None, :], cache=cache)[0], mha_np(m, q.numpy(), ctx.numpy(), val.numpy(), allow=allow)[0])
     assert cache.keys is not None and cache.keys.shape == (2, 2, 4, 4)
     out, w = m(q, ctx, val)  # defaults: not causal, no weights
     close(out, mha_np(m, q.numpy(), ctx.numpy(), val.numpy())[0])
@@ -467,7 +467,7 @@ def test_cross_attention_never_reads_keys_no_query_may_attend(float_mask):
     k_nan, v_nan = k.clone(), v.clone()
     k_nan[~pad], v_nan[~pad] = float("nan"), float("nan")
     mask = pad if not float_mask else torch.zeros(2, 4, dtype=torch.float64).masked_fill(~pad, float("-inf"))
-    out, w = m(q, k_nan, v_nan, mask=mask, need_weights=True)
+    out, w = m(q, k_nan, v_nan, mask=mask[:, None, None, :], need_weights=True)  # (b, 1, 1, k): b = q
     ref, ref_w = mha_np(m, q.numpy(), k.numpy(), v.numpy(), allow=np.broadcast_to(pad.numpy()[:, None, :], (2, 2, 4)))
     close(out, ref)
     close(w, ref_w)

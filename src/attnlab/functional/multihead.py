@@ -126,17 +126,6 @@ def check_inputs(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) ->
         raise ValueError(f"query and key batch sizes differ: query {_checks.shape(query)}, key {_checks.shape(key)}")
 
 
-def as_score_mask(mask: torch.Tensor | None, b: int, k_len: int) -> torch.Tensor | None:
-    """A (b, k) padding mask → (b, 1, 1, k); (b, q, k) → (b, 1, q, k); else unchanged."""
-    if mask is None:
-        return None
-    if mask.dim() == 2 and tuple(mask.shape) == (b, k_len):
-        return mask[:, None, None, :]
-    if mask.dim() == 3:
-        return mask.unsqueeze(1)
-    return mask
-
-
 def zero_unreachable(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Zero the key/value inputs (b, k, d) at positions that no query of any head may attend.
 
@@ -175,8 +164,10 @@ def multi_head_attention(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention from ``query`` to ``key``/``value`` (self-attention: pass x three times).
 
-    mask: bool (True = may attend) or float bias, broadcastable to (b, h, q, k);
-    a (b, k) padding mask is read as (b, 1, 1, k), a (b, q, k) mask as (b, 1, q, k).
+    mask: bool (True = may attend) or float bias, broadcastable to (b, h, q, k), read by
+    ``attnlab.masks.score_mask``: (k,) for every query; a 2-D (b, k) padding mask as
+    (b, 1, 1, k) and a (q, k) mask as (1, 1, q, k) (when b = q the shape is ambiguous and
+    raises ``ValueError``: pass (b, 1, 1, k) or (1, 1, q, k)); (b, q, k) as (b, 1, q, k).
     Returns ``(output (b, q, d_out), weights (b, h, q, k) or None)``.
     """
     check_inputs(query, key, value)
@@ -190,7 +181,7 @@ def multi_head_attention(
     params = {n: t for n, t in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o), ("b_q", b_q), ("b_k", b_k),
                                 ("b_v", b_v), ("b_o", b_o)) if t is not None}
     _checks.floating(("query", *params), (query, *params.values()))  # one dtype (several under autocast)
-    mask = as_score_mask(mask, query.shape[0], key.shape[1])
+    mask = masks.score_mask(mask, query.shape[0], query.shape[1], key.shape[1])[0]
     if mask is not None:
         # a float bias must have the scores' dtype: the query's, or under autocast the heads' (checked by attention)
         dtype = None if _checks.autocasting(query) else query.dtype
@@ -217,6 +208,5 @@ __all__ = [
     "output_projection",
     "check_heads",
     "check_inputs",
-    "as_score_mask",
     "zero_unreachable",
 ]

@@ -9,7 +9,8 @@ Built from ``attnlab.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``.
 ``"learned"`` (one (max_len, dim) table shared by source and target) or ``"rope"``
 (rotary, in every self-attention; cross-attention has no positions of its own).
 Padding masks are (b, s) / (b, t) bool, **True on real
-tokens**. ``greedy`` decodes with the decoder's key/value cache. Pre-norm
+tokens**; the model hands them to its layers as (b, 1, 1, s) / (b, 1, 1, t), which
+is never ambiguous (a (b, n) mask is, to a layer, when b = n). ``greedy`` decodes with the decoder's key/value cache. Pre-norm
 (``norm_first=True``, the default here: it trains without warm-up) adds a final
 LayerNorm to each stack. ``attention_maps`` returns the encoder's, the decoder's
 and the cross-attention's weights per layer and head (from a trace).
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .. import masks
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from ..nn.positional import POSITIONAL as ALL_POSITIONAL
@@ -37,6 +39,11 @@ _EMBED = {
 }
 # the names of nn.positional.POSITIONAL the translator takes (all but ALiBi), in that order
 POSITIONAL = tuple(name for name in ALL_POSITIONAL if name in _EMBED)
+
+
+def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A (b, n) padding mask → (b, 1, 1, n), explicit for the layers; other shapes pass as given."""
+    return masks.as_key_mask(mask) if mask is not None and mask.dim() == 2 else mask
 
 
 @dataclass
@@ -99,7 +106,7 @@ class Transformer(nn.Module):
         """src (b, s) ids, src_mask (b, s) True on real tokens → memory (b, s, dim)."""
         x = self._embed(self.src_emb, src)
         for layer in self.encoder:
-            x = layer(x, mask=src_mask)
+            x = layer(x, mask=_key_mask(src_mask))
         return self.enc_norm(x)
 
     def decode(
@@ -122,7 +129,7 @@ class Transformer(nn.Module):
         weights = None
         last = len(self.decoder) - 1
         for i, layer in enumerate(self.decoder):
-            kw = dict(mask=tgt_mask, memory_mask=src_mask, causal=True, cache=None if cache is None else cache[i])
+            kw = dict(mask=_key_mask(tgt_mask), memory_mask=_key_mask(src_mask), causal=True, cache=None if cache is None else cache[i])
             if need_weights and i == last:
                 x, weights = layer(x, memory, need_weights=True, **kw)
             else:

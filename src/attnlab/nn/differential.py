@@ -17,8 +17,9 @@ heads come in pairs (2i, 2i + 1) = (Q_1, Q_2) of head i, as in the authors' code
 | λ_init, l                 | ``lambda_init`` (a float), ``depth`` = l − 1    |
 | GroupNorm (per head)      | ``sub_norm`` (``nn.RMSNorm(2·d_h)``, shared by the heads) |
 
-Shapes: x (b, n, dim) → (b, n, dim); weights (b, h, q, k) = A_1 − λ A_2. ``mask``: a (b, n)
-key-padding mask or anything broadcastable to (b, h, q, k) (bool True = may attend).
+Shapes: x (b, n, dim) → (b, n, dim); weights (b, h, q, k) = A_1 − λ A_2. ``mask``: a (b, 1, 1, n)
+key-padding mask (also (b, n) when b != n) or any mask that ``attnlab.masks.score_mask`` reads as
+broadcastable to (b, h, q, k) (bool True = may attend).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import masks
 from ..functional.differential import differential_attention, lambda_init, reparam_lambda
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
@@ -68,12 +70,11 @@ class DifferentialAttention(nn.Module):
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
         b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
-        x, pad_q = padded_queries(x, mask)  # padded tokens: zero input, zero output
+        mask, padding = masks.score_mask(mask, b, n, n)  # broadcastable to (b, h, n, n)
+        x, pad_q = padded_queries(x, mask, padding)  # padded tokens: zero input, zero output
         q = split_heads(self.q_proj(x), 2 * h).view(b, h, 2, n, d)  # (b, h, 2, n, d_h): Q_1, Q_2 of each head
         k = split_heads(self.k_proj(x), 2 * h).view(b, h, 2, n, d)
         v = split_heads(self.v_proj(x), h)  # (b, h, n, 2·d_h)
-        if mask is not None and mask.dim() == 2:
-            mask = mask[:, None, None, :]  # (b, k) → (b, 1, 1, k)
         out, weights = differential_attention(
             q[:, :, 0], k[:, :, 0], q[:, :, 1], k[:, :, 1], v, self.lam(), mask=mask, causal=causal,
             dropout_p=self.attn_drop if self.training else 0.0, need_weights=need_weights,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import masks
 from ..functional.finite_rows import map_finite_rows
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
@@ -115,13 +116,15 @@ class MultiHeadLatentAttention(nn.Module):
         need_weights: bool = False,
         cache: LatentCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (b, n, dim) → ``(y (b, n, dim), weights (b, h, n, k) or None)``; ``mask`` a (b, k) key-padding mask
-        (k counts cached tokens too) or anything broadcastable to (b, h, n, k)."""
+        """x (b, n, dim) → ``(y (b, n, dim), weights (b, h, n, k) or None)``; ``mask`` a (b, 1, 1, k)
+        key-padding mask (k counts cached tokens too; also (b, k) when b != n) or any mask that
+        ``attnlab.masks.score_mask`` reads as broadcastable to (b, h, n, k)."""
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
         h = self.num_heads
         offset = 0 if cache is None else cache.length
-        x, pad_q = padded_queries(x, mask) if cache is None else (x, None)  # padded tokens: zero in, zero out
+        mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], offset + x.shape[1])  # (b|1, 1|h, q|1, k)
+        x, pad_q = padded_queries(x, mask, padding) if cache is None else (x, None)  # padded: zero in, zero out
         c_q = x if self.w_dq is None or self.q_norm is None else map_finite_rows(self.q_norm, self.w_dq(x))  # (b, n, d_c')
         q_c = split_heads(self.w_uq(c_q), h)  # (b, h, n, d_h)
         q_r = self.rotary(split_heads(self.w_qr(c_q), h), offset)  # (b, h, n, d_R)
@@ -129,8 +132,6 @@ class MultiHeadLatentAttention(nn.Module):
         k_r = self.rotary(self.w_kr(x).unsqueeze(1), offset)[:, 0]  # (b, n, d_R)   cached, already rotated
         if cache is not None:
             c_kv, k_r = cache.update(c_kv, k_r)  # (b, k, d_c), (b, k, d_R)
-        if mask is not None and mask.dim() == 2:
-            mask = mask[:, None, None, :]  # (b, k) → (b, 1, 1, k)
         if causal and x.shape[1] == 1:
             causal = False  # one query at the end of the keys may attend them all
         heads, weights = latent_attention(

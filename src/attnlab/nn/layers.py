@@ -11,7 +11,8 @@ Vaswani et al. 2017, §3.1 (https://arxiv.org/abs/1706.03762); pre-norm: Xiong e
 Submodule names follow ``torch.nn.TransformerEncoderLayer`` / ``TransformerDecoderLayer``
 (``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1..3``), so weights
 copy over from PyTorch's layers (tests do so). Unlike PyTorch's, masks use attnlab's
-polarity (True = may attend), padding masks are (b, k) with True on real tokens, and the
+polarity (True = may attend), padding masks are (b, 1, 1, k) with True on real tokens
+(a (b, k) mask is read by ``attnlab.masks.score_mask``: ambiguous when b = q), and the
 decoder's self-attention takes a ``cache`` (a ``LayerCache``) for incremental decoding, whose
 ``memory`` slot keeps the cross-attention's projected memory keys and values from the first
 step on (``MemoryCache``: reused while the same memory tensor is passed). Pre-norm stacks need
@@ -90,7 +91,7 @@ class TransformerEncoderLayer(nn.Module):
         causal: bool = False,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
-        """x (b, n, dim) → (b, n, dim); mask (b, k) padding or broadcastable to (b, h, n, k)."""
+        """x (b, n, dim) → (b, n, dim); mask (b, 1, 1, k) padding or broadcastable to (b, h, n, k)."""
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, causal, cache)
             return x + self._ff(self.norm2(x))
@@ -171,8 +172,8 @@ class TransformerDecoderLayer(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
         """x (b, t, dim), memory (b, s, memory_dim) → (b, t, dim).
 
-        mask: self-attention mask ((b, t) padding or broadcastable to (b, h, t, t));
-        memory_mask: (b, s) padding of the source or broadcastable to (b, h, t, s).
+        mask: self-attention mask ((b, 1, 1, t) padding or broadcastable to (b, h, t, t));
+        memory_mask: (b, 1, 1, s) padding of the source or broadcastable to (b, h, t, s).
         ``need_weights=True`` returns ``(x, cross-attention weights (b, h, t, s))``.
         """
         if self.norm_first:

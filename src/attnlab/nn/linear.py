@@ -5,8 +5,8 @@
 
 (https://arxiv.org/abs/2006.16236; the arithmetic is ``attnlab.functional.linear``.)
 ``forward(x (b, n, dim), *, mask=None, causal=False, need_weights=False, state=None)``:
-``mask`` a (b, n) bool key-padding mask (True = real token) or anything broadcastable to
-(b, h, q, k); with ``state`` (a ``LinearState`` from the previous call, or ``LinearAttention.empty_state``)
+``mask`` a bool key-padding mask (b, 1, 1, n) (True = real token; also (b, n) when b != n)
+or any mask that ``attnlab.masks.score_mask`` reads as broadcastable to (b, h, q, k); with ``state`` (a ``LinearState`` from the previous call, or ``LinearAttention.empty_state``)
 the new tokens run through the recurrent form (causal, O(d_h²) memory per head) and the call
 returns ``(y, state)`` instead of ``(y, weights)``.
 
@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import masks
 from ..functional.linear import LinearState, linear_attention, linear_attention_step
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
@@ -53,15 +54,16 @@ class LinearAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | LinearState | None]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
-        x, pad_q = padded_queries(x, mask) if state is None else (x, None)  # padded tokens: zero in, zero out
+        pad_q = None
+        if state is None:
+            mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], x.shape[1])  # broadcastable to (b, h, n, n)
+            x, pad_q = padded_queries(x, mask, padding)  # padded tokens: zero in, zero out
         q, k, v = (split_heads(t, self.num_heads) for t in self.qkv(x).chunk(3, dim=-1))  # (b, h, n, d_h)
         if state is not None:
             if mask is not None or need_weights:
                 raise ValueError("the recurrent form (state=...) takes no mask and returns no weights")
             out, state = linear_attention_step(q, k, v, state)
             return self.proj(merge_heads(out)), state
-        if mask is not None and mask.dim() == 2:
-            mask = mask[:, None, None, :]  # (b, k) → (b, 1, 1, k)
         out, weights = linear_attention(q, k, v, mask=mask, causal=causal, need_weights=need_weights)
         return zero_padded(self.proj(merge_heads(out)), weights, pad_q)  # (b, n, dim), (b, h, q, k) or None
 

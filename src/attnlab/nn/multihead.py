@@ -11,7 +11,8 @@ A drop-in for ``torch.nn.MultiheadAttention`` (converters in ``attnlab.nn.conver
 that fixes its known pains:
 
 * one mask polarity: bool **True = may attend** (PyTorch's bool masks mean the
-  opposite), float = additive bias; a ``(b, k)`` padding mask is accepted as is;
+  opposite), float = additive bias; a ``(b, k)`` padding mask is accepted as is
+  (unless b = q: then it is ambiguous and must be given as ``(b, 1, 1, k)``);
 * a fully masked query row gives zero weights and a zero output with finite
   gradients, also with ``need_weights=True`` (PyTorch gives NaN);
 * ``need_weights=False`` is the default, so the fused kernel runs unless the
@@ -21,7 +22,7 @@ that fixes its known pains:
 * long sequences: ``pattern=`` (any ``attnlab.patterns`` pattern: a sliding window,
   Longformer, BigBird, …) makes self-attention block-sparse, computing only the
   ``block`` × ``block`` tiles the pattern touches, forward and backward (O(n·w) for a
-  window). ``mask`` is then a (b, n) bool padding mask. ``LocalAttention``,
+  window). ``mask`` is then a (b, 1, 1, n) (or (b, n)) bool padding mask. ``LocalAttention``,
   ``LongformerAttention`` and ``BigBirdAttention`` (``attnlab.nn.sparse``) are this
   module with the pattern built for you.
 
@@ -35,8 +36,10 @@ Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy ov
 | h, h_kv, d_h   | ``num_heads``, ``num_kv_heads``, ``head_dim = dim // num_heads`` |
 
 Shapes: query (b, q, dim), key (b, k, kdim), value (b, k, vdim) → (b, q, dim),
-weights (b, h, q, k). Masks: 2-D (b, k) padding, 3-D (b, q, k), or anything that
-broadcasts to (b, h, q, k). With a ``cache`` the mask's k counts the cached keys too.
+weights (b, h, q, k). Masks (``attnlab.masks.score_mask``): (k,) for every query,
+2-D (b, k) padding or (q, k) for every sequence (read by the shape; when b = q it is
+ambiguous and raises ``ValueError``: pass (b, 1, 1, k) or (1, 1, q, k)), 3-D (b, q, k),
+or 4-D, broadcastable to (b, h, q, k). With a ``cache`` the mask's k counts the cached keys too.
 
 The paper's steps are the functions of ``attnlab.functional.multihead``
 (``project``, ``split_heads``, the core ``attention``, ``merge_heads``,
@@ -47,9 +50,8 @@ projection, caches, rotary/ALiBi, and the sparse dispatch to
 Padding: key and value inputs at positions that no query may attend are zeroed
 before the projections (``torch.where``), so NaN or inf there never reaches an
 output or any gradient, W_k's and W_v's included. In self-attention a bool
-``(b, n)`` padding mask also marks padded *queries*: their inputs are zeroed
-too and their outputs (and weights) are defined as zeros; so does a bool
-``(b, 1, 1, n)`` mask, the same padding.
+``(b, 1, 1, n)`` padding mask (or ``(b, n)``, b != n) also marks padded *queries*:
+their inputs are zeroed too and their outputs (and weights) are defined as zeros.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ from torch import nn
 from .. import _checks, masks, patterns
 from ..functional.attention import attention
 from ..functional.multihead import (
-    as_score_mask,
     check_inputs,
     merge_heads,
     output_projection,
@@ -76,6 +77,7 @@ from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
 from ..patterns import Pattern
 from ..trace import active
 from .cache import LayerCache, MemoryCache
+from .padding import padded_queries, zero_padded
 from .positional import ALiBi, RotaryEmbedding
 from .registry import register
 
@@ -236,17 +238,11 @@ class MultiHeadAttention(nn.Module):
         h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
         if mask is not None:
             _checks.tensor("mask", mask)
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (b, q, k) → (b, 1, q, k)
         offset = 0 if cache is None else cache.length
-        k_total = offset + key.shape[1]
+        smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
         pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
-        if self_attention and mask is not None and mask.dtype == torch.bool and tuple(mask.shape) in (
-            (b, k_total), (b, 1, 1, k_total)
-        ):
-            pad_q = mask.reshape(b, k_total)[:, k_total - q_len :]
-            query = torch.where(pad_q.unsqueeze(-1), query, torch.zeros((), dtype=query.dtype, device=query.device))
-        smask = as_score_mask(mask, b, k_total)  # broadcastable to (b, h, q, k)
+        if self_attention:
+            query, pad_q = padded_queries(query, smask, padding)
 
         cached = None if memory_cache is None else memory_cache.lookup(key, value)
         k: torch.Tensor | None
@@ -312,10 +308,7 @@ class MultiHeadAttention(nn.Module):
                 qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
             )  # (b, h, q, d_h), (b, h, q, k)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
-        if pad_q is not None:  # padded queries: zero output (and zero weights)
-            out = torch.where(pad_q.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
-            if weights is not None:
-                weights = torch.where(pad_q[:, None, :, None], weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+        out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
         return self.proj_drop(out), weights
 
     def _context_parallel(

@@ -11,15 +11,19 @@ from __future__ import annotations
 import torch
 
 
-def padded_queries(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """x (b, n, d) and a mask → (x with padded rows zeroed, pad (b, n) True = real) when the mask is a
-    bool (b, n) or (b, 1, 1, n) padding mask over the same n; else (x, None)."""
-    if mask is None or mask.dtype != torch.bool or x.dim() != 3:
+def padded_queries(
+    x: torch.Tensor, mask: torch.Tensor | None, padding: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """x (b, n, d) and the scores' mask with ``padding`` from ``attnlab.masks.score_mask`` → (x with padded
+    rows zeroed, pad (b, n) True = real) when it is a bool (b, 1, 1, k) padding mask whose last n keys are
+    these n tokens (k > n: cached tokens before them); else (x, None)."""
+    if not padding or mask is None or mask.dtype != torch.bool or x.dim() != 3:
         return x, None
     b, n = x.shape[:2]
-    if tuple(mask.shape) not in ((b, n), (b, 1, 1, n)):
+    k = mask.shape[-1]
+    if tuple(mask.shape) != (b, 1, 1, k) or k < n:
         return x, None
-    pad = mask.reshape(b, n)
+    pad = mask.reshape(b, k)[:, k - n :]  # (b, n)
     return torch.where(pad.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device)), pad
 
 
