@@ -262,11 +262,12 @@ def _alive(mats: np.ndarray, j: int, eps: float) -> list[np.ndarray]:
     return [np.flatnonzero(x) for x in alive[::-1]]
 
 
-def _drop_dead_ends(flows, excess, keep) -> None:
+def _drop_dead_ends(flows, excess, keep, kept) -> None:
     """Flow into nodes that cannot reach the sink goes back to the nodes that sent it (as excess), and
-    those nodes' flow and excess are cleared: a preflow of the graph that is left."""
-    for k, f in enumerate(flows[:-1]):
-        dead = np.setdiff1d(np.arange(f.shape[2]), keep[k])
+    those nodes' flow and excess are cleared: a preflow of the graph that is left. Only nodes ``kept``
+    for the last sink (per level) can hold flow."""
+    for k in range(len(flows) - 2, -1, -1):  # bottom up: what a dead node gets back is cleared with it
+        f, dead = flows[k], np.setdiff1d(kept[k], keep[k])
         if not dead.size:
             continue
         if k > 0:
@@ -301,7 +302,8 @@ def layered_max_flows(mats: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
     linked = np.eye(n, dtype=bool)
     for m in mats[::-1]:  # linked[i, j]: some path of edges > eps from (L, i) down to (0, j)
         linked = (linked.astype(np.float64) @ (m > eps)) > 0
-    for j in range(n):
+    kept = [np.arange(n)] * (layers - 1)
+    for j in range(n - 1, -1, -1):  # causal weights: the sources that reach the sink, and its nodes, grow
         excess[-2] += flows[-1][:, :, 0]  # the last sink's delivery, back to the nodes that sent it
         flows[-1][...] = 0.0
         excess[-1][...] = 0.0
@@ -309,7 +311,8 @@ def layered_max_flows(mats: np.ndarray, *, eps: float = 1e-12) -> np.ndarray:
         if not rows.size:
             continue
         keep = _alive(mats, j, eps)
-        _drop_dead_ends(flows, excess, keep)
+        _drop_dead_ends(flows, excess, keep, kept)
+        kept = keep
         value_j = _solve_sink(mats, j, rows, keep, flows, excess, eps)
         out[rows, j] = value_j
     return out
