@@ -15,8 +15,15 @@ the sink is unreachable. The flow then equals the capacity of a minimum cut.
 | s, t | ``source``, ``sink`` |
 
 ``layered_max_flows`` solves the n² problems of attention flow (top node i → bottom node j of a
-graph whose edges go from one layer to the next) in NumPy, all sources together as one batch, one
-sink after another:
+graph whose edges go from one layer to the next) in NumPy:
+
+0. Settled without search: the simple cut min(A_i, B_j) (all of the source's edges, or all of the
+   sink's) bounds the flow above; a bridge flow bounds it below: the path measure through the middle
+   layers whose end marginals are the source's and the sink's edges (Sinkhorn on the product of the
+   middle layers), scaled down until every edge holds it. Where the bounds meet (to 1e-12 relative),
+   the value is the cut. Dense weights are all settled here.
+The rest, all sources together as one batch, one sink after another (last to first), on the nodes
+that can reach the sink:
 
 1. Blocking flow, Karzanov's wave method (Dinic's first phase, whose level graph is the layers):
    the source fills its edges; each wave pushes every excess forward a layer at a time (in
@@ -28,12 +35,14 @@ sink after another:
 3. The rest: Dinic's later phases, ``max_flow`` on the residual graph (cut down to the nodes on
    some path from source to sink), and the values add.
 4. Next sink: the flow delivered to the last sink goes back as excess to the nodes that sent it,
-   and step 1 starts again from that preflow. The other bottom nodes have no outgoing edges, so
-   they change no cut between a source and the current sink.
+   and flow into nodes that cannot reach the new sink goes back to the nodes that sent it there;
+   step 1 starts again from that preflow. The other bottom nodes have no outgoing edges, so they
+   change no cut between a source and the current sink.
 
-On one shared core: 1 s (dense weights) to 5 s (causal) at 12 layers × 32 tokens, where
-``max_flow`` pair by pair took 24 s; 25 s to 60 s at 12 × 64, where it took over 150 s. Causal
-weights leave more pairs to step 3.
+On two shared cores, 12 layers × 64 tokens: 0.3–0.4 s with dense weights (all settled in step 0),
+about 7 s with causal ones (most pairs need steps 1–3); the search before step 0, from the first
+sink on and over every node, took 19 s and 36 s, and
+``max_flow`` pair by pair over 150 s. At 12 × 32: 0.05 s and 2 s.
 Pure NumPy; no networkx or scipy.
 """
 
