@@ -181,21 +181,23 @@ def test_dense_weights_are_settled_without_search(monkeypatch):
     assert not calls
 
 
+@pytest.mark.parametrize("group", [16, 3])  # sources solved together for a sink: all of them, or in groups
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("kind", ["dense", "causal", "sparse"])
-def test_the_search_alone_equals_dinic_pair_by_pair(kind, seed, monkeypatch):
+def test_the_search_alone_equals_dinic_pair_by_pair(kind, seed, group, monkeypatch):
     rng = np.random.default_rng([len(kind), seed])
     cases = [layer_matrices(weights(rng, layers, 2, n, kind), residual=residual)
              for layers, n, residual in ((3, 5, True), (6, 6, False), (8, 7, True), (5, 8, False))]
     expected = [pairwise_dinic(mats) for mats in cases]
     search_only(monkeypatch)
+    monkeypatch.setattr(maxflow_module, "_GROUP", group)
     for mats, want in zip(cases, expected):
         np.testing.assert_allclose(layered_max_flows(mats), want, atol=1e-10)
 
 
-@pytest.mark.parametrize("kind, limit", [("dense", 5.0), ("causal", 25.0)])
+@pytest.mark.parametrize("kind, limit", [("dense", 5.0), ("causal", 15.0)])
 def test_flow_at_12_layers_by_64_tokens_is_fast(kind, limit):
-    # here (2 shared cores): dense about 0.4 s, causal about 7 s; before the bridge flow and the sinks
+    # here (2 shared cores): dense about 0.4 s, causal about 4 s; before the bridge flow and the sinks
     # taken last to first on the nodes that reach them, 19 s and 36 s
     w = weights(np.random.default_rng(0), 12, 4, 64, kind)
     start = time.perf_counter()
