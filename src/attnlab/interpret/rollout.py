@@ -80,8 +80,8 @@ def flow(weights, residual: bool = True, head_fusion: str = "mean") -> np.ndarra
     """Attention flow: (layers, h, n, n) → (n, n) of max-flow values (not renormalised, as in the paper).
 
     Nodes (l, i) for l = 0..L; edge (l, i) → (l-1, j) has capacity Â_l[i, j]; F[i, j] is the max-flow
-    from (L, i) to (0, j). The n² problems are solved together (``layered_max_flows``): 1–5 s for
-    12 layers × 32 tokens, 25–60 s for 12 × 64."""
+    from (L, i) to (0, j). The n² problems are solved together (``layered_max_flows``); at 12 layers
+    × 64 tokens on two shared cores: under 0.5 s for dense weights, about 4 s for causal ones."""
     return layered_max_flows(layer_matrices(weights, residual, head_fusion))
 
 
