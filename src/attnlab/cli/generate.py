@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .._limits import check_value
 from . import UsageError
 from ._threads import add_threads
 
@@ -40,12 +41,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from ..models.gpt import attention_json, attention_maps
     from ..train.load import load_model
 
-    if args.tokens < 0:
-        raise UsageError(f"--tokens must be >= 0; got {args.tokens}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0; got {args.temperature}")
-    if args.top_k is not None and args.top_k < 1:
-        raise UsageError(f"--top-k must be >= 1; got {args.top_k}")
+    for name, kind in (("tokens", int), ("temperature", float), ("top_k", int | None), ("seed", int)):
+        check_value(name, getattr(args, name), kind, label="--" + name.replace("_", "-"))  # finite, in range
     if not args.prompt:
         raise UsageError("--prompt must not be empty")
     loaded = load_model(args.checkpoint, kind="gpt")

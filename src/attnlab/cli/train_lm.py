@@ -24,6 +24,7 @@ from ._types import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..train.finite import ON_NONFINITE
     from ..train.lm import LMTrainConfig
 
     p = sub.add_parser(
@@ -45,6 +46,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(flag, default=SUPPRESS, choices=list(POSITIONAL), help=f"(default {default})")
         elif f.name in ("num_kv_heads",):
             p.add_argument(flag, type=int, default=SUPPRESS, help="grouped-query key/value heads (default: num-heads)")
+        elif f.name == "on_nonfinite":
+            p.add_argument(flag, default=SUPPRESS, choices=list(ON_NONFINITE),
+                           help="a step whose gradients are NaN or infinite: stop the run (default; the last "
+                                "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
         elif f.name == "max_seconds":
             p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds")
         else:
