@@ -120,7 +120,7 @@ def check_value(name: str, value: Any, annotation: Any = float, where: str = "",
     if value is None:
         if optional:
             return
-        problem = f"a value, not null ({_expected(name, base, many)})"
+        problem = f"{_expected(name, base, many)}, not null"
     elif many:
         ok = isinstance(value, (list, tuple)) and len(value) > 0
         problem = None if ok else f"a non-empty list of {_expected(name, base, False)}"
@@ -139,7 +139,7 @@ def _expected(name: str, base: type | None, many: bool) -> str:
 
 
 def _show(v: Any) -> str:
-    text = repr(v)
+    text = "null" if v is None else repr(v)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

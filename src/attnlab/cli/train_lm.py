@@ -65,6 +65,8 @@ def run_train_lm(args: argparse.Namespace) -> int:
     from ..train.lm import LMTrainConfig, train_lm
 
     check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
+    cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)  # every flag checked
     rt = runtime_from(args)
 
     if args.text:
@@ -74,8 +76,6 @@ def run_train_lm(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     else:
         text = shakespeare.load_text(plays=args.plays)
-    given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
-    cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
     model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard,

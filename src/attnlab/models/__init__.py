@@ -11,7 +11,7 @@ the model from it and ``load_model(directory)`` reads a whole checkpoint folder
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 
 import torch
 from torch import nn
@@ -66,12 +66,24 @@ def _model_class(cfg: object) -> type[nn.Module]:
     raise TypeError(f"expected the config of a registered model ({', '.join(MODELS)}); got {type(cfg).__name__}")
 
 
-def count_parameters(cfg: object) -> int:
-    """The parameters and buffers (numbers in all) of the model ``cfg`` describes, counted on the
-    meta device: nothing is allocated."""
-    with torch.device("meta"):
+# Config fields that count repeated layers: a model's size is affine in each of them.
+DEPTHS = ("num_layers", "num_encoder_layers", "num_decoder_layers", "layers")
+
+
+def _count(cfg: object) -> int:
+    with torch.device("meta"):  # shapes only: nothing is allocated
         model = _model_class(cfg)(cfg)
     return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+
+
+def count_parameters(cfg: object) -> int:
+    """The parameters and buffers (numbers in all) of the model ``cfg`` describes, counted on the
+    meta device without allocating: built with one layer, and with two of each kind, the size is
+    extrapolated to the config's depths (exact: each layer of a kind has the same size)."""
+    depths = {f: getattr(cfg, f) for f in DEPTHS if hasattr(cfg, f)}
+    shallow = replace(cfg, **{f: 1 for f in depths})
+    one = _count(shallow)
+    return one + sum((n - 1) * (_count(replace(shallow, **{f: 2})) - one) for f, n in depths.items())
 
 
 def create_model(cfg: object) -> nn.Module:
