@@ -75,6 +75,7 @@ LIMITS: dict[str, Limit] = {
     "seed": Limit(0, 2**63 - 1),
     "n_train": EXAMPLES, "n_test": EXAMPLES, "limit": EXAMPLES, "cells": Limit(1, 64), "max_objects": Limit(1, 64),
     "pool": Limit(1, 10**6), "n": EXAMPLES, "max_digits": Limit(1, 1000),
+    "threads": Limit(1, 1024), "plays": Limit(1, 1000),
     # sampling (attnlab generate)
     "tokens": Limit(0, 10**7), "temperature": Limit(0, 100), "top_k": VOCAB,
 }

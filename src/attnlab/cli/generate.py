@@ -49,9 +49,15 @@ def run_generate(args: argparse.Namespace) -> int:
     model, vocab = loaded.model, loaded.vocabs["vocab"]
     prompt = vocab.encode_tensor(args.prompt).unsqueeze(0)  # (1, n)
     gen = torch.Generator().manual_seed(args.seed)
-    out = model.generate(
-        prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, use_cache=not args.no_cache, generator=gen
-    )
+    try:
+        out = model.generate(
+            prompt, args.tokens, temperature=args.temperature, top_k=args.top_k, use_cache=not args.no_cache, generator=gen
+        )
+    except RuntimeError as e:  # torch.multinomial on NaN probabilities: finite weights whose outputs overflow
+        if "probability tensor" not in str(e):
+            raise
+        raise UsageError(f"{args.checkpoint}: the model's next-character probabilities are NaN or infinite "
+                         "(a diverged model): train it again or use an earlier checkpoint") from None
     text = vocab.decode(out[0])
     print(text)
     if args.attention_out:

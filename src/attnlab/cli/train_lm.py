@@ -15,6 +15,7 @@ from argparse import SUPPRESS
 from dataclasses import fields
 from pathlib import Path
 
+from .._limits import check_value
 from ..nn.positional import POSITIONAL
 from . import UsageError
 from ._fields import saved_config
@@ -65,6 +66,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     from ..train.lm import LMTrainConfig, train_lm
 
     check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    check_value("plays", args.plays, int | None, label="--plays")
     given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
     cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)  # every flag checked
     rt = runtime_from(args)

@@ -16,6 +16,7 @@ config.json (model, training, data) and the two vocabularies.
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -124,24 +125,35 @@ def _model(args, src_vocab: int, tgt_vocab: int, max_len: int = 512):
     return create_model(config_from(args, Seq2SeqConfig, **sizes, dropout=dropout))
 
 
+# config fields whose flag is spelled otherwise, for the messages
+FLAGS = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff", "emb_dim": "--emb",
+         "n": "--numbers", "decoder": "--attention", "luong_score": "--score"}
+
+
+def _flag_names(msg: str) -> str:
+    """``num_heads must ...`` → ``--heads must ...`` (whole names only: ``attn_dim`` stays)."""
+    return re.sub(r"(?<![\w-])(\w+)(?= must|=)", lambda m: FLAGS.get(m.group(1), m.group(1)), msg)
+
+
 def _check_flags(args) -> None:
+    """Every flag, checked before any data is built (``attnlab._limits``: finite, in range); the
+    Transformer's flags too under --model rnn, where they are unused."""
+    from ..models import TransformerConfig
+    from ..train.loop import TrainConfig
+
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         raise UsageError(f"--dropout must be in [0, 1); got {args.dropout}")
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps must be >= 1; got {args.steps}")
-    from ..train.loop import TrainConfig
-
-    config_from(args, TrainConfig)  # every training flag checked (finite, in range), resumed or not
-    check_values(DataConfig, _data_config(args))
-    if not args.resume:
-        try:
-            _model(args, 8, 8)  # the model flags, checked before any data is built
-        except ValueError as e:
-            flags = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff"}
-            msg = str(e)
-            for name, flag in flags.items():
-                msg = msg.replace(f"{name}=", f"{flag}=").replace(f"{name} must", f"{flag} must")
-            raise UsageError(msg) from None
+    try:
+        config_from(args, TrainConfig)
+        check_values(DataConfig, _data_config(args))
+        check_values(TransformerConfig, {"src_vocab": 8, "tgt_vocab": 8, "num_encoder_layers": args.layers,
+                                         **{k: getattr(args, k) for k in ("dim", "num_heads", "ffn_dim")}})
+        if not args.resume:
+            _model(args, 8, 8)  # the model flags together (--heads dividing --dim, the size)
+    except ValueError as e:
+        raise UsageError(_flag_names(str(e))) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -161,7 +161,8 @@ def sample(
     """logits (b, vocab) → next token ids (b, 1): greedy for temperature 0, else softmax(logits / T) over the top k."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = (logits.float() - logits.float().amax(-1, keepdim=True)) / temperature  # <= 0: no overflow for a tiny T
+    # shifted to <= 0 first, so that a tiny T cannot overflow (T is floored where float32 would read it as 0)
+    logits = (logits.float() - logits.float().amax(-1, keepdim=True)) / max(temperature, 1e-30)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
