@@ -255,3 +255,16 @@ def test_no_checkpoint_field_crashes_a_reader_or_poisons_a_resume(lm_run, tmp_pa
 
     weights = load_file(str(out / "model.safetensors"))
     assert all(math.isfinite(v) for t in weights.values() if t.is_floating_point() for v in t.flatten().tolist())
+
+
+def test_an_allocation_that_fails_mid_run_is_one_line(monkeypatch, tmp_path):
+    from attnlab.train import lm
+
+    def no_memory(*a, **k):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 68719476736 bytes")
+
+    monkeypatch.setattr(lm, "train_lm", no_memory)
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT)
+    assert "not enough memory" in _fails_cleanly(["train", "lm", "--text", str(text), "--out", str(tmp_path / "o")])

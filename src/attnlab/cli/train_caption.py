@@ -24,6 +24,7 @@ from ..train.finite import ON_NONFINITE
 from ..train.runtime import RunLog
 from . import UsageError
 from ._fields import config_from, field_option, saved_config
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads, apply_threads
 
@@ -89,7 +90,8 @@ def run_train_caption(args: argparse.Namespace) -> int:
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     rt = runtime_from(args)
-    model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
+    with out_of_memory():  # one line, not an internal error
+        model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
     if rt.is_main:
         path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history,
                               timing=result["timing"])

@@ -19,6 +19,7 @@ from .._limits import check_value
 from ..nn.positional import POSITIONAL
 from . import UsageError
 from ._fields import saved_config
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 from ._types import positive_int
@@ -80,8 +81,9 @@ def run_train_lm(args: argparse.Namespace) -> int:
         text = shakespeare.load_text(plays=args.plays)
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
-    model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard,
-                                resume=args.resume)
+    with out_of_memory():  # one line, not an internal error
+        model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True,
+                                    tensorboard=args.tensorboard, resume=args.resume)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
         f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")

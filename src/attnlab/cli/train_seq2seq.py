@@ -27,6 +27,7 @@ from ..models.transformer import POSITIONAL as POSITIONS
 from ..train.finite import ON_NONFINITE
 from . import UsageError
 from ._fields import config_from, field_default, field_option
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 
@@ -206,8 +207,9 @@ def run(args: argparse.Namespace) -> int:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
               f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.label}, {n_par:,} parameters")
-    result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
-                   files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
+    with out_of_memory():  # one line, not an internal error
+        result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
+                       files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
     if rt.is_main:
         print(f"saved {out} at step {result.step}: valid {result.valid}")
     rt.world.close()
