@@ -42,7 +42,7 @@ from ..models import create_model, model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .finite import ON_NONFINITE, FiniteGuard
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, Runtime, device_of, restore_training, training_tensors
 
 DATASETS = ("scenes", "emoji")
@@ -74,8 +74,7 @@ class CaptionTrainConfig:
 
     def __post_init__(self):
         check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
-        if self.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {', '.join(ON_NONFINITE)}; got {self.on_nonfinite!r}")
+        check_mode(self.on_nonfinite)
 
     def resolved(self) -> CaptionTrainConfig:
         if self.data not in DATASETS:

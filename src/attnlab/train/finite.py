@@ -53,14 +53,19 @@ def _step_unless(opt: torch.optim.Optimizer, ok: torch.Tensor) -> None:
                     v.copy_(torch.where(ok, v, torch.zeros_like(v) if old is None else old))
 
 
+def check_mode(mode: object) -> str:
+    """``mode`` if it is one of ``ON_NONFINITE``, else a ValueError saying which are."""
+    if mode not in ON_NONFINITE:
+        raise ValueError(f"on_nonfinite must be one of {', '.join(ON_NONFINITE)}; got {mode!r}")
+    return mode
+
+
 class FiniteGuard:
     """The optimizer as ``Runtime.step`` sees it (``zero_grad``, ``step``), with the gradients
     checked first. ``first_step``: the step count so far (a resumed run's)."""
 
     def __init__(self, opt: torch.optim.Optimizer, mode: str = "stop", *, first_step: int = 0):
-        if mode not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {', '.join(ON_NONFINITE)}; got {mode!r}")
-        self.opt, self.mode, self.count = opt, mode, first_step
+        self.opt, self.mode, self.count = opt, check_mode(mode), first_step
         device = next((p.device for g in opt.param_groups for p in g["params"]), torch.device("cpu"))
         self.ok = torch.ones((), dtype=torch.bool, device=device)  # the last step's verdict
         self.bad = torch.zeros((), dtype=torch.long, device=device)  # bad steps since the last read
@@ -114,4 +119,4 @@ class FiniteGuard:
                                  f"infinite) and were not saved (the last checkpoint is left as it was): {HINT}")
 
 
-__all__ = ["ON_NONFINITE", "FiniteGuard", "NonFiniteError"]
+__all__ = ["ON_NONFINITE", "FiniteGuard", "NonFiniteError", "check_mode"]

@@ -25,7 +25,7 @@ from ..models import create_model, model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
-from .finite import ON_NONFINITE, FiniteGuard
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
@@ -71,8 +71,7 @@ class LMTrainConfig:
             raise ValueError(f"lr must be > 0 and weight_decay >= 0; got {self.lr}, {self.weight_decay}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0; got {self.max_seconds}")
-        if self.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {', '.join(ON_NONFINITE)}; got {self.on_nonfinite!r}")
+        check_mode(self.on_nonfinite)
 
 
 @dataclass

@@ -34,7 +34,7 @@ from ..data.batching import Example, batch_order, batches_in_order, collate, sou
 from ..data.vocab import PAD
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
-from .finite import ON_NONFINITE, FiniteGuard
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
@@ -59,8 +59,7 @@ class TrainConfig:
                 raise ValueError(f"{f} must be >= 1; got {getattr(self, f)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0; got {self.lr}")
-        if self.on_nonfinite not in ON_NONFINITE:
-            raise ValueError(f"on_nonfinite must be one of {', '.join(ON_NONFINITE)}; got {self.on_nonfinite!r}")
+        check_mode(self.on_nonfinite)
 
 
 @dataclass
