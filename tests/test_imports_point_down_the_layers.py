@@ -2,7 +2,7 @@
 
 Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
 
-    _checks, _files, trace → masks, patterns → functional → kernels → nn, distributed → models
+    _checks, _files, _limits, trace → masks, patterns → functional → kernels → nn, distributed → models
     → explain, interpret, viz (read traces and weights) → data, train → experiments → cli
 
 The package's own ``__init__`` (the public names) sits in nn's layer.
@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 LAYERS = [
-    ("_checks", "_files", "trace"),
+    ("_checks", "_files", "_limits", "trace"),
     ("masks", "patterns"),
     ("functional",),
     ("kernels",),

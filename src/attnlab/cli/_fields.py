@@ -3,7 +3,7 @@
 ``field_option(group, Config, "emb_dim", "--emb", help=...)`` adds an option whose ``dest`` is
 the field's name and whose default and type are the field's, so a default changed in the
 dataclass is the command line's default too, and ``config_from(args, Config)`` builds the
-dataclass from the parsed options. A ``bool`` field that defaults to True becomes a
+dataclass from the parsed options, each value checked once (``attnlab._limits``). A ``bool`` field that defaults to True becomes a
 ``--no-...``-style switch (``store_false``) under the spelling given.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, fields
 from typing import Any
+
+from .._limits import check_values
 
 
 def field_default(cls: type, name: str) -> Any:
@@ -42,9 +44,12 @@ def field_option(group, cls: type, name: str, *flags: str, help: str = "", **kw)
 
 def config_from(args: argparse.Namespace, cls: type, **extra: Any):
     """``cls`` built from the options ``args`` holds for its fields (and ``extra``); an option left
-    at None takes the dataclass's default."""
+    at None takes the dataclass's default. Every value is checked first (``attnlab._limits``: types,
+    finiteness, ranges): a ValueError naming the field, the value and what it must be."""
     names = {f.name for f in fields(cls)} - set(extra)
-    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None}, **extra)
+    values = {**{k: v for k, v in vars(args).items() if k in names and v is not None}, **extra}
+    check_values(cls, values)
+    return cls(**values)
 
 
 def saved_config(out: str, cls: type, **given: Any):
@@ -57,9 +62,15 @@ def saved_config(out: str, cls: type, **given: Any):
     if not (Path(out) / "config.json").is_file():
         raise ValueError(f"--resume: no checkpoint to resume at {out}")
     saved = load_checkpoint(out)[1].get("train", {})
+    if not isinstance(saved, dict):
+        raise ValueError(f"--resume: {out}/config.json: 'train' must be an object of settings; got {type(saved).__name__}")
     names = {f.name for f in fields(cls)}
     kept = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names}  # JSON lists → tuples
-    return cls(**{**kept, **given})
+    try:
+        check_values(cls, kept, f"{out}/config.json: train.")
+    except ValueError as e:
+        raise ValueError(f"--resume: {e}") from None
+    return cls(**{**kept, **given})  # the options given are checked as the config is built
 
 
 __all__ = ["field_option", "field_default", "config_from", "saved_config"]

@@ -6,6 +6,8 @@ import argparse
 
 import torch
 
+from .._limits import check_value
+
 HELP = "torch CPU threads (default: torch's choice; 1 is often faster for these small models on a busy machine)"
 
 
@@ -17,6 +19,5 @@ def apply_threads(args: argparse.Namespace) -> None:
     """Set torch's thread count from ``--threads`` (None: leave torch's choice)."""
     if args.threads is None:
         return
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1; got {args.threads}")
+    check_value("threads", args.threads, int, label="--threads")  # 1..1024: torch crashes on absurd counts
     torch.set_num_threads(args.threads)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from .._limits import check_value
 from . import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
@@ -43,12 +44,8 @@ def run_generate(args: argparse.Namespace) -> int:
     from ..models.gpt import attention_json, attention_maps
     from ..train.load import load_model
 
-    if args.tokens < 0:
-        raise UsageError(f"--tokens must be >= 0; got {args.tokens}")
-    if args.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0; got {args.temperature}")
-    if args.top_k is not None and args.top_k < 1:
-        raise UsageError(f"--top-k must be >= 1; got {args.top_k}")
+    for name, kind in (("tokens", int), ("temperature", float), ("top_k", int | None), ("seed", int)):
+        check_value(name, getattr(args, name), kind, label="--" + name.replace("_", "-"))  # finite, in range
     if not args.prompt:
         raise UsageError("--prompt must not be empty")
     rt = inference_runtime(args)
@@ -56,9 +53,15 @@ def run_generate(args: argparse.Namespace) -> int:
     model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
     prompt = vocab.encode_tensor(args.prompt).unsqueeze(0).to(rt.device)  # (1, n)
     gen = torch.Generator(device=rt.device).manual_seed(args.seed)
-    with rt.autocast():
-        out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                             use_cache=not args.no_cache, generator=gen).cpu()
+    try:
+        with rt.autocast():
+            out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                                 use_cache=not args.no_cache, generator=gen).cpu()
+    except RuntimeError as e:  # torch.multinomial on NaN probabilities: finite weights whose outputs overflow
+        if "probability tensor" not in str(e):
+            raise
+        raise UsageError(f"{args.checkpoint}: the model's next-character probabilities are NaN or infinite "
+                         "(a diverged model): train it again or use an earlier checkpoint") from None
     text = vocab.decode(out[0])
     print(text)
     if args.attention_out:

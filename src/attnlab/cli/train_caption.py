@@ -9,6 +9,7 @@ Twemoji per image, captioned by its CLDR name.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..data.emoji import LANGS
 from ..models.captioner import DECODERS
@@ -19,9 +20,11 @@ from ..train.caption import (
     save_captioner,
     train_captioner,
 )
+from ..train.finite import ON_NONFINITE
 from ..train.runtime import RunLog
 from . import UsageError
 from ._fields import config_from, field_option, saved_config
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads, apply_threads
 
@@ -56,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(p, C, "layers", help="transformer decoder layers")
     field_option(p, C, "image_size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     field_option(p, C, "seed")
+    field_option(p, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
+                 help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
+                      "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (checkpointed after every epoch) to its planned end, with its settings")
     add_threads(p)
@@ -75,11 +81,17 @@ def run_train_caption(args: argparse.Namespace) -> int:
             raise UsageError(f"--{flag} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
-    cfg = saved_config(args.out, CaptionTrainConfig) if args.resume else config_from(args, CaptionTrainConfig)
+    given = config_from(args, CaptionTrainConfig)  # every flag checked (finite, in range), resumed or not
+    if args.resume:
+        cfg = saved_config(args.out, CaptionTrainConfig)
+        cfg = replace(cfg, on_nonfinite=args.on_nonfinite) if args.on_nonfinite else cfg
+    else:
+        cfg = given
     if args.data == "scenes":
         cfg.scene_config().validate()  # a clear ValueError (exit 2) before any work
     rt = runtime_from(args)
-    model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
+    with out_of_memory():  # one line, not an internal error
+        model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
     if rt.is_main:
         path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history,
                               timing=result["timing"])

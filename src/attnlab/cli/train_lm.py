@@ -15,15 +15,18 @@ from argparse import SUPPRESS
 from dataclasses import fields
 from pathlib import Path
 
+from .._limits import check_value
 from ..nn.positional import POSITIONAL
 from . import UsageError
 from ._fields import saved_config
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 from ._types import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..train.finite import ON_NONFINITE
     from ..train.lm import LMTrainConfig
 
     p = sub.add_parser(
@@ -45,6 +48,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(flag, default=SUPPRESS, choices=list(POSITIONAL), help=f"(default {default})")
         elif f.name in ("num_kv_heads",):
             p.add_argument(flag, type=int, default=SUPPRESS, help="grouped-query key/value heads (default: num-heads)")
+        elif f.name == "on_nonfinite":
+            p.add_argument(flag, default=SUPPRESS, choices=list(ON_NONFINITE),
+                           help="a step whose gradients are NaN or infinite: stop the run (default; the last "
+                                "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
         elif f.name == "max_seconds":
             p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds")
         else:
@@ -60,6 +67,9 @@ def run_train_lm(args: argparse.Namespace) -> int:
     from ..train.lm import LMTrainConfig, train_lm
 
     check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    check_value("plays", args.plays, int | None, label="--plays")
+    given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
+    cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)  # every flag checked
     rt = runtime_from(args)
 
     if args.text:
@@ -69,12 +79,11 @@ def run_train_lm(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     else:
         text = shakespeare.load_text(plays=args.plays)
-    given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
-    cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
-    model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True, tensorboard=args.tensorboard,
-                                resume=args.resume)
+    with out_of_memory():  # one line, not an internal error
+        model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True,
+                                    tensorboard=args.tensorboard, resume=args.resume)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
         f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")

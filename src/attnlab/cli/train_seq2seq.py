@@ -16,13 +16,18 @@ config.json (model, training, data) and the two vocabularies.
 from __future__ import annotations
 
 import argparse
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from .._limits import check_values
 from ..models.transformer import POSITIONAL as POSITIONS
+from ..train.finite import ON_NONFINITE
 from . import UsageError
 from ._fields import config_from, field_default, field_option
+from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
 from ._threads import add_threads
 
@@ -70,12 +75,33 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for name in ("batch_size", "lr", "seed", "eval_every", "save_every"):
         field_option(t, C, name)
     field_option(t, C, "log_every", help="steps between progress lines and metrics.jsonl records")
+    field_option(t, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
+                 help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
+                      "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
     t.add_argument("--out", default="runs/seq2seq", help="the checkpoint folder (default runs/seq2seq)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     add_threads(p)
     add_runtime(p)
     p.set_defaults(func=run)
+
+
+@dataclass
+class DataConfig:
+    """The corpus of a run, as its checkpoint's ``"data"`` entry holds it (checked on --resume)."""
+
+    name: str
+    n: int
+    seed: int
+    max_digits: int
+    path: str | None = None
+    src_level: str | None = None
+    tgt_level: str | None = None
+
+
+def _data_config(args) -> dict:
+    return {"name": args.data, "n": args.n, "seed": args.seed, "max_digits": args.max_digits,
+            "path": args.data_path, "src_level": args.src_level, "tgt_level": args.tgt_level}
 
 
 def _data(args, data_cfg: dict):  # noqa: ARG001
@@ -89,31 +115,46 @@ def _data(args, data_cfg: dict):  # noqa: ARG001
 
 def _model(args, src_vocab: int, tgt_vocab: int, max_len: int = 512):
     """The model the flags describe (ValueError for flags that do not fit, e.g. --heads not dividing --dim)."""
-    from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
+    from ..models import Seq2SeqConfig, TransformerConfig, create_model
 
     sizes = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
     if args.model == "transformer":
         dropout = field_default(TransformerConfig, "dropout") if args.dropout is None else args.dropout
-        return TransformerTranslator(config_from(args, TransformerConfig, **sizes, dropout=dropout, max_len=max_len,
-                                                 num_encoder_layers=args.layers, num_decoder_layers=args.layers))
+        return create_model(config_from(args, TransformerConfig, **sizes, dropout=dropout, max_len=max_len,
+                                        num_encoder_layers=args.layers, num_decoder_layers=args.layers))
     dropout = field_default(Seq2SeqConfig, "dropout") if args.dropout is None else args.dropout
-    return Seq2Seq(config_from(args, Seq2SeqConfig, **sizes, dropout=dropout))
+    return create_model(config_from(args, Seq2SeqConfig, **sizes, dropout=dropout))
+
+
+# config fields whose flag is spelled otherwise, for the messages
+FLAGS = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff", "emb_dim": "--emb",
+         "n": "--numbers", "decoder": "--attention", "luong_score": "--score"}
+
+
+def _flag_names(msg: str) -> str:
+    """``num_heads must ...`` → ``--heads must ...`` (whole names only: ``attn_dim`` stays)."""
+    return re.sub(r"(?<![\w-])(\w+)(?= must|=)", lambda m: FLAGS.get(m.group(1), m.group(1)), msg)
 
 
 def _check_flags(args) -> None:
+    """Every flag, checked before any data is built (``attnlab._limits``: finite, in range); the
+    Transformer's flags too under --model rnn, where they are unused."""
+    from ..models import TransformerConfig
+    from ..train.loop import TrainConfig
+
     if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
         raise UsageError(f"--dropout must be in [0, 1); got {args.dropout}")
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps must be >= 1; got {args.steps}")
-    if not args.resume:
-        try:
-            _model(args, 8, 8)  # the model flags, checked before any data is built
-        except ValueError as e:
-            flags = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff"}
-            msg = str(e)
-            for name, flag in flags.items():
-                msg = msg.replace(f"{name}=", f"{flag}=").replace(f"{name} must", f"{flag} must")
-            raise UsageError(msg) from None
+    try:
+        config_from(args, TrainConfig)
+        check_values(DataConfig, _data_config(args))
+        check_values(TransformerConfig, {"src_vocab": 8, "tgt_vocab": 8, "num_encoder_layers": args.layers,
+                                         **{k: getattr(args, k) for k in ("dim", "num_heads", "ffn_dim")}})
+        if not args.resume:
+            _model(args, 8, 8)  # the model flags together (--heads dividing --dim, the size)
+    except ValueError as e:
+        raise UsageError(_flag_names(str(e))) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,21 +174,23 @@ def run(args: argparse.Namespace) -> int:
         if "data" not in config:
             raise UsageError(f"{out} is not a seq2seq training checkpoint")
         data_cfg = config["data"]
+        if not isinstance(data_cfg, dict):
+            raise UsageError(f"{out}/config.json: 'data' must be an object; got {type(data_cfg).__name__}")
+        check_values(DataConfig, data_cfg, f"{out}/config.json: data.")
         ds = _data(args, data_cfg)
         sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
         corpus = build_corpus(ds, sv, tv)
         model = loaded.model.train()
-        cfg = train_config_from(config["train"])
-        if args.steps is not None:
-            cfg.steps = args.steps
+        cfg = train_config_from(config["train"], f"{out}/config.json")
+        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite") if getattr(args, k) is not None}
+        cfg = replace(cfg, **given)  # checked again as it is built
         extra = {k: config[k] for k in ("data", "max_src_len") if k in config}
     else:
         if out.exists() and not out.is_dir():
             raise UsageError(f"{out} is a file, not a folder: choose another --out")
         if out.exists() and any(out.iterdir()):
             raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
-        data_cfg = {"name": args.data, "n": args.n, "seed": args.seed, "max_digits": args.max_digits,
-                    "path": args.data_path, "src_level": args.src_level, "tgt_level": args.tgt_level}
+        data_cfg = _data_config(args)
         ds = _data(args, data_cfg)
         data_cfg["src_level"], data_cfg["tgt_level"] = ds.src_level, ds.tgt_level
         corpus = build_corpus(ds)
@@ -166,8 +209,9 @@ def run(args: argparse.Namespace) -> int:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
               f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.label}, {n_par:,} parameters")
-    result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
-                   files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
+    with out_of_memory():  # one line, not an internal error
+        result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
+                       files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
     if rt.is_main:
         print(f"saved {out} at step {result.step}: valid {result.valid}")
     rt.world.close()

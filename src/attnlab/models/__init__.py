@@ -11,10 +11,12 @@ the model from it and ``load_model(directory)`` reads a whole checkpoint folder
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 
+import torch
 from torch import nn
 
+from .._limits import check_fields, check_parameters, check_values
 from .captioner import Captioner, CaptionerConfig
 from .cnn import CNNConfig, SmallCNN
 from .gpt import GPT, GPTConfig
@@ -57,8 +59,44 @@ def _is_tuple_field(f) -> bool:
     return f.default is not MISSING and isinstance(f.default, tuple)
 
 
+def _model_class(cfg: object) -> type[nn.Module]:
+    for cfg_cls, model_cls in MODELS.values():
+        if type(cfg) is cfg_cls:
+            return model_cls
+    raise TypeError(f"expected the config of a registered model ({', '.join(MODELS)}); got {type(cfg).__name__}")
+
+
+# Config fields that count repeated layers: a model's size is affine in each of them.
+DEPTHS = ("num_layers", "num_encoder_layers", "num_decoder_layers", "layers")
+
+
+def _count(cfg: object) -> int:
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        model = _model_class(cfg)(cfg)
+    return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+
+
+def count_parameters(cfg: object) -> int:
+    """The parameters and buffers (numbers in all) of the model ``cfg`` describes, counted on the
+    meta device without allocating: built with one layer, and with two of each kind, the size is
+    extrapolated to the config's depths (exact: each layer of a kind has the same size)."""
+    depths = {f: getattr(cfg, f) for f in DEPTHS if hasattr(cfg, f)}
+    shallow = replace(cfg, **{f: 1 for f in depths})
+    one = _count(shallow)
+    return one + sum((n - 1) * (_count(replace(shallow, **{f: 2})) - one) for f, n in depths.items())
+
+
+def create_model(cfg: object) -> nn.Module:
+    """The model that the config ``cfg`` describes, built once its size is known to be sane (a
+    ValueError, before any allocation, for one that would not fit in memory)."""
+    check_fields(cfg)
+    check_parameters(count_parameters(cfg), f"the {type(cfg).__name__} model")
+    return _model_class(cfg)(cfg)
+
+
 def build_model(config: dict) -> nn.Module:
-    """A model from ``{"kind": ..., **config fields}`` (as written in a checkpoint)."""
+    """A model from ``{"kind": ..., **config fields}`` (as written in a checkpoint); every field is
+    checked (``attnlab._limits``) before anything is built."""
     if not isinstance(config, dict) or config.get("kind") not in MODELS:
         got = config.get("kind") if isinstance(config, dict) else config
         raise ValueError(f"unknown model kind {got!r}; known: {', '.join(MODELS)}")
@@ -67,15 +105,17 @@ def build_model(config: dict) -> nn.Module:
     extra = set(config) - set(fs) - {"kind"}
     if extra:
         raise ValueError(f"model config has unknown fields {sorted(extra)} (written by another attnlab version?)")
+    check_values(cfg_cls, config, "model.")
     kwargs = {k: tuple(v) if _is_tuple_field(fs[k]) and isinstance(v, list) else v
               for k, v in config.items() if k in fs}
     try:
-        return model_cls(cfg_cls(**kwargs))
+        cfg = cfg_cls(**kwargs)
     except TypeError as e:
         raise ValueError(f"model config does not fit {cfg_cls.__name__}: {e}") from None
+    return create_model(cfg)
 
 
 
 __all__ = ["Seq2Seq", "Seq2SeqConfig", "TransformerTranslator", "TransformerConfig", "GPT", "GPTConfig", "Captioner",
            "CaptionerConfig", "SmallCNN", "CNNConfig", "DECODERS", "MODELS", "VOCABS", "build_model",
-           "model_config"]
+           "model_config", "create_model", "count_parameters"]

@@ -16,12 +16,14 @@ head's weights for the viewer, read from a trace (nothing is kept on the model).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._limits import check_fields
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
 from ..nn.positional import POSITIONAL, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -41,6 +43,7 @@ class GPTConfig:
     positional: str = "learned"  # one of nn.positional.POSITIONAL
 
     def __post_init__(self):
+        check_fields(self)  # types, finiteness and ranges (attnlab._limits)
         if self.positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {tuple(POSITIONAL)}; got {self.positional!r}")
         for name in ("vocab_size", "block_size", "dim", "num_layers", "num_heads"):
@@ -124,8 +127,8 @@ class GPT(nn.Module):
         """
         if prompt.dim() != 2 or prompt.shape[1] < 1:
             raise ValueError(f"prompt must be (b, n) with n >= 1; got {tuple(prompt.shape)}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0; got {temperature}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0; got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1; got {top_k}")
         was_training = self.training
@@ -158,7 +161,8 @@ def sample(
     """logits (b, vocab) → next token ids (b, 1): greedy for temperature 0, else softmax(logits / T) over the top k."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits.float() / temperature
+    # shifted to <= 0 first, so that a tiny T cannot overflow (T is floored where float32 would read it as 0)
+    logits = (logits.float() - logits.float().amax(-1, keepdim=True)) / max(temperature, 1e-30)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from .._limits import check_fields
 from ..functional.attention import combine_values
 from ..nn.additive import AdditiveAttention
 from ..nn.attentional import AttentionalOutput
@@ -65,6 +66,7 @@ class Seq2SeqConfig:
     pad_id: int = 0  # the vocabularies' padding id (attnlab.data.vocab.PAD): its embedding stays zero
 
     def __post_init__(self):
+        check_fields(self)  # types, finiteness and ranges (attnlab._limits)
         if self.decoder not in DECODERS:
             raise ValueError(f"decoder must be one of {DECODERS}; got {self.decoder!r}")
         if self.rnn not in RNNS:

@@ -24,6 +24,7 @@ map per word (mean over heads) and the per-head maps.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,13 +35,15 @@ import torch
 import torch.nn.functional as F
 
 from .._files import write_text
+from .._limits import check_fields, check_step
 from ..data.emoji import BOS, EOS, PAD, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
 from ..data.vocab import Vocab
-from ..models import model_config
+from ..models import create_model, model_config
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, Runtime, device_of, restore_training, training_tensors
 
 DATASETS = ("scenes", "emoji")
@@ -68,6 +71,11 @@ class CaptionTrainConfig:
     batch_size: int = 32
     lr: float = 1e-2
     seed: int = 0
+    on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
+
+    def __post_init__(self):
+        check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
+        check_mode(self.on_nonfinite)
 
     def resolved(self) -> CaptionTrainConfig:
         if self.data not in DATASETS:
@@ -138,6 +146,7 @@ def fit(
     resume_from: tuple[dict, dict] | None = None,
     stop_after: int | None = None,
     timing: list[dict] | None = None,
+    on_nonfinite: str = "stop",
 ) -> list[float]:
     """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch.
 
@@ -146,7 +155,8 @@ def fit(
     is called on rank 0 after every epoch with what a resume needs (``training_tensors`` of
     the model and optimizer plus the batch generator, the scheduler, the epoch, the history);
     ``resume_from=(tensors, state)`` continues from it; ``stop_after`` stops after that many
-    epochs, as if the run were killed. ``timing``: a list that gets each epoch's ``wall_s``
+    epochs, as if the run were killed. ``on_nonfinite``: ``stop`` or ``skip`` a step with non-finite
+    gradients (``train.finite``; read once per epoch, before its checkpoint). ``timing``: a list that gets each epoch's ``wall_s``
     (since the run began) and ``tokens_per_s`` (caption tokens of all ranks per second)."""
     rt = runtime or Runtime()
     net = rt.prepare(model)
@@ -157,15 +167,8 @@ def fit(
     history: list[float] = []
     first = 0
     if resume_from is not None:
-        tensors, state = resume_from
-        restore_training(model, opt, tensors, "the checkpoint")
-        g.set_state(tensors["rng.batches"])
-        sched.load_state_dict(state["scheduler"])
-        for group, saved in zip(opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
-            group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
-        first, history = int(state["epoch"]), list(state["history"])
-        if timing is not None:
-            timing[:] = state.get("timing", [])
+        first, history = _resume_fit(model, opt, sched, g, *resume_from, timing)
+    guard = FiniteGuard(opt, on_nonfinite, first_step=first * per_epoch)  # the optimizer, its gradients checked
     bar = Progress(epochs * per_epoch, initial=first * per_epoch, desc="train caption", enabled=progress and rt.is_main)
     clock = time.perf_counter() - (timing[-1]["wall_s"] if timing else 0.0)
     for epoch in range(first, epochs):
@@ -179,20 +182,23 @@ def fit(
             idx = order[i : i + batch_size]
             idx = idx[rt.world.shard(list(range(len(idx))))]  # this rank's part of the global batch
             x, a, y = rt.to(images[idx], inp[idx], tgt[idx])
-            loss_sum, k = rt.step(net, opt, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0)
+            loss_sum, k = rt.step(net, guard, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0)
             sched.step()
-            total, n = total + float(loss_sum), n + k
+            total, n = total + guard.keep(loss_sum, 0.0), n + k * guard.ok  # tensors: read once per epoch
             bar.update(epoch * per_epoch + i // batch_size + 1)
-        history.append(rt.mean(total, n))
+        skipped = guard.read()  # stops a non-finite run (on_nonfinite="stop") before its checkpoint
+        history.append(rt.mean(float(total), int(n)))
         if timing is not None:
             timing.append({"wall_s": round(time.perf_counter() - clock, 3),
-                           "tokens_per_s": round(rt.world.sum(n) / max(1e-9, time.perf_counter() - t_epoch), 1)})
+                           "tokens_per_s": round(rt.world.sum(int(n)) / max(1e-9, time.perf_counter() - t_epoch), 1),
+                           **({"skipped": skipped} if skipped else {})})
         model.eval()
         if log and rt.is_main:
             extra = on_epoch(epoch) if on_epoch else ""
             msg = f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}"
             bar.line(msg) if bar.tty else log(msg)
         if on_checkpoint is not None and rt.is_main:
+            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             on_checkpoint({"tensors": {**training_tensors(model, opt), "rng.batches": g.get_state()},
                            "state": {"epoch": epoch + 1, "history": history, "timing": timing or [],
                                      "scheduler": sched.state_dict(),
@@ -201,6 +207,39 @@ def fit(
     bar.close()
     model.eval()
     return history
+
+
+def _finite(obj) -> bool:
+    """Every number in a JSON value is finite."""
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    if isinstance(obj, dict):
+        return all(_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(_finite(v) for v in obj)
+    return True
+
+
+def _resume_fit(model, opt, sched, g: torch.Generator, tensors: dict, state: dict,
+                timing: list[dict] | None) -> tuple[int, list[float]]:
+    """Load a ``fit`` checkpoint's tensors and state; returns (the epochs done, the loss history).
+    A state that is not what ``fit`` writes is a ``CheckpointError`` naming it, not a crash."""
+    where = "the checkpoint's config.json: state"
+    if not isinstance(state, dict) or not _finite(state):
+        raise CheckpointError(f"{where} must be an object of finite numbers (written by fit); got {str(state)[:80]}")
+    epoch = check_step(state.get("epoch"), f"{where}.epoch")
+    restore_training(model, opt, tensors, "the checkpoint")
+    try:
+        g.set_state(tensors["rng.batches"])
+        sched.load_state_dict(state["scheduler"])
+        for group, saved in zip(opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
+            group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+        history = [float(v) for v in state["history"]]
+    except (KeyError, TypeError, AttributeError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{where} is not the state fit writes ({type(e).__name__}: {e})") from None
+    if timing is not None:
+        timing[:] = state.get("timing", [])
+    return epoch, history
 
 
 def _loss_sum(net, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -273,7 +312,7 @@ def train_captioner(
     mcfg = CaptionerConfig(vocab_size=len(vocab), image_size=cfg.image_size, widths=cfg.widths,
                            d_model=cfg.d_model, num_heads=cfg.num_heads, decoder=cfg.decoder, layers=cfg.layers,
                            max_len=max(len(c) for c in captions) + 1)
-    model = Captioner(mcfg)
+    model = create_model(mcfg)
     inp, tgt = encode_captions(captions, vocab, mcfg.max_len)
     if log and (runtime is None or runtime.is_main):
         what = f"{len(images)} scenes (+{len(test)} held-out layouts)" if test is not None else f"{len(images)} images"
@@ -301,7 +340,7 @@ def train_captioner(
     history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                   seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress,
                   on_checkpoint=checkpoint if out is not None else None, resume_from=resume_from,
-                  stop_after=stop_after, timing=timing)
+                  stop_after=stop_after, timing=timing, on_nonfinite=cfg.on_nonfinite)
     main = runtime is None or runtime.is_main
     scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None and main else None
     seconds = time.perf_counter() - t0

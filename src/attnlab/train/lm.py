@@ -19,11 +19,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .._limits import check_fields, check_step
 from ..data.vocab import Vocab, read_vocab
-from ..models import model_config
+from ..models import create_model, model_config
 from ..models.gpt import GPT, GPTConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
@@ -47,8 +49,10 @@ class LMTrainConfig:
     seed: int = 0
     max_seconds: float | None = None  # stop early after this much wall time
     save_every: int = 0  # steps between checkpoints (0: only at the end)
+    on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
 
     def __post_init__(self):
+        check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
         if self.steps < 1 or self.batch_size < 1 or self.block_size < 2:
             raise ValueError(f"steps, batch_size must be >= 1 and block_size >= 2; got {self.steps}, {self.batch_size}, {self.block_size}")
         if not 0 < self.val_fraction < 1:
@@ -67,6 +71,7 @@ class LMTrainConfig:
             raise ValueError(f"lr must be > 0 and weight_decay >= 0; got {self.lr}, {self.weight_decay}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0; got {self.max_seconds}")
+        check_mode(self.on_nonfinite)
 
 
 @dataclass
@@ -120,7 +125,7 @@ def _lr(step: int, cfg: LMTrainConfig) -> float:
 
 
 def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
-    return GPT(GPTConfig(
+    return create_model(GPTConfig(
         vocab_size=vocab_size, block_size=cfg.block_size, dim=cfg.dim, num_layers=cfg.num_layers,
         num_heads=cfg.num_heads, num_kv_heads=cfg.num_kv_heads, dropout=cfg.dropout, positional=cfg.positional,
     ))
@@ -156,6 +161,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     first, train_time, loss_ema = 0, 0.0, None
     if resume:
         first, train_time, loss_ema = _resume(out, model, opt, gen, vocab, runlog_)
+    guard = FiniteGuard(opt, cfg.on_nonfinite, first_step=first)  # the optimizer, with each step's gradients checked
     bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
     rows = rt.world.shard(list(range(cfg.batch_size)))  # this rank's rows of each global batch
     start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
@@ -170,27 +176,32 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
             g["lr"] = _lr(step, cfg)
         x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
         x, y = rt.to(x[rows], y[rows])
-        total, _ = rt.step(net, opt, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0)
+        total, _ = rt.step(net, guard, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0)
         train_time += time.perf_counter() - t0
         # the running loss stays a tensor on the device (no read, no collective per step); the mean of
         # the ranks' running losses is the running global loss (their shares are equal)
         loss = total.detach() / (len(rows) * cfg.block_size)
-        loss_ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
+        ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
+        loss_ema = guard.keep(ema, torch.zeros_like(loss) if loss_ema is None else loss_ema)  # a skipped step: unchanged
         bar.update(step + 1)
         last = step == cfg.steps - 1 or (cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds)
         if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
+            skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
             with rt.autocast():
                 val = evaluate(model, val_ids, cfg, gen)  # every rank, so that the generators stay equal
+            guard.check_loss(val)
             train_loss = rt.world.mean(float(loss_ema))
             tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
             runlog_.add({"step": step + 1, "train_loss": round(train_loss, 4), "val_loss": round(val, 4),
-                         "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3)})
+                         "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3),
+                         **({"skipped": skipped} if skipped else {})})
             bar.update(step + 1, loss=train_loss)
             if log is not None and rt.is_main:
                 msg = f"step {step + 1:>5}  train {train_loss:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
                 bar.line(msg) if bar.tty else log(msg)
         if out is not None and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
             state = {"step": step + 1, "loss_ema": rt.world.mean(float(loss_ema)), "train_time": train_time}
+            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             if rt.is_main:
                 save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
         if last:
@@ -208,6 +219,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         history=history,
     )
     if out is not None and not killed:
+        guard.check_weights(model)
         ema = None if loss_ema is None else rt.world.mean(float(loss_ema))  # every rank: a collective
         if rt.is_main:
             save_lm(out, model, vocab, cfg, result, training=(opt, gen, {"step": steps_done, "loss_ema": ema,
@@ -231,8 +243,15 @@ def _resume(out: Path | None, model: GPT, opt, gen: torch.Generator, vocab: Voca
     restore_training(model, opt, tensors, str(out))
     gen.set_state(tensors["rng.batches"])
     st = config["state"]
-    log.records = [r for r in runlog.read(out) if r["step"] <= st["step"]]
-    return int(st["step"]), float(st["train_time"]), st["loss_ema"]
+    if not isinstance(st, dict):
+        raise CheckpointError(f"--resume: {out}/config.json: 'state' must be an object; got {type(st).__name__}")
+    step = check_step(st.get("step"), f"--resume: {out}/config.json: state.step")
+    train_time, ema = st.get("train_time"), st.get("loss_ema")
+    for name, v in (("train_time", train_time), ("loss_ema", ema)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise CheckpointError(f"--resume: {out}/config.json: state.{name} must be a finite number; got {v!r}")
+    log.records = [r for r in runlog.read(out) if r["step"] <= step]
+    return step, float(train_time or 0.0), ema
 
 
 def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None,

@@ -68,6 +68,10 @@ def load_model(directory: str | Path, *, kind: str | tuple[str, ...] | None = No
         first = " ".join(str(e).split())[:300]
         raise CheckpointError(f"the weights in {path}/model.safetensors do not fit the {entry['kind']} model "
                               f"its config.json describes: {first}") from None
+    bad = [name for name, p in model.named_parameters() if not bool(p.isfinite().all())]
+    if bad:
+        raise CheckpointError(f"{path}/model.safetensors holds NaN or infinite weights ({len(bad)} tensors, e.g. "
+                              f"{bad[0]}): a diverged run; train it again or use an earlier checkpoint")
     vocabs = {}
     for name in VOCABS[entry["kind"]]:
         text = read_text(path, f"{name}.json")  # a CheckpointError naming the file if it is missing

@@ -29,10 +29,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .._limits import check_fields, check_step, check_values
 from ..data.batching import Example, batch_order, batches_in_order, collate, source_batch
 from ..data.vocab import PAD
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
+from .finite import FiniteGuard, check_mode
 from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
 
 
@@ -48,13 +50,16 @@ class TrainConfig:
     log_every: int = 20
     valid_decode: int = 200  # validation sentences decoded greedily for exact match
     max_len: int = 200  # decoding guard
+    on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
 
     def __post_init__(self):
+        check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
         for f in ("steps", "batch_size", "log_every"):
             if getattr(self, f) < 1:
                 raise ValueError(f"{f} must be >= 1; got {getattr(self, f)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0; got {self.lr}")
+        check_mode(self.on_nonfinite)
 
 
 @dataclass
@@ -159,11 +164,13 @@ def train(
         if config.get("model") != model.config_dict():
             raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')})")
         restore_training(model, opt, tensors, str(out))
-        step = int(config["state"]["step"])
+        state = config.get("state")
+        step = check_step(state.get("step") if isinstance(state, dict) else None, f"{out}/config.json: state.step")
         log.records = [r for r in runlog.read(out) if r["step"] <= step]
         wall0 -= max((r.get("wall_s", 0.0) for r in log.records), default=0.0)  # wall time continues
         for name in files:
             read_text(out, name)  # the vocabularies must be there too
+    guard = FiniteGuard(opt, cfg.on_nonfinite, first_step=step)  # the optimizer, with each step's gradients checked
     model.train()
     history, tok, t0 = [], 0, time.perf_counter()
     loss_sum, loss_n = torch.zeros((), device=rt.device), 0
@@ -179,13 +186,14 @@ def train(
             order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
         # every rank draws the same global batch, then trains on its shard
         batch = collate([train_examples[i] for i in rt.world.shard(order[pos])]).to(rt.device)
-        total, n = rt.step(net, opt, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip)
+        total, n = rt.step(net, guard, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip)
         step += 1
-        loss_sum, loss_n, tok = loss_sum + total, loss_n + n, tok + n
+        loss_sum, loss_n, tok = loss_sum + guard.keep(total, 0.0), loss_n + n * guard.ok, tok + n
         if step % cfg.log_every == 0 or step == cfg.steps:
-            train_loss = rt.mean(float(loss_sum), loss_n)  # the one host read of the interval
+            skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
+            train_loss = rt.mean(float(loss_sum), int(loss_n))  # the one host read of the interval
             rate = rt.world.sum(tok) / max(1e-9, time.perf_counter() - t0)
-            history.append({"step": step, "loss": train_loss, "tokens_per_s": rate})
+            history.append({"step": step, "loss": train_loss, "tokens_per_s": rate, **({"skipped": skipped} if skipped else {})})
             log.add({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
             bar.update(step, loss=train_loss)
             if not bar.tty:
@@ -193,9 +201,11 @@ def train(
             loss_sum, loss_n = torch.zeros((), device=rt.device), 0
         last = step == cfg.steps
         if rt.is_main and valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+            guard.read()
             t_eval = time.perf_counter()
             with rt.autocast():
                 valid = validate(model, valid_examples, cfg)
+            guard.check_loss(valid["loss"])
             t0 += time.perf_counter() - t_eval  # the rate counts training time only
             log.add({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
                      "wall_s": round(time.perf_counter() - wall0, 3)})
@@ -203,6 +213,7 @@ def train(
             bar.line(f"{desc}: step {step}: valid loss {valid['loss']:.4f}{ex}")
         if rt.is_main and out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
             t_save = time.perf_counter()
+            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             save(out, model, opt, cfg, step, extra, files, valid, log.records)
             t0 += time.perf_counter() - t_save
     bar.close()
@@ -212,9 +223,17 @@ def train(
     return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
 
 
-def train_config_from(d: dict) -> TrainConfig:
+def train_config_from(d: dict, where: str = "config.json") -> TrainConfig:
+    """The ``TrainConfig`` a checkpoint's ``"train"`` entry holds, each field checked (``attnlab._limits``)."""
+    if not isinstance(d, dict):
+        raise CheckpointError(f"{where}: 'train' must be an object of settings; got {type(d).__name__}")
     names = {f.name for f in fields(TrainConfig)}
-    return TrainConfig(**{k: v for k, v in d.items() if k in names})
+    kept = {k: v for k, v in d.items() if k in names}
+    try:
+        check_values(TrainConfig, kept, "train.")
+    except ValueError as e:
+        raise CheckpointError(f"{where}: {e}") from None
+    return TrainConfig(**kept)
 
 
 
