@@ -140,3 +140,25 @@ def test_the_compiled_device_path_equals_the_eager_one_with_nan_padding_and_grad
     want = _np_attention(q.numpy(), np.nan_to_num(k.numpy()), np.nan_to_num(v.numpy(), posinf=0.0), real.numpy())
     np.testing.assert_allclose(results[1][0].numpy(), want, rtol=1e-10, atol=1e-12)
     assert all(torch.isfinite(g).all() for g in results[1][1:])
+
+
+def test_a_nan_query_reaches_no_key_gradient_when_only_the_keys_need_one(path):
+    """The query is cleaned whenever any gradient flows: a NaN query row (a padded position's
+    garbage) must not reach dK or dV through the kernel's backward, even if q itself needs none."""
+    q, k, v = _inputs(5, 5, seed=6)
+    q[0, 1, 2, 3] = float("nan")
+    k.requires_grad_(), v.requires_grad_()
+    out, _ = attnlab.attention(q, k, v, causal=True)
+    assert out[0, 1, 2].isnan().all()
+    keep = ~torch.isnan(out)
+    torch.where(keep, out, 0.0).sum().backward()
+    assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    clean_q = q.clone()
+    clean_q[0, 1, 2] = 0.0
+    k2, v2 = k.detach().clone().requires_grad_(), v.detach().clone().requires_grad_()
+    ref, _ = attnlab.attention(clean_q, k2, v2, causal=True)
+    rows = torch.ones(5, dtype=torch.bool)
+    rows[2] = False  # the NaN row passes no gradient
+    (ref[0, 1, rows].sum() + ref[1].sum() + ref[0, 0].sum() + ref[0, 2].sum()).backward()
+    torch.testing.assert_close(k.grad, k2.grad)
+    torch.testing.assert_close(v.grad, v2.grad)

@@ -174,7 +174,8 @@ def _guard_device(
     and, when a gradient will flow, over the query (zeroing the fully masked rows in the same pass);
     without a gradient the query is only read (its NaN stays in its own row, which is set to NaN).
     Returns (query, key, value, hit (..., q|1))."""
-    if torch.is_grad_enabled() and query.requires_grad:
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        # (any gradient: the kernel's backward multiplies a NaN query row's weights into dK and dV)
         query, bad_q = sanitize(query, None if dead is None else dead[..., 0])
     else:
         bad_q = flag_rows(query)
