@@ -50,3 +50,33 @@ def test_weights_on_request_still_come_per_query_head():
         fast, _ = m(x[:, 4:], causal=True, cache=again)
     assert w.shape == (2, 4, 1, 5)
     torch.testing.assert_close(out, fast, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_left_padded_decoding_makes_no_pass_over_the_cache_and_keeps_garbage_out(kv_heads, monkeypatch):
+    """Padded inputs are zeroed before they are projected into the cache, so a decoding step's
+    non-finite rule needs no pass over the cached keys and values; NaN garbage at padded
+    positions still reaches nothing."""
+    core = importlib.import_module("attnlab.functional.attention")
+    monkeypatch.setattr(core, "_host_checks", lambda t: False)  # the GPU's path
+    torch.manual_seed(2)
+    m = attnlab.nn.MultiHeadAttention(16, 4, num_kv_heads=kv_heads).double().eval()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    real = torch.ones(2, 6, dtype=torch.bool)
+    real[0, :2] = False
+    dirty = x.clone()
+    dirty[0, :2] = float("nan")  # garbage at the padded positions
+    cleaned = []
+    real_sanitize = core.sanitize
+    monkeypatch.setattr(core, "sanitize", lambda t, *a: cleaned.append(tuple(t.shape)) or real_sanitize(t, *a))
+    outs = []
+    for inputs in (x, dirty):
+        cache = attnlab.nn.LayerCache()
+        with torch.no_grad():
+            m(inputs[:, :5], causal=True, cache=cache, mask=real[:, :5])
+            cleaned.clear()
+            step, _ = m(inputs[:, 5:], causal=True, cache=cache, mask=real)
+        assert cleaned == []  # the decoding step cleaned nothing
+        outs.append(step)
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    assert torch.isfinite(outs[1]).all()

@@ -295,17 +295,23 @@ class MultiHeadAttention(nn.Module):
             smask = masks.combine(smask, self.alibi(q_len, k_len).to(qh.dtype))
         if causal and q_len == 1:
             causal = False  # one query at the end of the keys (bottom-right) may attend every key
+        # decoding one token over a cache with a padding mask: the padded positions' keys and values were
+        # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
+        # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
+        kv_finite = cache is not None and q_len == 1 and pad_q is not None
         if need_weights and not active():
             qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()  # no-ops after the packed copy
         dropout_p = self.attn_drop if self.training else 0.0
         if self.pattern is not None:
             ctx, weights = self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
         elif fold:
-            ctx, weights = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p)
+            ctx, weights = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p,
+                                     kv_finite=kv_finite)
             ctx = ctx.reshape(b, h, 1, d_h)
         else:
             ctx, weights = attention(
-                qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights
+                qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights,
+                kv_finite=kv_finite,
             )  # (b, h, q, d_h), (b, h, q, k)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
         out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
