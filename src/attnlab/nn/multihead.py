@@ -210,6 +210,34 @@ class MultiHeadAttention(nn.Module):
 
         Returns ``(output (b, q, dim), weights (b, h, q, k) or None)``.
         """
+        key, value, self_attention, cache, memory_cache = self._check_call(query, key, value, cache)
+        if self.context_parallel is not None:
+            return self._context_parallel(query, key, value, self_attention, mask, causal, need_weights, cache)
+        b, q_len = query.shape[:2]
+        if mask is not None:
+            _checks.tensor("mask", mask)
+        offset = 0 if cache is None else cache.length
+        smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
+        pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
+        if self_attention:
+            query, pad_q = padded_queries(query, smask, padding)
+        qh, kh, vh = self._heads(query, key, value, smask, self_attention, cache, memory_cache, need_weights)
+        if causal and q_len == 1:
+            causal = False  # one query at the end of the keys (bottom-right) may attend every key
+        # decoding one token over a cache with a padding mask: the padded positions' keys and values were
+        # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
+        # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
+        kv_finite = cache is not None and q_len == 1 and pad_q is not None
+        ctx, weights = self._attend(qh, kh, vh, smask, causal, need_weights, kv_finite)  # (b, h, q, d_h)
+        out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
+        out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
+        return self.proj_drop(out), weights
+
+    def _check_call(
+        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None,
+        cache: LayerCache | MemoryCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, bool, LayerCache | None, MemoryCache | None]:
+        """The call's arguments checked: (key, value, self-attention?, the layer cache, the memory cache)."""
         if key is None and value is not None:
             raise ValueError("value given without key: pass key too (or neither, for self-attention)")
         key = query if key is None else key
@@ -232,18 +260,17 @@ class MultiHeadAttention(nn.Module):
         if self.pattern is not None and cache is not None:
             raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
         check_inputs(query, key, value)
-        if self.context_parallel is not None:
-            return self._context_parallel(query, key, value, self_attention, mask, causal, need_weights, cache)
+        return key, value, self_attention, cache, memory_cache
+
+    def _heads(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, smask: torch.Tensor | None,
+        self_attention: bool, cache: LayerCache | None, memory_cache: MemoryCache | None, need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Projections, heads, positions and caches: (q (b, h, q, d_h), k and v (b, h_kv, k, d_h), the
+        cached part included)."""
         b, q_len = query.shape[:2]
         h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
-        if mask is not None:
-            _checks.tensor("mask", mask)
         offset = 0 if cache is None else cache.length
-        smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
-        pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
-        if self_attention:
-            query, pad_q = padded_queries(query, smask, padding)
-
         cached = None if memory_cache is None else memory_cache.lookup(key, value)
         k: torch.Tensor | None
         v: torch.Tensor | None
@@ -259,9 +286,8 @@ class MultiHeadAttention(nn.Module):
                     key_in, value_in = zero_unreachable(key, smask), zero_unreachable(value, smask)
                 k = project(key_in, p["w_k"], p["b_k"], "keys")  # (b, k, h_kv·d_h)
                 v = project(value_in, p["w_v"], p["b_v"], "values")  # (b, k, h_kv·d_h)
-        groups = h // h_kv
         long_inference = q_len >= CONTIGUOUS_HEADS_FROM and not torch.is_grad_enabled()
-        if (need_weights or long_inference) and self.packed and self_attention and groups == 1 and not active():
+        if (need_weights or long_inference) and self.packed and self_attention and h == h_kv and not active():
             # The reference path's bmm (and, for n >= 3072, SDPA's CPU flash kernel: 3-13 % measured)
             # run faster on contiguous heads: one copy (3, b, h, n, d_h) for all three.
             assert k is not None and v is not None  # projected above (packed self-attention)
@@ -269,14 +295,12 @@ class MultiHeadAttention(nn.Module):
                 qkv = torch.stack((q, k, v)).view(3, b, q_len, h, d_h)
             else:  # q, k, v are views of one (b, n, 3·h·d_h) projection: read it as (3, b, n, h, d_h), no stack copy
                 qkv = q.as_strided((3, b, q_len, h, d_h), (h * d_h, q.stride(0), q.stride(1), d_h, 1))
-            qkv = qkv.permute(0, 1, 3, 2, 4).contiguous()
-            qh, kh, vh = qkv.unbind(0)
+            qh, kh, vh = qkv.permute(0, 1, 3, 2, 4).contiguous().unbind(0)
         elif cached is not None:
             qh, (kh, vh) = split_heads(q, h), cached  # (b, h, q, d_h); (b, h_kv, k, d_h) as stored
         else:
             assert k is not None and v is not None  # projected above (nothing cached)
             qh, kh, vh = split_heads(q, h), split_heads(k, h_kv), split_heads(v, h_kv)
-        del q, k, v
         if self.rotary is not None:
             qh = self.rotary(qh, offset)
             kh = kh if cached is not None else self.rotary(kh, offset)
@@ -284,38 +308,35 @@ class MultiHeadAttention(nn.Module):
             memory_cache.store(key, value, kh, vh)
         if cache is not None:
             kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
+        return qh, kh, vh
+
+    def _attend(
+        self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, smask: torch.Tensor | None, causal: bool,
+        need_weights: bool, kv_finite: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The heads' attention: (context (b, h, q, d_h), weights (b, h, q, k) or None)."""
+        b, h, q_len, d_h = qh.shape
+        h_kv = kh.shape[1]
+        groups = h // h_kv
         # one query per head (decoding) with grouped heads: each group's queries attend their key/value head
         # together as (b, h_kv, groups, d_h), so the cache is never copied per step
         fold = (groups > 1 and q_len == 1 and not need_weights and self.alibi is None and self.pattern is None
                 and (smask is None or (smask.dim() == 4 and smask.shape[1] == 1 and smask.shape[2] == 1)))
         if not fold:
             kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
-        k_len = kh.shape[-2]
         if self.alibi is not None:
-            smask = masks.combine(smask, self.alibi(q_len, k_len).to(qh.dtype))
-        if causal and q_len == 1:
-            causal = False  # one query at the end of the keys (bottom-right) may attend every key
-        # decoding one token over a cache with a padding mask: the padded positions' keys and values were
-        # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
-        # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
-        kv_finite = cache is not None and q_len == 1 and pad_q is not None
+            smask = masks.combine(smask, self.alibi(q_len, kh.shape[-2]).to(qh.dtype))
         if need_weights and not active():
             qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()  # no-ops after the packed copy
         dropout_p = self.attn_drop if self.training else 0.0
         if self.pattern is not None:
-            ctx, weights = self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
-        elif fold:
-            ctx, weights = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p,
-                                     kv_finite=kv_finite)
-            ctx = ctx.reshape(b, h, 1, d_h)
-        else:
-            ctx, weights = attention(
-                qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights,
-                kv_finite=kv_finite,
-            )  # (b, h, q, d_h), (b, h, q, k)
-        out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
-        out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
-        return self.proj_drop(out), weights
+            return self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
+        if fold:
+            ctx, _ = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p,
+                               kv_finite=kv_finite)
+            return ctx.reshape(b, h, 1, d_h), None
+        return attention(qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights,
+                         kv_finite=kv_finite)
 
     def _context_parallel(
         self,
