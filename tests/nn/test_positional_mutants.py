@@ -160,12 +160,12 @@ def test_rope_scaling_refusals_name_what_was_given():
         with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
             RotaryEmbedding(8, scaling=scaling)
 
-    types = "('linear', 'ntk', 'dynamic', 'yarn')"
+    types = "('linear', 'ntk', 'dynamic', 'yarn', 'llama3', 'longrope')"
     refused(["linear", 2], f"scaling must be None or a dict with 'type' one of {types} and 'factor'; got ['linear', 2]")
     refused({"factor": 2}, f"scaling must be None or a dict with 'type' one of {types} and 'factor'; got {{'factor': 2}}")
-    known = "['attention_factor', 'beta_fast', 'beta_slow', 'factor', 'original_max_position', 'type']"
-    refused({"type": "linear", "factor": 2, "rope_type": "x", "alpha": 1},
-            f"unknown RoPE scaling keys ['alpha', 'rope_type']; known: {known}")
+    known = "['factor', 'original_max_position', 'type']"
+    refused({"type": "linear", "factor": 2, "rope_type": "x", "alpha": 1, "beta_fast": 32},
+            f"unknown RoPE scaling keys ['alpha', 'beta_fast', 'rope_type'] for type 'linear'; known: {known}")
     for factor in (True, "2", 0.99, None):
         refused({"type": "linear", "factor": factor},
                 f"scaling['factor'] must be a finite number >= 1 (the context extension); got {factor!r}")

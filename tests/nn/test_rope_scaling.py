@@ -93,7 +93,7 @@ def test_yarn_attention_factor_scales_scores_by_its_square():
 
 def test_bad_scaling():
     with pytest.raises(ValueError, match="type"):
-        RotaryEmbedding(D, scaling={"type": "longrope", "factor": 2})
+        RotaryEmbedding(D, scaling={"type": "su", "factor": 2})
     with pytest.raises(ValueError, match="factor"):
         RotaryEmbedding(D, scaling={"type": "linear", "factor": 0.5})
     with pytest.raises(ValueError, match="original_max_position"):

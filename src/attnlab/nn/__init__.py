@@ -24,6 +24,7 @@ from .positional import (
     LearnedPositionalEmbedding,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
+    T5RelativePositionBias,
 )
 from .registry import available, create, register
 from .se import SqueezeExcite
@@ -45,6 +46,7 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "RotaryEmbedding",
     "ALiBi",
+    "T5RelativePositionBias",
     "SparseAttention",
     "LocalAttention",
     "LongformerAttention",

@@ -5,6 +5,7 @@ Ainslie et al. 2023 (https://arxiv.org/abs/2305.13245); multi-query: Shazeer 201
 (https://arxiv.org/abs/1911.02150).
 
     head_i = softmax(Q W_i^Q (K W_g^K)ᵀ / √d_h + mask) V W_g^V,   g = i // (h / h_kv)
+    (``scale=`` replaces 1/√d_h: T5 uses 1.0)
     MultiHead(Q, K, V) = concat(head_1 … head_h) W^O
 
 A drop-in for ``torch.nn.MultiheadAttention`` (converters in ``attnlab.nn.convert``)
@@ -34,6 +35,7 @@ Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy ov
 | biases         | ``in_proj_bias`` ((h + 2·h_kv)·d_h,) when ``qkv_bias``         |
 | W^O            | ``out_proj`` (an ``nn.Linear(h·d_h, dim)``)                    |
 | h, h_kv, d_h   | ``num_heads``, ``num_kv_heads``, ``head_dim = dim // num_heads`` |
+| 1/√d_h         | ``scale`` (None: 1/√d_h), on every path: dense, sparse, context-parallel |
 
 Shapes: query (b, q, dim), key (b, k, kdim), value (b, k, vdim) → (b, q, dim),
 weights (b, h, q, k). Masks (``attnlab.masks.score_mask``): (k,) for every query,
@@ -125,6 +127,7 @@ class MultiHeadAttention(nn.Module):
         context_parallel: Any = None,
         cp_mode: str = "ring",
         cp_layout: str = "contiguous",
+        scale: float | None = None,
     ):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % num_heads:
@@ -143,6 +146,8 @@ class MultiHeadAttention(nn.Module):
         if context_parallel is not None and (alibi or (rope and cp_layout != "contiguous")):
             raise ValueError("context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
                              f"(global positions rank·n/W + i); got alibi={alibi}, rope={rope}, cp_layout={cp_layout!r}")
+        # the scores' factor: None for 1/√d_h; T5 uses 1.0 (its relative bias carries the scale)
+        self.scale = None if scale is None else _checks.scale(scale)
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
         self.head_dim = dim // num_heads
         self.kdim, self.vdim = kdim or dim, vdim or dim
@@ -333,10 +338,10 @@ class MultiHeadAttention(nn.Module):
             return self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
         if fold:
             ctx, _ = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p,
-                               kv_finite=kv_finite)
+                               kv_finite=kv_finite, scale=self.scale)
             return ctx.reshape(b, h, 1, d_h), None
         return attention(qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights,
-                         kv_finite=kv_finite)
+                         kv_finite=kv_finite, scale=self.scale)
 
     def _context_parallel(
         self,
@@ -374,7 +379,7 @@ class MultiHeadAttention(nn.Module):
         groups = h // h_kv
         kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)
         ctx, _ = context_parallel_attention(qh, kh, vh, causal=causal, pattern=self.pattern, key_padding_mask=mask,
-                                            mode=self.cp_mode, group=group, layout=self.cp_layout)
+                                            mode=self.cp_mode, group=group, layout=self.cp_layout, scale=self.scale)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, n/W, dim)
         if mask is not None:
             out = torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
@@ -403,10 +408,12 @@ class MultiHeadAttention(nn.Module):
             if getattr(self, "_causal_pattern", None) is None:
                 self._causal_pattern = pattern & patterns.causal()
             pattern = self._causal_pattern
-        ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=self.block, key_padding_mask=mask, dropout_p=dropout_p)
+        ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=self.block, key_padding_mask=mask, dropout_p=dropout_p,
+                                        scale=self.scale)
         weights = None
         if need_weights:  # dense (b, h, n, n), by rows: for small n
-            weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask)
+            weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask,
+                                       scale=self.scale)
         return ctx, weights
 
     def extra_repr(self) -> str:
@@ -417,6 +424,8 @@ class MultiHeadAttention(nn.Module):
             extra.append(f"kdim={self.kdim}, vdim={self.vdim}")
         if self.attn_drop:
             extra.append(f"attn_drop={self.attn_drop}")
+        if self.scale is not None:
+            extra.append(f"scale={self.scale:g}")
         if self.pattern is not None:
             extra.append(f"pattern={self.pattern!r}, block={self.block}")
         return ", ".join([f"dim={self.dim}, num_heads={self.num_heads}", *extra])
