@@ -185,3 +185,27 @@ def test_a_bad_scale_is_refused_by_name(scale, shown):
     message = f"scale must be a finite positive number (or None for 1/sqrt(d)); got {shown}"
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         MultiHeadAttention(16, 4, scale=scale)
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("mode", ["ring", "ulysses"])
+def test_scale_on_the_context_parallel_path(one_process_group, mode):
+    torch.manual_seed(6)
+    m = MultiHeadAttention(16, 4, qkv_bias=False, proj_bias=False, scale=1.0, context_parallel=True,
+                           cp_mode=mode).double().eval()
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    out, _ = m(x, causal=True)
+    want = np_attention(m, x, 1.0, np.tril(np.ones((8, 8), dtype=bool)))
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
