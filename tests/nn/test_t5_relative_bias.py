@@ -209,3 +209,11 @@ def test_scale_on_the_context_parallel_path(one_process_group, mode):
     out, _ = m(x, causal=True)
     want = np_attention(m, x, 1.0, np.tril(np.ones((8, 8), dtype=bool)))
     np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_module_with_its_own_scale_is_not_converted_to_torch():
+    from attnlab.nn.convert import to_torch
+
+    with pytest.raises(ValueError, match=r"scale=1.0"):
+        to_torch(MultiHeadAttention(8, 2, scale=1.0))
+    assert isinstance(to_torch(MultiHeadAttention(8, 2)), torch.nn.MultiheadAttention)

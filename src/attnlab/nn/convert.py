@@ -79,6 +79,9 @@ def to_torch(module: MultiHeadAttention, *, batch_first: bool = True) -> nn.Mult
         )
     if module.rotary is not None or module.alibi is not None:
         raise ValueError("torch.nn.MultiheadAttention has no rotary or ALiBi positions; convert a module without them")
+    if getattr(module, "scale", None) is not None:
+        raise ValueError(f"torch.nn.MultiheadAttention always scales by 1/sqrt(head_dim); this module has "
+                         f"scale={module.scale}: convert a module with scale=None")
     has_bias = module.in_proj_bias is not None
     if has_bias != (module.out_proj.bias is not None):
         raise ValueError("torch.nn.MultiheadAttention has one bias flag for in- and output projections; "
