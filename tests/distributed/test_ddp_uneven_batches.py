@@ -42,6 +42,20 @@ def test_a_rank_with_an_empty_shard_gets_a_stand_in_that_counts_zero():
     assert World(1, 2).shard_or_stand_in([7, 8, 9]) == ([8, 9], True)
 
 
+def test_a_stand_in_step_adds_nothing_to_the_gradient_or_the_count():
+    from attnlab.train.runtime import Runtime
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = torch.optim.SGD([w], lr=0.5)
+    x = torch.tensor([3.0, 4.0])
+    total, n = Runtime().step(torch.nn.Module(), opt, lambda: ((w * x).sum(), 2), real=False)
+    assert float(total) == 0.0 and n == 0
+    assert w.grad.tolist() == [0.0, 0.0] and w.tolist() == [1.0, -2.0]
+    total, n = Runtime().step(torch.nn.Module(), opt, lambda: ((w * x).sum(), 2))
+    assert float(total) == -5.0 and n == 2  # 3 − 8; the gradient x / 2 = (1.5, 2), the step −0.5 · that
+    assert w.tolist() == [0.25, -3.0]
+
+
 def _seq2seq():
     from attnlab.models import Seq2Seq, Seq2SeqConfig
     from attnlab.train.loop import TrainConfig
