@@ -7,7 +7,9 @@ single process of a world of one, so the training loop has one code path:
 
 * ``world.shard(batch_indices)``: this rank's part of a *global* batch (every rank draws the
   same global batch from the same seed, then takes its slice), so N processes with batch B/N
-  see exactly the examples of one process with batch B;
+  see exactly the examples of one process with batch B; B need not divide by N, and a batch
+  smaller than N leaves some ranks an empty shard: ``world.shard_or_stand_in`` gives those a
+  stand-in example whose loss counts 0 (``Runtime.step(..., real=False)``);
 * ``world.wrap(model)``: ``DistributedDataParallel`` when there is more than one process
   (gradients are averaged across ranks in the backward);
 * ``world.is_main``: rank 0 writes checkpoints and logs;
@@ -57,6 +59,13 @@ class World:
         n = len(indices)
         lo, hi = self.rank * n // self.size, (self.rank + 1) * n // self.size
         return indices[lo:hi]
+
+    def shard_or_stand_in(self, indices: list[int]) -> tuple[list[int], bool]:
+        """(this rank's shard, True), or, when the shard is empty (a global batch smaller than the
+        world), (the batch's first item, False): a stand-in that the rank runs with weight 0, since
+        DDP averages gradients only when every rank runs a forward and a backward."""
+        mine = self.shard(indices)
+        return (mine, True) if mine or not indices else (indices[:1], False)
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         if self.size == 1:

@@ -180,9 +180,10 @@ def fit(
         total, n = 0.0, 0
         for i in range(0, len(images), batch_size):
             idx = order[i : i + batch_size]
-            idx = idx[rt.world.shard(list(range(len(idx))))]  # this rank's part of the global batch
+            rows, real = rt.world.shard_or_stand_in(list(range(len(idx))))  # this rank's part of the global batch
+            idx = idx[rows]
             x, a, y = rt.to(images[idx], inp[idx], tgt[idx])
-            loss_sum, k = rt.step(net, guard, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0)
+            loss_sum, k = rt.step(net, guard, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0, real=real)
             sched.step()
             total, n = total + guard.keep(loss_sum, 0.0), n + k * guard.ok  # tensors: read once per epoch
             bar.update(epoch * per_epoch + i // batch_size + 1)

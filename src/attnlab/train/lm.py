@@ -163,7 +163,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         first, train_time, loss_ema = _resume(out, model, opt, gen, vocab, runlog_)
     guard = FiniteGuard(opt, cfg.on_nonfinite, first_step=first)  # the optimizer, with each step's gradients checked
     bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
-    rows = rt.world.shard(list(range(cfg.batch_size)))  # this rank's rows of each global batch
+    rows, real = rt.world.shard_or_stand_in(list(range(cfg.batch_size)))  # this rank's rows of each global batch
     start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
     model.train()
     step, killed = first - 1, False
@@ -176,11 +176,12 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
             g["lr"] = _lr(step, cfg)
         x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
         x, y = rt.to(x[rows], y[rows])
-        total, _ = rt.step(net, guard, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0)
+        total, _ = rt.step(net, guard, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0, real=real)
         train_time += time.perf_counter() - t0
-        # the running loss stays a tensor on the device (no read, no collective per step); the mean of
-        # the ranks' running losses is the running global loss (their shares are equal)
-        loss = total.detach() / (len(rows) * cfg.block_size)
+        # the running loss stays a tensor on the device (no read, no collective per step); each rank's
+        # is its sum over the global token count times the world size, so that the mean of the ranks'
+        # running losses is the running global loss even when their shares differ (a batch of 5 on 2)
+        loss = total.detach() * rt.world.size / (cfg.batch_size * cfg.block_size)
         ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
         loss_ema = guard.keep(ema, torch.zeros_like(loss) if loss_ema is None else loss_ema)  # a skipped step: unchanged
         bar.update(step + 1)

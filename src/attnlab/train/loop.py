@@ -185,8 +185,9 @@ def train(
         if epoch != order_epoch:
             order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
         # every rank draws the same global batch, then trains on its shard
-        batch = collate([train_examples[i] for i in rt.world.shard(order[pos])]).to(rt.device)
-        total, n = rt.step(net, guard, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip)
+        mine, real = rt.world.shard_or_stand_in(order[pos])
+        batch = collate([train_examples[i] for i in mine]).to(rt.device)
+        total, n = rt.step(net, guard, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip, real=real)
         step += 1
         loss_sum, loss_n, tok = loss_sum + guard.keep(total, 0.0), loss_n + n * guard.ok, tok + n
         if step % cfg.log_every == 0 or step == cfg.steps:

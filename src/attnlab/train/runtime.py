@@ -246,12 +246,16 @@ class Runtime:
         return tuple(t.to(self.device, non_blocking=True) for t in tensors)
 
     def step(self, model: torch.nn.Module, opt: torch.optim.Optimizer,
-             loss_sum: Callable[[], tuple[torch.Tensor, int]], *, clip: float = 0.0) -> tuple[torch.Tensor, int]:
+             loss_sum: Callable[[], tuple[torch.Tensor, int]], *, clip: float = 0.0,
+             real: bool = True) -> tuple[torch.Tensor, int]:
         """One optimizer step. ``loss_sum()`` returns (the loss summed over this rank's items, their count);
         the gradient is that of the sum over *all* ranks' items divided by their global count.
-        Returns the detached local sum and count (for the log)."""
+        ``real=False``: this rank's items are a stand-in for an empty shard (``World.shard_or_stand_in``),
+        run for DDP's all-reduce with weight 0 and count 0. Returns the detached local sum and count (for the log)."""
         with self.autocast():
             total, n = loss_sum()
+        if not real:
+            total, n = total * 0.0, 0
         n_global = self.world.sum(n)
         opt.zero_grad(set_to_none=True)
         if total.dtype in (torch.bfloat16, torch.float16):
