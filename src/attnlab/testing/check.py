@@ -1,0 +1,91 @@
+"""``check(fn)``: run every case of the contract on ``fn``, for each dtype and device, and report."""
+
+from __future__ import annotations
+
+import torch
+
+from .cases import CASES, LADDER, Case
+from .report import Failure, Report
+from .rules import RuleBroken, judge
+from .signatures import NotExpressible, Signature
+from .signatures import signature as _signature
+
+
+def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, seed):
+    """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
+    Raises ``NotExpressible`` when the signature cannot say the case's mask."""
+    g = torch.Generator().manual_seed(seed)
+    s = case.build(shape, g, sig.pairs)
+    q, k, v = (t.to(dtype=dtype, device=device).requires_grad_(grad) for t in (s.q, s.k, s.v))
+    b, h, n, _ = q.shape
+    arg = sig.encode(s.allow, s.causal, (b, h, n, k.shape[-2]), dtype, device)
+    inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,
+              "scale": scale, "grad": grad, "judge": case.name}
+    try:
+        out = sig.call(fn, q, k, v, arg)
+        judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=scale, grad=grad)
+    except RuleBroken as e:
+        return e.rule, str(e), inputs
+    except Exception as e:  # the function under test raised: that is its answer to this input
+        return f"raised {type(e).__name__}", f"raised {type(e).__name__}: {e}", inputs
+    return None
+
+
+def _smallest(fn, sig, case, dtype, device, grad, scale, seed):
+    """The first (smallest) shape of the ladder whose trial fails, with what failed; ``None`` if all pass."""
+    shapes = LADDER if case.ladder else LADDER[-1:]
+    found = _trial(fn, sig, case, shapes[-1], dtype, device, grad, scale, seed)
+    if found is None:
+        return None
+    for shape in shapes[:-1]:
+        small = _trial(fn, sig, case, shape, dtype, device, grad, scale, seed)
+        if small is not None and small[0] == found[0]:
+            return small
+    return found
+
+
+def check(fn, *, signature: str = "qkv_mask", dtypes=(torch.float32,), devices=("cpu",),
+          grad: bool = True, seed: int = 0, scale: float | None = None) -> Report:
+    """Check ``fn`` against attnlab's attention contract; return a ``Report``.
+
+    Args:
+        fn: the attention function, called as ``signature`` says (see ``attnlab.testing.signatures``).
+        signature: how ``fn`` takes its mask: ``"qkv_mask"`` (bool, True = may attend),
+            ``"qkv_torch_mask"`` (True = masked out), ``"qkv_bias"`` (additive, -inf forbids),
+            ``"qkv_padding"`` ((b, k), True = real key) or ``"qkv_causal"`` (``is_causal``).
+        dtypes: the input dtypes to try; half precision is held to a looser budget.
+        devices: the devices to try (``"cpu"``, ``"cuda"``).
+        grad: also check the gradients of q, k and v.
+        seed: the seed of every random input.
+        scale: the factor on q·k that ``fn`` applies; default 1/√d.
+    """
+    sig = _signature(signature)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    report = Report(function=name, signature=signature)
+    for device in devices:
+        for dtype in dtypes:
+            tag = f"[{str(dtype).removeprefix('torch.')}, {device}]"
+            for i, case in enumerate(CASES):
+                label = f"{case.name} {tag}"
+                try:
+                    found = _smallest(fn, sig, case, dtype, device, grad, scale, seed + i)
+                except NotExpressible:
+                    report.skipped.append(label)
+                    continue
+                if found is None:
+                    report.passed.append(label)
+                else:
+                    rule, message, inputs = found
+                    report.failures.append(Failure(label, rule, message, inputs, signature, sig.argument, fn))
+    return report
+
+
+def assert_conforms(fn, **kwargs) -> Report:
+    """``check(fn, **kwargs)``; raise ``AssertionError`` with the report when a rule is broken."""
+    report = check(fn, **kwargs)
+    if not report.ok:
+        raise AssertionError(str(report))
+    return report
+
+
+__all__ = ["assert_conforms", "check"]

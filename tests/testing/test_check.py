@@ -1,0 +1,166 @@
+"""attnlab.testing.check: a conforming attention passes every case; each planted defect is caught,
+named in plain words and reproduced by the source its failure prints.
+
+The implementations under test are written here (the textbook one, its -1e9 variant, an inverted
+polarity, a wrong scale); torch's SDPA is recorded as it behaves in the installed torch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnlab
+from attnlab.testing import assert_conforms, check, judge, reference
+
+
+def ours(q, k, v, mask):
+    return attnlab.attention(q, k, v, mask=mask)
+
+
+def textbook(q, k, v, mask):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+
+
+def big_negative(q, k, v, mask):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return s.masked_fill(~mask, -1e9).softmax(-1) @ v
+
+
+def inverted(q, k, v, mask):
+    return ours(q, k, v, ~mask)
+
+
+def wrong_scale(q, k, v, mask):
+    return attnlab.attention(q, k, v, mask=mask, scale=1 / q.shape[-1])
+
+
+def sdpa_torch_mask(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~mask)
+
+
+def test_attnlab_attention_conforms_in_every_signature_and_dtype():
+    half = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    assert_conforms(ours, dtypes=half)
+    assert_conforms(lambda q, k, v, m: attnlab.attention(q, k, v, mask=~m), signature="qkv_torch_mask")
+    assert_conforms(lambda q, k, v, bias: attnlab.attention(q, k, v, mask=bias), signature="qkv_bias")
+    assert_conforms(lambda q, k, v, keep: attnlab.attention(q, k, v, mask=keep[:, None, None, :]), signature="qkv_padding")
+    report = assert_conforms(lambda q, k, v, c: attnlab.attention(q, k, v, causal=c), signature="qkv_causal")
+    assert "causal [float32, cpu]" in report.passed and "values [float32, cpu]" in report.skipped
+
+
+def test_the_textbook_implementation_leaks_masked_nan_and_gives_nan_rows():
+    report = check(textbook)
+    assert not report.ok
+    assert report.rules() == [
+        "NaN in a masked value reached the output",
+        "inf in a masked key reached the gradient of q",  # 0 · inf in the backward of scores @ k
+        "a fully masked row gives NaN",
+        "a NaN in a future key reached an earlier row",
+    ]
+    assert "values [float32, cpu]" in report.passed and "mask polarity [float32, cpu]" in report.passed
+
+
+def test_minus_1e9_gives_fully_masked_rows_uniform_weights():
+    report = check(big_negative)
+    assert "a fully masked row is not zero" in report.rules()
+    (row,) = [f for f in report.failures if f.rule == "a fully masked row is not zero"]
+    q, k, v = (row.inputs[n] for n in "qkv")
+    torch.testing.assert_close(big_negative(q, k, v, row.inputs["argument"]), v.mean(-2, keepdim=True).expand(-1, -1, q.shape[-2], -1))
+    assert "a fully masked row gives NaN" not in report.rules()
+
+
+def test_an_inverted_mask_polarity_is_named():
+    report = check(inverted)
+    assert "mask polarity looks inverted" in report.rules()
+    assert "mask polarity looks inverted" not in check(ours).rules()
+    # the same function declared with torch's polarity conforms
+    assert check(inverted, signature="qkv_torch_mask").ok
+
+
+def test_a_wrong_scale_differs_from_the_reference_with_the_place_and_size():
+    report = check(wrong_scale)
+    assert report.rules() == ["differs from the reference"]
+    (values,) = [f for f in report.failures if f.case == "values [float32, cpu]"]
+    assert values.message.startswith("differs from the reference: max |error| ")
+    assert " at (0, 0, " in values.message
+    # the declared scale makes the same function conform
+    assert check(lambda q, k, v, m: attnlab.attention(q, k, v, mask=m, scale=0.5), scale=0.5).ok
+
+
+def test_torch_sdpa_as_it_behaves_here():
+    # Recorded, not prescribed: in torch 2.x on CPU SDPA gives fully masked rows zeros (since 2.5)
+    # and handles empty inputs, but a NaN/inf at a masked key or value still reaches the output
+    # (the mask is added to the scores, and 0 · NaN = NaN in weights @ v).
+    report = check(sdpa_torch_mask, signature="qkv_torch_mask")
+    assert report.rules() == [
+        "NaN in a masked value reached the output",
+        "inf in a masked key reached the output",
+        "a NaN in a future key reached an earlier row",
+    ]
+    assert {"values [float32, cpu]", "fully masked row [float32, cpu]", "mask polarity [float32, cpu]",
+            "empty keys (k = 0) [float32, cpu]"} <= set(report.passed)
+    causal = check(lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c), signature="qkv_causal")
+    assert causal.rules() == ["a NaN in a future key reached an earlier row"]
+
+
+@pytest.mark.parametrize("fn", [textbook, big_negative, inverted, wrong_scale])
+def test_every_reproducer_shows_its_failure_again(fn):
+    report = check(fn)
+    assert report.failures
+    for failure in report.failures:
+        source = failure.reproducer()
+        assert "out = fn(q, k, v, mask)" in source
+        with pytest.raises(AssertionError) as err:
+            exec(source, {"fn": fn})
+        assert str(err.value) == failure.message or failure.rule.startswith("raised")
+
+
+def test_the_reproducer_is_the_smallest_input_that_fails():
+    (nan,) = [f for f in check(textbook).failures if f.rule == "NaN in a masked value reached the output"]
+    assert nan.shape() == "b=1 h=1 q=1 k=2 d=1"
+    assert "v = torch.tensor([[[[" in nan.reproducer() and "nan" in nan.reproducer()
+
+
+def test_the_report_reads_and_assert_conforms_raises_it():
+    report = check(textbook)
+    text = str(report)
+    assert text.startswith("textbook (signature 'qkv_mask'): 4 failed, 5 passed")
+    assert "FAIL masked NaN value [float32, cpu]: NaN in a masked value reached the output" in text
+    with pytest.raises(AssertionError, match="a fully masked row gives NaN"):
+        assert_conforms(textbook)
+
+
+def test_a_crash_is_a_failure_and_an_unknown_signature_an_error():
+    def no_empty(q, k, v, mask):
+        if not k.shape[-2]:
+            raise ValueError("no keys")
+        return ours(q, k, v, mask)
+
+    assert check(no_empty).rules() == ["raised ValueError"]
+    with pytest.raises(ValueError, match="'qkv_masks' is not one of"):
+        check(ours, signature="qkv_masks")
+
+
+def test_a_detached_output_or_wrong_dtype_is_named():
+    assert "the output carries no gradient" in check(lambda q, k, v, m: ours(q, k, v, m)[0].detach()).rules()
+    assert check(lambda q, k, v, m: ours(q, k, v, m)[0].detach(), grad=False).ok
+    assert check(lambda q, k, v, m: ours(q.double(), k.double(), v.double(), m)[0]).rules() == [
+        "the output's dtype differs from the input's"]
+
+
+def test_the_reference_is_softmax_attention_by_hand():
+    q = torch.tensor([[[[1.0, 0.0]]]], dtype=torch.float64)
+    k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [float("nan"), 0.0]]]], dtype=torch.float64)
+    v = torch.tensor([[[[1.0], [3.0], [float("inf")]]]], dtype=torch.float64)
+    allow = torch.tensor([True, True, False])
+    w0, w1 = math.exp(1 / math.sqrt(2)), 1.0  # exp(q·k / √2) for the two allowed keys
+    assert reference(q, k, v, allow).item() == pytest.approx((w0 * 1 + w1 * 3) / (w0 + w1), abs=1e-12)
+    assert reference(q, k, v, torch.zeros(3, dtype=torch.bool)).item() == 0.0
+    with pytest.raises(AssertionError, match="a fully masked row is not zero"):
+        judge("fully masked row", torch.ones(1, 1, 1, 1, dtype=torch.float64), q, k, v,
+              allow=torch.zeros(3, dtype=torch.bool), grad=False)
