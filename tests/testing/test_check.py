@@ -39,10 +39,6 @@ def wrong_scale(q, k, v, mask):
     return attnlab.attention(q, k, v, mask=mask, scale=1 / q.shape[-1])
 
 
-def sdpa_torch_mask(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=~mask)
-
-
 def test_attnlab_attention_conforms_in_every_signature_and_dtype():
     half = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
     assert_conforms(ours, dtypes=half)
@@ -93,10 +89,10 @@ def test_a_wrong_scale_differs_from_the_reference_with_the_place_and_size():
 
 
 def test_torch_sdpa_as_it_behaves_here():
-    # Recorded, not prescribed: in torch 2.x on CPU SDPA gives fully masked rows zeros (since 2.5)
-    # and handles empty inputs, but a NaN/inf at a masked key or value still reaches the output
+    # Recorded, not prescribed (torch 2.13 on the CPU): SDPA gives fully masked rows zeros and
+    # handles empty inputs, but a NaN/inf at a masked key or value still reaches the output
     # (the mask is added to the scores, and 0 · NaN = NaN in weights @ v).
-    report = check(sdpa_torch_mask, signature="qkv_torch_mask")
+    report = check(F.scaled_dot_product_attention)  # its 4th argument is a bool mask, True = may attend
     assert report.rules() == [
         "NaN in a masked value reached the output",
         "inf in a masked key reached the output",
@@ -164,3 +160,15 @@ def test_the_reference_is_softmax_attention_by_hand():
     with pytest.raises(AssertionError, match="a fully masked row is not zero"):
         judge("fully masked row", torch.ones(1, 1, 1, 1, dtype=torch.float64), q, k, v,
               allow=torch.zeros(3, dtype=torch.bool), grad=False)
+
+
+def test_the_scorecard_prints_one_row_per_implementation_at_a_small_size():
+    from attnlab.testing import scorecard
+
+    rows = [r for r in scorecard.ROWS if r[0].startswith(("textbook", "attnlab"))]
+    table = scorecard.scorecard(rows, half=False).splitlines()
+    assert table[0].startswith("| implementation | signature | values | masked NaN value |")
+    assert len(table) == 4
+    assert table[2].startswith("| textbook: masked_fill(-inf), softmax, @ v (torch ")
+    assert "| ✗ a fully masked row gives NaN |" in table[2]
+    assert table[3].endswith("| `qkv_mask` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |")

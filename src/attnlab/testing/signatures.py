@@ -7,7 +7,7 @@ turns that into the one argument its functions take after (q, k, v), or says it 
 
 ====================  =========================================================================
 ``"qkv_mask"``        ``fn(q, k, v, mask)``: bool mask, True = may attend (attnlab's polarity)
-``"qkv_torch_mask"``  ``fn(q, k, v, mask)``: bool mask, True = masked out
+``"qkv_torch_mask"``  ``fn(q, k, v, mask)``: bool mask, True = masked out (``nn.MultiheadAttention``)
 ``"qkv_bias"``        ``fn(q, k, v, bias)``: additive float mask, ``-inf`` forbids
 ``"qkv_padding"``     ``fn(q, k, v, key_padding)``: (b, k) bool, True = a real key
 ``"qkv_causal"``      ``fn(q, k, v, is_causal)``: a bool; no other mask
@@ -71,7 +71,7 @@ class Signature:
 
 SIGNATURES = {s.name: s for s in (
     Signature("qkv_mask", "mask", "bool, True = may attend", allowed),
-    Signature("qkv_torch_mask", "mask", "bool, True = masked out (torch's polarity)", allowed),
+    Signature("qkv_torch_mask", "mask", "bool, True = masked out (nn.MultiheadAttention's polarity)", allowed),
     Signature("qkv_bias", "bias", "additive float mask, -inf forbids", allowed, float_mask=True),
     Signature("qkv_padding", "key_padding", "(b, k) bool, True = a real key", _keys, pairs=False),
     Signature("qkv_causal", "is_causal", "True = causal (key <= query)", _causal_flag, pairs=False),
