@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 
 from .cases import CASES, LADDER, Case
@@ -44,8 +46,9 @@ def _smallest(fn, sig, case, dtype, device, grad, scale, seed):
     return found
 
 
-def check(fn, *, signature: str = "qkv_mask", dtypes=(torch.float32,), devices=("cpu",),
-          grad: bool = True, seed: int = 0, scale: float | None = None) -> Report:
+def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.dtype] = (torch.float32,),
+          devices: Sequence[str | torch.device] = ("cpu",), grad: bool = True, seed: int = 0,
+          scale: float | None = None) -> Report:
     """Check ``fn`` against attnlab's attention contract; return a ``Report``.
 
     Args:
@@ -80,7 +83,7 @@ def check(fn, *, signature: str = "qkv_mask", dtypes=(torch.float32,), devices=(
     return report
 
 
-def assert_conforms(fn, **kwargs) -> Report:
+def assert_conforms(fn: Callable, **kwargs) -> Report:
     """``check(fn, **kwargs)``; raise ``AssertionError`` with the report when a rule is broken."""
     report = check(fn, **kwargs)
     if not report.ok:
