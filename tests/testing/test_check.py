@@ -125,7 +125,7 @@ def test_the_reproducer_is_the_smallest_input_that_fails():
 def test_the_report_reads_and_assert_conforms_raises_it():
     report = check(textbook)
     text = str(report)
-    assert text.startswith("textbook (signature 'qkv_mask'): 4 failed, 5 passed")
+    assert text.startswith("textbook (signature 'qkv_mask'): 4 failed, 7 passed")
     assert "FAIL masked NaN value [float32, cpu]: NaN in a masked value reached the output" in text
     with pytest.raises(AssertionError, match="a fully masked row gives NaN"):
         assert_conforms(textbook)
@@ -140,6 +140,28 @@ def test_a_crash_is_a_failure_and_an_unknown_signature_an_error():
     assert check(no_empty).rules() == ["raised ValueError"]
     with pytest.raises(ValueError, match="'qkv_masks' is not one of"):
         check(ours, signature="qkv_masks")
+
+
+def flattening(q, k, v, mask):
+    """Views its inputs as (b·h, n, d) and expects a dense (b, h, q, k) mask."""
+    b, h, n, d = q.shape
+    m = k.shape[-2]
+    flat = [t.view(b * h, t.shape[-2], d) for t in (q, k, v)]
+    out = ours(*flat, mask.view(b * h, n, m))[0]
+    return out.view(b, h, n, d)
+
+
+def test_non_contiguous_inputs_and_broadcast_masks_are_cases_of_their_own():
+    report = check(flattening)
+    broken = {f.case: f for f in report.failures}
+    assert {"non-contiguous inputs [float32, cpu]", "broadcast mask (q, k) [float32, cpu]"} <= set(broken)
+    assert broken["broadcast mask (q, k) [float32, cpu]"].rule == "raised RuntimeError"  # (q, k) cannot be viewed
+    assert broken["non-contiguous inputs [float32, cpu]"].message.startswith("raised RuntimeError: view size")
+    source = broken["non-contiguous inputs [float32, cpu]"].reproducer()
+    assert ".transpose(1, 2).requires_grad_()" in source
+    with pytest.raises(RuntimeError, match="view size"):
+        exec(source, {"fn": flattening})
+    assert "values [float32, cpu]" in report.passed
 
 
 def test_a_detached_output_or_wrong_dtype_is_named():
@@ -167,8 +189,8 @@ def test_the_scorecard_prints_one_row_per_implementation_at_a_small_size():
 
     rows = [r for r in scorecard.ROWS if r[0].startswith(("textbook", "attnlab"))]
     table = scorecard.scorecard(rows, half=False).splitlines()
-    assert table[0].startswith("| implementation | signature | values | masked NaN value |")
+    assert table[0].startswith("| implementation | signature | values | broadcast mask (q, k) | non-contiguous inputs |")
     assert len(table) == 4
     assert table[2].startswith("| textbook: masked_fill(-inf), softmax, @ v (torch ")
     assert "| ✗ a fully masked row gives NaN |" in table[2]
-    assert table[3].endswith("| `qkv_mask` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |")
+    assert table[3].endswith("| `qkv_mask` |" + " ✓ |" * len(scorecard.COLUMNS))

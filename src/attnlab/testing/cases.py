@@ -24,6 +24,7 @@ class Setup:
     v: torch.Tensor
     allow: torch.Tensor | None
     causal: bool = False
+    strided: bool = False  # q, k, v as non-contiguous views (b, n, h, d).transpose(1, 2)
 
 
 def _qkv(b, h, n, m, d, g):
@@ -46,6 +47,20 @@ def values(shape, g, dense):
         allow = torch.rand(b, 1, 1, m, generator=g) < 0.7
         allow[..., 0] = True
     return Setup(q, k, v, allow)
+
+
+def broadcast_mask(shape, g, dense):
+    s = values(shape, g, dense)
+    n, m = shape[2:4]
+    s.allow = torch.rand(n, m, generator=g) < 0.7  # (q, k): the same for every batch element and head
+    s.allow[torch.arange(n), torch.arange(n) % m] = True
+    return s
+
+
+def non_contiguous(shape, g, dense):
+    s = values(shape, g, dense)
+    s.strided = True
+    return s
 
 
 def masked_nan_value(shape, g, dense):
@@ -100,6 +115,8 @@ class Case:
 
 CASES = [
     Case("values", values),
+    Case("broadcast mask (q, k)", broadcast_mask),
+    Case("non-contiguous inputs", non_contiguous),
     Case("masked NaN value", masked_nan_value),
     Case("masked inf key", masked_inf_key),
     Case("fully masked row", fully_masked_row),

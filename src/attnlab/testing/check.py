@@ -13,12 +13,17 @@ from .signatures import NotExpressible, Signature
 from .signatures import signature as _signature
 
 
+def _layout(t: torch.Tensor, strided: bool) -> torch.Tensor:
+    """``t`` with the same values, as a non-contiguous view when ``strided``."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2) if strided else t
+
+
 def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, seed):
     """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
     Raises ``NotExpressible`` when the signature cannot say the case's mask."""
     g = torch.Generator().manual_seed(seed)
     s = case.build(shape, g, sig.pairs)
-    q, k, v = (t.to(dtype=dtype, device=device).requires_grad_(grad) for t in (s.q, s.k, s.v))
+    q, k, v = (_layout(t.to(dtype=dtype, device=device), s.strided).requires_grad_(grad) for t in (s.q, s.k, s.v))
     b, h, n, _ = q.shape
     arg = sig.encode(s.allow, s.causal, (b, h, n, k.shape[-2]), dtype, device)
     inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,

@@ -10,7 +10,11 @@ import torch
 
 def _literal(t: torch.Tensor, grad: bool = False) -> str:
     """Python source that rebuilds ``t`` exactly (every float dtype's values are exact in a Python float)."""
-    text = f"torch.tensor({t.tolist()!r}, dtype={t.dtype}, device={str(t.device)!r})"
+    strided = t.dim() == 4 and t.numel() > 1 and not t.is_contiguous() and t.transpose(1, 2).is_contiguous()
+    values = t.transpose(1, 2) if strided else t
+    text = f"torch.tensor({values.tolist()!r}, dtype={t.dtype}, device={str(t.device)!r})"
+    if strided:
+        text += ".transpose(1, 2)"  # the same non-contiguous view the checker passed
     if t.numel() == 0:
         text = f"torch.empty({tuple(t.shape)}, dtype={t.dtype}, device={str(t.device)!r})"
     return text + (".requires_grad_()" if grad else "")

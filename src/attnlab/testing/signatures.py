@@ -24,11 +24,18 @@ from dataclasses import dataclass
 
 import torch
 
-from .reference import allowed
-
 
 class NotExpressible(Exception):
     """The signature has no way to say this mask; the case does not apply."""
+
+
+def _pairs(allow, causal, shape, device):
+    """The mask in the shape the case gave it (a broadcast mask stays broadcast), causal folded in."""
+    n, m = shape[-2:]
+    if causal:
+        tril = torch.ones(n, m, dtype=torch.bool).tril()
+        allow = tril if allow is None else allow & tril
+    return (torch.ones(1, 1, n, m, dtype=torch.bool) if allow is None else allow).to(device)
 
 
 def _keys(allow, causal, shape, device):
@@ -70,9 +77,9 @@ class Signature:
 
 
 SIGNATURES = {s.name: s for s in (
-    Signature("qkv_mask", "mask", "bool, True = may attend", allowed),
-    Signature("qkv_torch_mask", "mask", "bool, True = masked out (nn.MultiheadAttention's polarity)", allowed),
-    Signature("qkv_bias", "bias", "additive float mask, -inf forbids", allowed, float_mask=True),
+    Signature("qkv_mask", "mask", "bool, True = may attend", _pairs),
+    Signature("qkv_torch_mask", "mask", "bool, True = masked out (nn.MultiheadAttention's polarity)", _pairs),
+    Signature("qkv_bias", "bias", "additive float mask, -inf forbids", _pairs, float_mask=True),
     Signature("qkv_padding", "key_padding", "(b, k) bool, True = a real key", _keys, pairs=False),
     Signature("qkv_causal", "is_causal", "True = causal (key <= query)", _causal_flag, pairs=False),
 )}
