@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import attnlab
-from attnlab.testing import assert_conforms, check, judge, reference
+from attnlab.testing import RuleBroken, assert_conforms, check, judge, reference, scorecard
 
 
 def ours(q, k, v, mask):
@@ -106,14 +106,23 @@ def test_torch_sdpa_as_it_behaves_here():
 
 @pytest.mark.parametrize("fn", [textbook, big_negative, inverted, wrong_scale])
 def test_every_reproducer_shows_its_failure_again(fn):
-    report = check(fn)
+    report = check(fn, dtypes=(torch.float32, torch.bfloat16))
     assert report.failures
     for failure in report.failures:
         source = failure.reproducer()
         assert "out = fn(q, k, v, mask)" in source
-        with pytest.raises(AssertionError) as err:
+        with pytest.raises(Exception) as err:  # noqa: PT011 (a rule broken, or the function's own error)
             exec(source, {"fn": fn})
-        assert str(err.value) == failure.message or failure.rule.startswith("raised")
+        got = err.value
+        assert (str(got) if isinstance(got, RuleBroken) else f"raised {type(got).__name__}: {got}") == failure.message
+
+
+def test_a_reproducer_imports_a_function_it_can_import():
+    (failure, *_) = check(scorecard.textbook).failures
+    source = failure.reproducer()
+    assert 'if "fn" not in globals():\n    from attnlab.testing.scorecard import textbook as fn\n' in source
+    with pytest.raises(RuleBroken, match="NaN in a masked value reached the output"):
+        exec(source, {})
 
 
 def test_the_reproducer_is_the_smallest_input_that_fails():
@@ -185,8 +194,6 @@ def test_the_reference_is_softmax_attention_by_hand():
 
 
 def test_the_scorecard_prints_one_row_per_implementation_at_a_small_size():
-    from attnlab.testing import scorecard
-
     rows = [r for r in scorecard.ROWS if r[0].startswith(("textbook", "attnlab"))]
     table = scorecard.scorecard(rows, half=False).splitlines()
     assert table[0].startswith("| implementation | signature | values | broadcast mask (q, k) | non-contiguous inputs |")

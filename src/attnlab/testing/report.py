@@ -96,7 +96,7 @@ class Report:
         if self.skipped:
             lines.append("  not expressible in this signature: " + ", ".join(self.skipped))
         if self.failures:
-            lines.append("  (failure.reproducer() prints Python that rebuilds the smallest input)")
+            lines.append("  (failure.reproducer() returns Python source that rebuilds the smallest input)")
         return "\n".join(lines)
 
 
