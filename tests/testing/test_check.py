@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import attnlab
 from attnlab.testing import RuleBroken, assert_conforms, check, judge, reference, scorecard
+from attnlab.testing.cases import CASES
 
 
 def ours(q, k, v, mask):
@@ -45,8 +46,22 @@ def test_attnlab_attention_conforms_in_every_signature_and_dtype():
     assert_conforms(lambda q, k, v, m: attnlab.attention(q, k, v, mask=~m), signature="qkv_torch_mask")
     assert_conforms(lambda q, k, v, bias: attnlab.attention(q, k, v, mask=bias), signature="qkv_bias")
     assert_conforms(lambda q, k, v, keep: attnlab.attention(q, k, v, mask=keep[:, None, None, :]), signature="qkv_padding")
-    report = assert_conforms(lambda q, k, v, c: attnlab.attention(q, k, v, causal=c), signature="qkv_causal")
-    assert "causal [float32, cpu]" in report.passed and "values [float32, cpu]" in report.skipped
+    causal = lambda q, k, v, c: attnlab.attention(q, k, v, causal=c)  # noqa: E731
+    report = assert_conforms(causal, signature="qkv_causal", causal="bottom_right")
+    assert "causal alignment (q < k) [float32, cpu]" in report.passed and "values [float32, cpu]" in report.skipped
+
+
+def test_a_causal_mask_aligned_otherwise_than_declared_is_named():
+    causal = lambda q, k, v, c: attnlab.attention(q, k, v, causal=c)  # noqa: E731  (bottom-right)
+    (failure,) = check(causal, signature="qkv_causal").failures
+    assert failure.message == "the causal mask looks bottom-right aligned (declared 'top_left')"
+    assert failure.shape() == "b=1 h=1 q=1 k=2 d=1"
+    with pytest.raises(RuleBroken, match="looks bottom-right aligned"):
+        exec(failure.reproducer(), {"fn": causal})
+    sdpa = lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c)  # noqa: E731
+    assert "the causal mask looks top-left aligned" in check(sdpa, signature="qkv_causal", causal="bottom_right").rules()
+    with pytest.raises(ValueError, match="'diagonal' is not one of"):
+        check(causal, signature="qkv_causal", causal="diagonal")
 
 
 def test_the_textbook_implementation_leaks_masked_nan_and_gives_nan_rows():
@@ -134,7 +149,7 @@ def test_the_reproducer_is_the_smallest_input_that_fails():
 def test_the_report_reads_and_assert_conforms_raises_it():
     report = check(textbook)
     text = str(report)
-    assert text.startswith("textbook (signature 'qkv_mask'): 4 failed, 7 passed")
+    assert text.startswith(f"textbook (signature 'qkv_mask'): 4 failed, {len(CASES) - 4} passed\n")
     assert "FAIL masked NaN value [float32, cpu]: NaN in a masked value reached the output" in text
     with pytest.raises(AssertionError, match="a fully masked row gives NaN"):
         assert_conforms(textbook)

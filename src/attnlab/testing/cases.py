@@ -23,7 +23,7 @@ class Setup:
     k: torch.Tensor
     v: torch.Tensor
     allow: torch.Tensor | None
-    causal: bool = False
+    causal: bool = False  # True: causal with the alignment the caller declares
     strided: bool = False  # q, k, v as non-contiguous views (b, n, h, d).transpose(1, 2)
 
 
@@ -99,6 +99,12 @@ def causal(shape, g, dense):
     return Setup(q, k, v, None, causal=True)
 
 
+def causal_alignment(shape, g, dense):
+    b, h, _, m, d = shape
+    q, k, v = _qkv(b, h, max(m - 1, 1), max(m, 2), d, g)  # q < k: the two alignments differ
+    return Setup(q, k, v, None, causal=True)
+
+
 def _empty(b, n, m):
     def build(shape, g, dense):
         q, k, v = _qkv(b, 2, n, m, 3, g)
@@ -122,6 +128,7 @@ CASES = [
     Case("fully masked row", fully_masked_row),
     Case("mask polarity", mask_polarity),
     Case("causal", causal),
+    Case("causal alignment (q < k)", causal_alignment),
     Case("empty keys (k = 0)", _empty(2, 3, 0), ladder=False),
     Case("empty batch (b = 0)", _empty(0, 3, 4), ladder=False),
     Case("empty queries (q = 0)", _empty(2, 0, 4), ladder=False),

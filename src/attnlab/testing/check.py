@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .cases import CASES, LADDER, Case
+from .reference import causal_pairs
 from .report import Failure, Report
 from .rules import RuleBroken, judge
 from .signatures import NotExpressible, Signature
@@ -18,11 +19,12 @@ def _layout(t: torch.Tensor, strided: bool) -> torch.Tensor:
     return t.transpose(1, 2).contiguous().transpose(1, 2) if strided else t
 
 
-def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, seed):
+def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, seed, alignment):
     """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
     Raises ``NotExpressible`` when the signature cannot say the case's mask."""
     g = torch.Generator().manual_seed(seed)
     s = case.build(shape, g, sig.pairs)
+    s.causal = alignment if s.causal else False
     q, k, v = (_layout(t.to(dtype=dtype, device=device), s.strided).requires_grad_(grad) for t in (s.q, s.k, s.v))
     b, h, n, _ = q.shape
     arg = sig.encode(s.allow, s.causal, (b, h, n, k.shape[-2]), dtype, device)
@@ -38,14 +40,14 @@ def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, se
     return None
 
 
-def _smallest(fn, sig, case, dtype, device, grad, scale, seed):
+def _smallest(fn, sig, case, dtype, device, grad, scale, seed, alignment):
     """The first (smallest) shape of the ladder whose trial fails, with what failed; ``None`` if all pass."""
     shapes = LADDER if case.ladder else LADDER[-1:]
-    found = _trial(fn, sig, case, shapes[-1], dtype, device, grad, scale, seed)
+    found = _trial(fn, sig, case, shapes[-1], dtype, device, grad, scale, seed, alignment)
     if found is None:
         return None
     for shape in shapes[:-1]:
-        small = _trial(fn, sig, case, shape, dtype, device, grad, scale, seed)
+        small = _trial(fn, sig, case, shape, dtype, device, grad, scale, seed, alignment)
         if small is not None and small[0] == found[0]:
             return small
     return found
@@ -53,7 +55,7 @@ def _smallest(fn, sig, case, dtype, device, grad, scale, seed):
 
 def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.dtype] = (torch.float32,),
           devices: Sequence[str | torch.device] = ("cpu",), grad: bool = True, seed: int = 0,
-          scale: float | None = None) -> Report:
+          scale: float | None = None, causal: str = "top_left") -> Report:
     """Check ``fn`` against attnlab's attention contract; return a ``Report``.
 
     Args:
@@ -66,8 +68,12 @@ def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.d
         grad: also check the gradients of q, k and v.
         seed: the seed of every random input.
         scale: the factor on q·k that ``fn`` applies; default 1/√d.
+        causal: how ``fn`` aligns a causal mask when q ≠ k: ``"top_left"`` (key ≤ query, as
+            ``scaled_dot_product_attention``) or ``"bottom_right"`` (the last query sees every key,
+            as ``attnlab.attention``). Only the ``"qkv_causal"`` signature's function builds its own.
     """
     sig = _signature(signature)
+    causal_pairs(1, 1, causal)  # an unknown alignment is a ValueError now, not a failure of every case
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
     report = Report(function=name, signature=signature)
     for device in devices:
@@ -76,7 +82,7 @@ def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.d
             for i, case in enumerate(CASES):
                 label = f"{case.name} {tag}"
                 try:
-                    found = _smallest(fn, sig, case, dtype, device, grad, scale, seed + i)
+                    found = _smallest(fn, sig, case, dtype, device, grad, scale, seed + i, causal)
                 except NotExpressible:
                     report.skipped.append(label)
                     continue

@@ -17,21 +17,32 @@ import math
 
 import torch
 
+ALIGNMENTS = ("top_left", "bottom_right")
 
-def allowed(allow: torch.Tensor | None, causal: bool, shape: tuple[int, int, int, int], device) -> torch.Tensor:
-    """The dense (b, h, q, k) bool of pairs that may attend: ``allow`` and, when ``causal``, key ≤ query
-    (top-left aligned, as in ``torch.nn.functional.scaled_dot_product_attention``)."""
+
+def causal_pairs(n: int, m: int, causal: str, device=None) -> torch.Tensor:
+    """(q, k) bool, True = may attend: key j ≤ query i, counted from the top left (``"top_left"``, as in
+    ``torch.nn.functional.scaled_dot_product_attention``) or from the bottom right (``"bottom_right"``:
+    the last query sees every key, as in ``attnlab.attention`` and decoding with a cache)."""
+    if causal not in ALIGNMENTS:
+        raise ValueError(f"causal alignment {causal!r} is not one of {ALIGNMENTS}")
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n if causal == "bottom_right" else 0)
+
+
+def allowed(allow: torch.Tensor | None, causal: str | bool, shape: tuple[int, int, int, int], device) -> torch.Tensor:
+    """The dense (b, h, q, k) bool of pairs that may attend: ``allow`` and, when ``causal`` names an
+    alignment (``causal_pairs``), the causal pairs. ``True`` means ``"top_left"``."""
     b, h, n, m = shape
     out = torch.ones(b, h, n, m, dtype=torch.bool, device=device)
     if allow is not None:
         out = out & allow.to(device=device, dtype=torch.bool)
     if causal:
-        out = out & torch.ones(n, m, dtype=torch.bool, device=device).tril()
+        out = out & causal_pairs(n, m, "top_left" if causal is True else causal, device)
     return out
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow: torch.Tensor | None = None, *,
-              causal: bool = False, scale: float | None = None) -> torch.Tensor:
+              causal: str | bool = False, scale: float | None = None) -> torch.Tensor:
     """Softmax attention in float64: (b, h, q, d_v). Differentiable; see the module docstring."""
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     b, h, n, d = q.shape
@@ -47,4 +58,4 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow: torch.Te
     return terms.sum(-2)
 
 
-__all__ = ["allowed", "reference"]
+__all__ = ["ALIGNMENTS", "allowed", "causal_pairs", "reference"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import allowed, reference
+from .reference import ALIGNMENTS, allowed, reference
 
 BUDGET = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
@@ -98,6 +98,10 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
     if case == "mask polarity":
         if _far(out, want, budget) and not _far(out, reference(q, k, v, ~ok, scale=scale), budget):
             raise RuleBroken("mask polarity looks inverted")
+    if case == "causal alignment (q < k)":
+        other = next(a for a in ALIGNMENTS if a != causal)
+        if _far(out, want, budget) and not _far(out, reference(q, k, v, allow, causal=other, scale=scale), budget):
+            raise RuleBroken(f"the causal mask looks {other.replace('_', '-')} aligned", f" (declared {causal!r})")
     _judge_output(case, out, want, ok, budget)
     if not grad or case in ("causal", "mask polarity") or not out.numel():
         return

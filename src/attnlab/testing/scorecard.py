@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from .check import check
 
-COLUMNS = ["values", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key", "fully masked row", "mask polarity", "causal", "empty"]
+COLUMNS = ["values", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key", "fully masked row", "mask polarity", "causal", "causal alignment (q < k)",
+           "empty"]
 HALF = (torch.float16, torch.bfloat16)
 
 
@@ -75,6 +76,11 @@ def attnlab_attention(q, k, v, mask):
     return attnlab.attention(q, k, v, mask=mask)
 
 
+def attnlab_causal(q, k, v, is_causal):
+    import attnlab
+    return attnlab.attention(q, k, v, causal=is_causal)
+
+
 def _version(name: str) -> str:
     try:
         return f"{name} {__import__(name).__version__}"
@@ -93,6 +99,8 @@ ROWS = [
      {"grad": False}),
     ("transformers Llama `eager_attention_forward`", transformers_eager, "qkv_bias", "transformers", {}),
     ("attnlab `attention`", attnlab_attention, "qkv_mask", "attnlab", {}),
+    ("attnlab `attention` (causal=, bottom-right aligned)", attnlab_causal, "qkv_causal", "attnlab",
+     {"causal": "bottom_right"}),
 ]
 
 

@@ -1,7 +1,7 @@
 """How a function under test is called: the signatures the caller declares (never guessed).
 
 Every case describes its mask once, in attnlab's polarity (``allow``: bool, True = may attend,
-broadcastable to (b, h, q, k)) plus a ``causal`` flag (top-left aligned, key ≤ query). A signature
+broadcastable to (b, h, q, k)) plus ``causal`` (False, or the alignment the caller declared: ``"top_left"``, ``"bottom_right"``). A signature
 turns that into the one argument its functions take after (q, k, v), or says it cannot express it
 (a padding mask cannot forbid a single (query, key) pair): the case is then not run.
 
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .reference import causal_pairs
+
 
 class NotExpressible(Exception):
     """The signature has no way to say this mask; the case does not apply."""
@@ -33,8 +35,8 @@ def _pairs(allow, causal, shape, device):
     """The mask in the shape the case gave it (a broadcast mask stays broadcast), causal folded in."""
     n, m = shape[-2:]
     if causal:
-        tril = torch.ones(n, m, dtype=torch.bool).tril()
-        allow = tril if allow is None else allow & tril
+        pairs = causal_pairs(n, m, causal)
+        allow = pairs if allow is None else allow & pairs
     return (torch.ones(1, 1, n, m, dtype=torch.bool) if allow is None else allow).to(device)
 
 
@@ -48,7 +50,7 @@ def _keys(allow, causal, shape, device):
 def _causal_flag(allow, causal, shape, device):
     if allow is not None and not bool(allow.all()):
         raise NotExpressible("is_causal cannot forbid keys")
-    return causal
+    return bool(causal)
 
 
 @dataclass(frozen=True)
