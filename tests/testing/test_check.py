@@ -188,6 +188,18 @@ def test_non_contiguous_inputs_and_broadcast_masks_are_cases_of_their_own():
     assert "values [float32, cpu]" in report.passed
 
 
+def test_an_output_that_changes_between_two_calls_is_named():
+    def noisy(q, k, v, mask):
+        return ours(q, k, v, mask)[0] * (1 + 1e-6 * torch.rand(()))  # zeros stay zeros
+
+    (failure,) = check(noisy).failures
+    assert failure.case == "deterministic [float32, cpu]"
+    assert failure.message.startswith("two calls on the same input give different outputs: max |difference| ")
+    assert "again = fn(q, k, v, mask)" in failure.reproducer()
+    with pytest.raises(RuleBroken, match="two calls on the same input give different outputs"):
+        exec(failure.reproducer(), {"fn": noisy})
+
+
 def test_a_detached_output_or_wrong_dtype_is_named():
     assert "the output carries no gradient" in check(lambda q, k, v, m: ours(q, k, v, m)[0].detach()).rules()
     assert check(lambda q, k, v, m: ours(q, k, v, m)[0].detach(), grad=False).ok
@@ -211,7 +223,7 @@ def test_the_reference_is_softmax_attention_by_hand():
 def test_the_scorecard_prints_one_row_per_implementation_at_a_small_size():
     rows = [r for r in scorecard.ROWS if r[0].startswith("textbook") or r[0] == "attnlab `attention`"]
     table = scorecard.scorecard(rows, half=False).splitlines()
-    assert table[0].startswith("| implementation | signature | values | broadcast mask (q, k) | non-contiguous inputs |")
+    assert table[0].startswith("| implementation | signature | values | deterministic | broadcast mask (q, k) |")
     assert len(table) == 4
     assert table[2].startswith("| textbook: masked_fill(-inf), softmax, @ v (torch ")
     assert "| ✗ a fully masked row gives NaN |" in table[2]

@@ -117,10 +117,12 @@ class Case:
     name: str
     build: Callable  # (shape, generator, dense: bool) -> Setup
     ladder: bool = True  # shrink along LADDER; False: one fixed input
+    twice: bool = False  # call the function twice on the same input
 
 
 CASES = [
     Case("values", values),
+    Case("deterministic", values, twice=True),
     Case("broadcast mask (q, k)", broadcast_mask),
     Case("non-contiguous inputs", non_contiguous),
     Case("masked NaN value", masked_nan_value),

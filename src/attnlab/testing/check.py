@@ -29,10 +29,11 @@ def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, se
     b, h, n, _ = q.shape
     arg = sig.encode(s.allow, s.causal, (b, h, n, k.shape[-2]), dtype, device)
     inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,
-              "scale": scale, "grad": grad, "judge": case.name}
+              "scale": scale, "grad": grad, "judge": case.name, "twice": case.twice}
     try:
         out = sig.call(fn, q, k, v, arg)
-        judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=scale, grad=grad)
+        again = sig.call(fn, q, k, v, arg) if case.twice else None
+        judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=scale, grad=grad, again=again)
     except RuleBroken as e:
         return e.rule, str(e), inputs
     except Exception as e:  # the function under test raised: that is its answer to this input

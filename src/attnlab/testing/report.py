@@ -58,10 +58,11 @@ class Failure:
             + 'nan, inf = float("nan"), float("inf")\n'
             + "".join(f"{n} = {_literal(i[n], i['grad'])}\n" for n in "qkv")
             + f"{self.argument_name} = {arg_src}\n"
-            f"out = fn(q, k, v, {self.argument_name})\n"
-            "out = out[0] if isinstance(out, (tuple, list)) else out\n"
-            f"judge({i['judge']!r}, out, q, k, v, allow={allow}, causal={i['causal']!r}, "
-            f"scale={i['scale']!r}, grad={i['grad']!r})\n"
+            + "".join(f"{name} = fn(q, k, v, {self.argument_name})\n"
+                      f"{name} = {name}[0] if isinstance({name}, (tuple, list)) else {name}\n"
+                      for name in (("out", "again") if i["twice"] else ("out",)))
+            + f"judge({i['judge']!r}, out, q, k, v, allow={allow}, causal={i['causal']!r}, "
+            f"scale={i['scale']!r}, grad={i['grad']!r}{', again=again' if i['twice'] else ''})\n"
         )
 
     def __str__(self) -> str:

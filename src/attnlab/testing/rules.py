@@ -77,11 +77,12 @@ def _judge_output(case, out, want, ok, budget):
         raise RuleBroken("differs from the reference", far)
 
 
-def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad=True) -> None:
+def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad=True, again=None) -> None:
     """Raise ``RuleBroken`` if ``out = fn(q, k, v, <mask>)`` breaks a rule of ``case``.
 
     ``allow``/``causal`` describe the mask in attnlab's polarity (see ``attnlab.testing.signatures``);
-    ``grad``: also check the gradients of q, k, v (those that require grad) for a random cotangent.
+    ``grad``: also check the gradients of q, k, v (those that require grad) for a random cotangent;
+    ``again``: the output of a second call on the same inputs, which must equal ``out`` bit for bit.
     """
     b, h, n, _ = q.shape
     want_shape = (b, h, n, v.shape[-1])
@@ -91,6 +92,11 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
         raise RuleBroken("the output has the wrong shape", f": {tuple(out.shape)}, expected {want_shape}")
     if out.dtype != q.dtype:
         raise RuleBroken("the output's dtype differs from the input's", f": {out.dtype}, expected {q.dtype}")
+    if again is not None:  # the determinism case: only that
+        if not torch.equal(out.detach(), again.detach()):
+            diff = (out.detach().double() - again.detach().double()).abs().nan_to_num(torch.inf).max()
+            raise RuleBroken("two calls on the same input give different outputs", f": max |difference| {float(diff):.1e}")
+        return
     budget = BUDGET.get(q.dtype, 3e-2)
     ok = allowed(allow, causal, (b, h, n, k.shape[-2]), q.device)
     leaves = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]

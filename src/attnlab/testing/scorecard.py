@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .check import check
 
-COLUMNS = ["values", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key", "fully masked row", "mask polarity", "causal", "causal alignment (q < k)",
+COLUMNS = ["values", "deterministic", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key", "fully masked row", "mask polarity", "causal", "causal alignment (q < k)",
            "empty"]
 HALF = (torch.float16, torch.bfloat16)
 
