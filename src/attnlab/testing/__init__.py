@@ -1,11 +1,13 @@
 """Check anyone's attention against attnlab's contract.
 
 ``check(fn, signature="qkv_mask")`` calls ``fn`` on small inputs built for each rule and compares it
-with a float64 reference (``reference``): values; NaN in masked values and inf in masked keys must
-reach neither the output nor the gradients of q, k, v; a fully masked row gives zeros and finite
-gradients; empty keys, batch or queries give the right shape; a mask that forbids one key must make
-the output independent of it (an inverted polarity is named); a NaN in a future key must not reach
-an earlier row under a causal mask; half precision within a budget.
+with a float64 reference (``reference``): values (also with a broadcast (q, k) mask and
+non-contiguous inputs, and the same bits on a second call); NaN in masked values and inf in masked
+keys must reach neither the output nor the gradients of q, k, v; a fully masked row gives zeros and
+finite gradients; empty keys, batch or queries give the right shape; a mask that forbids one key
+must make the output independent of it (an inverted polarity is named); a NaN in a future key must
+not reach an earlier row under a causal mask, aligned as declared when q < k; half precision within
+a budget.
 
     >>> import attnlab, attnlab.testing
     >>> attnlab.testing.check(lambda q, k, v, mask: attnlab.attention(q, k, v, mask=mask)[0]).ok

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -19,39 +20,51 @@ def _layout(t: torch.Tensor, strided: bool) -> torch.Tensor:
     return t.transpose(1, 2).contiguous().transpose(1, 2) if strided else t
 
 
-def _trial(fn, sig: Signature, case: Case, shape, dtype, device, grad, scale, seed, alignment):
-    """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
-    Raises ``NotExpressible`` when the signature cannot say the case's mask."""
-    g = torch.Generator().manual_seed(seed)
-    s = case.build(shape, g, sig.pairs)
-    s.causal = alignment if s.causal else False
-    q, k, v = (_layout(t.to(dtype=dtype, device=device), s.strided).requires_grad_(grad) for t in (s.q, s.k, s.v))
-    b, h, n, _ = q.shape
-    arg = sig.encode(s.allow, s.causal, (b, h, n, k.shape[-2]), dtype, device)
-    inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,
-              "scale": scale, "grad": grad, "judge": case.name, "twice": case.twice}
-    try:
-        out = sig.call(fn, q, k, v, arg)
-        again = sig.call(fn, q, k, v, arg) if case.twice else None
-        judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=scale, grad=grad, again=again)
-    except RuleBroken as e:
-        return e.rule, str(e), inputs
-    except Exception as e:  # the function under test raised: that is its answer to this input
-        return f"raised {type(e).__name__}", f"raised {type(e).__name__}: {e}", inputs
-    return None
+@dataclass(frozen=True)
+class _Run:
+    """What stays fixed while the cases run: the function, how it is called, dtype and device."""
 
+    fn: Callable
+    sig: Signature
+    dtype: torch.dtype
+    device: str | torch.device
+    grad: bool
+    scale: float | None
+    alignment: str  # the causal alignment the caller declared
 
-def _smallest(fn, sig, case, dtype, device, grad, scale, seed, alignment):
-    """The first (smallest) shape of the ladder whose trial fails, with what failed; ``None`` if all pass."""
-    shapes = LADDER if case.ladder else LADDER[-1:]
-    found = _trial(fn, sig, case, shapes[-1], dtype, device, grad, scale, seed, alignment)
-    if found is None:
+    def trial(self, case: Case, shape, seed: int):
+        """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
+        Raises ``NotExpressible`` when the signature cannot say the case's mask."""
+        s = case.build(shape, torch.Generator().manual_seed(seed), self.sig.pairs)
+        s.causal = self.alignment if s.causal else False
+        q, k, v = (_layout(t.to(dtype=self.dtype, device=self.device), s.strided).requires_grad_(self.grad)
+                   for t in (s.q, s.k, s.v))
+        arg = self.sig.encode(s.allow, s.causal, (*q.shape[:3], k.shape[-2]), self.dtype, self.device)
+        inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,
+                  "scale": self.scale, "grad": self.grad, "judge": case.name, "twice": case.twice}
+        try:
+            out = self.sig.call(self.fn, q, k, v, arg)
+            again = self.sig.call(self.fn, q, k, v, arg) if case.twice else None
+            judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=self.scale, grad=self.grad,
+                  again=again)
+        except RuleBroken as e:
+            return e.rule, str(e), inputs
+        except Exception as e:  # the function under test raised: that is its answer to this input
+            return f"raised {type(e).__name__}", f"raised {type(e).__name__}: {e}", inputs
         return None
-    for shape in shapes[:-1]:
-        small = _trial(fn, sig, case, shape, dtype, device, grad, scale, seed, alignment)
-        if small is not None and small[0] == found[0]:
-            return small
-    return found
+
+    def smallest(self, case: Case, seed: int):
+        """The first (smallest) shape of the ladder that breaks the rule the largest breaks; ``None``
+        if the largest passes."""
+        shapes = LADDER if case.ladder else LADDER[-1:]
+        found = self.trial(case, shapes[-1], seed)
+        if found is None:
+            return None
+        for shape in shapes[:-1]:
+            small = self.trial(case, shape, seed)
+            if small is not None and small[0] == found[0]:
+                return small
+        return found
 
 
 def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.dtype] = (torch.float32,),
@@ -80,10 +93,11 @@ def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.d
     for device in devices:
         for dtype in dtypes:
             tag = f"[{str(dtype).removeprefix('torch.')}, {device}]"
+            run = _Run(fn, sig, dtype, device, grad, scale, causal)
             for i, case in enumerate(CASES):
                 label = f"{case.name} {tag}"
                 try:
-                    found = _smallest(fn, sig, case, dtype, device, grad, scale, seed + i, causal)
+                    found = run.smallest(case, seed + i)
                 except NotExpressible:
                     report.skipped.append(label)
                     continue
