@@ -228,3 +228,23 @@ def test_the_scorecard_prints_one_row_per_implementation_at_a_small_size():
     assert table[2].startswith("| textbook: masked_fill(-inf), softmax, @ v (torch ")
     assert "| ✗ a fully masked row gives NaN |" in table[2]
     assert table[3].endswith("| `qkv_mask` |" + " ✓ |" * len(scorecard.COLUMNS))
+
+
+def test_half_precision_is_held_to_its_own_budget():
+    def in_half(q, k, v, mask):  # computes in float16 whatever it is given
+        return ours(q.half(), k.half(), v.half(), mask)[0].to(q.dtype)
+
+    report = check(in_half, dtypes=(torch.float32, torch.float16))
+    (values,) = [f for f in report.failures if f.case == "values [float32, cpu]"]
+    assert values.rule == "differs from the reference"
+    assert not [f for f in report.failures if "float16" in f.case]  # within float16's budget
+
+
+def test_an_additive_mask_with_the_lowest_float_instead_of_minus_inf():
+    def lowest(q, k, v, bias):  # how many libraries build their additive masks
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return (s + bias.clamp(min=torch.finfo(bias.dtype).min)).softmax(-1) @ v
+
+    rules = check(lowest, signature="qkv_bias").rules()
+    assert "a fully masked row is not zero" in rules and "NaN in a masked value reached the output" in rules
+    assert "mask polarity looks inverted" not in rules
