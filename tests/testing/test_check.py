@@ -1,5 +1,5 @@
 """attnlab.testing.check: a conforming attention passes every case; each planted defect is caught,
-named in plain words and reproduced by the source its failure prints.
+named in plain words and reproduced by the source its failure returns.
 
 The implementations under test are written here (the textbook one, its -1e9 variant, an inverted
 polarity, a wrong scale); torch's SDPA is recorded as it behaves in the installed torch.
