@@ -3,7 +3,7 @@
 Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
 
     _checks, _files, _limits, trace → masks, patterns → functional → kernels → nn, distributed → models
-    → explain, interpret, viz (read traces and weights) → data, train → experiments → cli
+    → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train → experiments → cli
 
 The package's own ``__init__`` (the public names) sits in nn's layer.
 
@@ -31,7 +31,7 @@ LAYERS = [
     ("kernels",),
     ("nn", "distributed"),
     ("models",),
-    ("explain", "interpret", "viz"),
+    ("explain", "interpret", "viz", "testing"),
     ("data", "train"),
     ("experiments",),
     ("cli", "__main__"),

@@ -1,0 +1,131 @@
+"""The rules, each written once: ``judge(case, out, q, k, v, ...)`` raises ``RuleBroken`` naming the
+first rule the output (and its gradients) breaks, in plain words. ``check`` calls it after each call
+of the function under test, and every reproducer ends with the same call.
+
+The budget of a comparison depends on the inputs' dtype: |got - want| ≤ budget · (1 + |want|), with
+want the float64 reference (``attnlab.testing.reference``); gradients get ten times the budget.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .reference import ALIGNMENTS, allowed, reference
+
+BUDGET = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+# What each dirty case plants at the masked positions, as the failure names it.
+PLANTED = {"masked NaN value": "NaN in a masked value", "masked inf key": "inf in a masked key"}
+
+
+class RuleBroken(AssertionError):
+    """``rule``: the rule in plain words (stable, for grouping); ``str``: the rule with its numbers."""
+
+    def __init__(self, rule: str, detail: str = ""):
+        super().__init__(rule + detail)
+        self.rule = rule
+
+
+def _far(got: torch.Tensor, want: torch.Tensor, budget: float) -> str | None:
+    """``": max |error| 3.1e-01 at (0, 1, 2, 0)"`` when ``got`` leaves the budget around ``want``."""
+    err = (got.detach().to(torch.float64) - want.detach()).abs()
+    excess = err.nan_to_num(torch.inf) - budget * (1 + want.detach().abs())
+    if not excess.numel() or bool((excess <= 0).all()):
+        return None
+    at = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
+    return f": max |error| {float(err.nan_to_num(torch.inf).max()):.1e} at {at}"
+
+
+def _grads(out, q, k, v, cot):
+    leaves = [t for t in (q, k, v) if t.requires_grad]
+    got = torch.autograd.grad(out, leaves, cot, allow_unused=True, retain_graph=False)
+    return {name: (g if g is not None else torch.zeros_like(t))
+            for name, t, g in zip("qkv", leaves, got)}
+
+
+def _cotangent(out: torch.Tensor) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
+
+
+def _rows_broken(case: str, rows: torch.Tensor, out: torch.Tensor) -> None:
+    """The fully masked rows (``rows``: (b, h, q) bool) must be exact zeros."""
+    sel = out.detach()[rows]
+    if not bool(torch.isfinite(sel).all()):
+        raise RuleBroken("a fully masked row gives NaN" if bool(sel.isnan().any()) else "a fully masked row is not finite")
+    if bool((sel != 0).any()):
+        raise RuleBroken("a fully masked row is not zero", f": max |value| {float(sel.abs().max()):.1e}")
+
+
+def _judge_output(case, out, want, ok, budget):
+    planted = PLANTED.get(case)
+    rows = ~ok.any(-1)  # (b, h, q)
+    if case == "causal":
+        early = torch.zeros_like(rows)
+        early[..., : max(out.shape[-2] - 1, 0)] = True  # the rows that do not see the last key
+        if not bool(torch.isfinite(out.detach()[early]).all()):
+            raise RuleBroken("a NaN in a future key reached an earlier row")
+        keep = early[..., None]
+        out = torch.where(keep, out.detach().to(torch.float64), 0.0)
+        want = torch.where(keep, want.detach(), 0.0)
+    elif planted and not bool(torch.isfinite(out.detach()[~rows]).all()):
+        raise RuleBroken(f"{planted} reached the output")
+    elif bool(rows.any()):
+        _rows_broken(case, rows, out)
+    far = _far(out, want, budget)
+    if far:
+        raise RuleBroken("differs from the reference", far)
+
+
+def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad=True, again=None) -> None:
+    """Raise ``RuleBroken`` if ``out = fn(q, k, v, <mask>)`` breaks a rule of ``case``.
+
+    ``allow``/``causal`` describe the mask in attnlab's polarity (see ``attnlab.testing.signatures``);
+    ``grad``: also check the gradients of q, k, v (those that require grad) for a random cotangent;
+    ``again``: the output of a second call on the same inputs, which must equal ``out`` bit for bit.
+    """
+    b, h, n, _ = q.shape
+    want_shape = (b, h, n, v.shape[-1])
+    if not isinstance(out, torch.Tensor):
+        raise RuleBroken("the output is not a tensor", f": got {type(out).__name__}")
+    if tuple(out.shape) != want_shape:
+        raise RuleBroken("the output has the wrong shape", f": {tuple(out.shape)}, expected {want_shape}")
+    if out.dtype != q.dtype:
+        raise RuleBroken("the output's dtype differs from the input's", f": {out.dtype}, expected {q.dtype}")
+    if again is not None:  # the determinism case: only that
+        if not torch.equal(out.detach(), again.detach()):
+            diff = (out.detach().double() - again.detach().double()).abs().nan_to_num(torch.inf).max()
+            raise RuleBroken("two calls on the same input give different outputs", f": max |difference| {float(diff):.1e}")
+        return
+    budget = BUDGET.get(q.dtype, 3e-2)
+    ok = allowed(allow, causal, (b, h, n, k.shape[-2]), q.device)
+    leaves = [t.detach().requires_grad_(t.requires_grad) for t in (q, k, v)]
+    want = reference(*leaves, allow, causal=causal, scale=scale)
+    if case == "mask polarity":
+        if _far(out, want, budget) and not _far(out, reference(q, k, v, ~ok, scale=scale), budget):
+            raise RuleBroken("mask polarity looks inverted")
+    if case == "causal alignment (q < k)":
+        other = next(a for a in ALIGNMENTS if a != causal)
+        if _far(out, want, budget) and not _far(out, reference(q, k, v, allow, causal=other, scale=scale), budget):
+            raise RuleBroken(f"the causal mask looks {other.replace('_', '-')} aligned", f" (declared {causal!r})")
+    _judge_output(case, out, want, ok, budget)
+    if not grad or case in ("causal", "mask polarity") or not out.numel():
+        return
+    if not out.requires_grad:
+        raise RuleBroken("the output carries no gradient", " (pass grad=False to check outputs only)")
+    cot = _cotangent(out)
+    got = _grads(out, q, k, v, cot.to(out.dtype))
+    ref = _grads(want, *leaves, cot)
+    for name, g in got.items():
+        if not bool(torch.isfinite(g).all()):
+            if case in PLANTED:
+                raise RuleBroken(f"{PLANTED[case]} reached the gradient of {name}")
+            if case == "fully masked row":
+                raise RuleBroken("a fully masked row gives non-finite gradients", f" (of {name})")
+            raise RuleBroken(f"the gradient of {name} is not finite")
+        far = _far(g, ref[name], 10 * budget)
+        if far:
+            raise RuleBroken(f"the gradient of {name} differs from the reference", far)
+
+
+__all__ = ["BUDGET", "RuleBroken", "judge"]
