@@ -344,7 +344,7 @@ def test_explicit_path_when_the_private_fused_op_is_missing(monkeypatch):
     torch.testing.assert_close(g, g_fused, atol=1e-10, rtol=1e-10)
 
 
-# Block-sparse layout and forward: checks that a mutation run found missing.
+# Block-sparse layout and forward: the parts the fused path builds and the lse of the tiled path.
 #
 # What is pinned: which parts the fused path builds (`_layout`: window, query tile, global rows, plan),
 # that the plan is the one cached for the caller's b·h, the dropout seed's contract (0 without dropout,

@@ -147,7 +147,7 @@ def test_memory_cache_fills_in_the_decoder_and_wrong_caches_raise():
         m(torch.randn(1, 3, 8), torch.randn(1, 4, 8), cache=LayerCache())
 
 
-# Cache mechanics beyond test_cache.py / test_cache_policies.py, checked against values written by hand:
+# Cache mechanics, checked against values written by hand:
 # the buffer capacity rule (max(need, 2·capacity, 16)), the autograd path, from_buffers and its refusals,
 # every message exactly, MemoryCache's identity lookup, WindowCache's eviction, positions and chunk masks
 # (the policy: key j visible to query i iff j ≤ i and (j < sinks or j > i − window)), reprs and resets.
@@ -379,3 +379,36 @@ def test_kv_cache_policies_refusals_repr_and_reset():
     assert ws.length == 0 and all(layer.length == 0 and layer.keys is None for layer in ws.layers)
     one[0].update(heads(2), heads(2))
     assert one.length == 2 and repr(one) == "KVCache(layers=1, length=2)"
+
+
+# ---- caches ---------------------------------------------------------------------------------------------
+
+def test_fresh_memory_cache_holds_nothing():
+    c = MemoryCache()
+    assert c.keys is None and c.values is None
+    k = torch.zeros(1, 2, 4)
+    assert c.lookup(k, k) is None
+    c.store(k, k, torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4))
+    c.reset()
+    assert c.keys is None and c.values is None and repr(c) == "MemoryCache(keys=None)"
+
+
+def test_window_cache_positions_are_integers():
+    c = WindowCache(3, sinks=1)
+    assert c.positions.dtype == torch.long and c.positions.shape == (0,)
+    k = torch.zeros(1, 1, 5, 2)
+    c.update(k, k)
+    assert c.positions.dtype == torch.long and c.positions.tolist() == [0, 3, 4]
+    c.reset()
+    assert c.positions.dtype == torch.long and c.positions.shape == (0,)
+
+
+@pytest.mark.parametrize("k_shape, v_shape", [((1, 1, 2, 4), (1, 1, 2)), ((1, 1, 2), (1, 1, 2, 4)),
+                                               ((1, 1, 2, 4, 1), (1, 1, 2, 4))])
+def test_window_cache_refuses_heads_of_the_wrong_rank_even_when_the_first_axes_agree(k_shape, v_shape):
+    c = WindowCache(4)
+    got = f"({', '.join(map(str, k_shape))}), ({', '.join(map(str, v_shape))})"
+    with pytest.raises(ValueError, match="^" + re.escape(
+            f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {got}") + "$"):
+        c.update(torch.zeros(k_shape), torch.zeros(v_shape))
+    assert c.length == 0 and c.keys is None

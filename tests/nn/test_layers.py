@@ -325,3 +325,49 @@ def test_dropout_is_active_in_training():
     assert np.abs(a(layer(x)) - encoder_np(layer, x.numpy())).max() > 1e-3
     layer.eval()
     close(layer(x), encoder_np(layer, x.numpy()))
+
+
+# ---- layers against torch.nn ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_cached_causal_steps_match_torch(norm_first):
+    torch.manual_seed(0)
+    theirs = nn.TransformerEncoderLayer(8, 2, dim_feedforward=12, dropout=0.0, batch_first=True,
+                                        norm_first=norm_first).eval()
+    ours = TransformerEncoderLayer(8, 2, ffn_dim=12, dropout=0.0, norm_first=norm_first).eval()
+    ours.self_attn = from_torch(theirs.self_attn)
+    missing, unexpected = ours.load_state_dict(
+        {k: v for k, v in theirs.state_dict().items() if not k.startswith("self_attn.")}, strict=False)
+    assert not unexpected and all(k.startswith("self_attn.") for k in missing)
+    x = torch.randn(1, 4, 8)
+    want = theirs(x, src_mask=nn.Transformer.generate_square_subsequent_mask(4), is_causal=True)
+    cache = KVCache(1)
+    steps = [ours(x[:, t:t + 1], causal=True, cache=cache[0]) for t in range(4)]
+    assert cache[0].length == 4
+    torch.testing.assert_close(torch.cat(steps, 1), want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_without_biases_and_with_an_epsilon_matches_torch(norm_first):
+    torch.manual_seed(0)
+    theirs = nn.TransformerDecoderLayer(8, 2, dim_feedforward=12, dropout=0.0, batch_first=True, bias=False,
+                                        layer_norm_eps=0.5, norm_first=norm_first).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0, 0.5)
+    ours = TransformerDecoderLayer(8, 2, ffn_dim=12, dropout=0.0, bias=False, layer_norm_eps=0.5,
+                                   norm_first=norm_first).eval()
+    ours.self_attn, ours.multihead_attn = from_torch(theirs.self_attn), from_torch(theirs.multihead_attn)
+    missing, unexpected = ours.load_state_dict(
+        {k: v for k, v in theirs.state_dict().items() if not k.startswith(("self_attn.", "multihead_attn."))},
+        strict=False)
+    # torch's bias=False drops the LayerNorm biases too; ours keep theirs (zero from construction)
+    assert not unexpected
+    assert sorted(k for k in missing if not k.startswith(("self_attn.", "multihead_attn."))) == [
+        "norm1.bias", "norm2.bias", "norm3.bias"]
+    assert all(getattr(ours, f"norm{i}").bias.eq(0).all() for i in (1, 2, 3))
+    assert ours.linear1.bias is None and ours.linear2.bias is None
+    assert ours.norm1.eps == ours.norm2.eps == ours.norm3.eps == 0.5
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    want = theirs(x, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(3), tgt_is_causal=True)
+    torch.testing.assert_close(ours(x, memory), want, atol=1e-5, rtol=0)

@@ -109,7 +109,7 @@ def test_rope_keeps_float64_inputs_in_float64():
     assert torch.autograd.gradcheck(lambda t: rope(t, 5), (x,))
 
 
-# Positional encodings beyond test_positional.py / test_rope_scaling.py: every refusal with its exact
+# Positional encodings at their edges: every refusal with its exact
 # message and the edge values each check lets through; the sinusoidal table (Vaswani et al. 2017 §3.5)
 # at another base and added to non-zero inputs; the learned table's limits; RoPE (Su et al. 2021) on
 # half precision, at large offsets and with YaRN's (Peng et al. 2023) custom betas, a clipped ramp and a
@@ -360,3 +360,65 @@ def test_alibi_bias_more_keys_than_queries_and_repr():
     assert [n for n, _ in alibi.named_buffers()] == ["slopes"]
     full = alibi(4, 4)
     assert torch.equal(full, full.transpose(-1, -2))  # symmetric without a causal mask
+
+
+def rope_from_offset_np(x, offset=0, base=10000.0):
+    """RoFormer rotation of x (..., n, d) in float64: pair i at position p turned by p·θ_i."""
+    n, d = x.shape[-2], x.shape[-1]
+    ang = np.arange(offset, offset + n)[:, None] * theta_np(d, base)[None, :]  # (n, d/2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = x1 * np.cos(ang) - x2 * np.sin(ang)
+    out[..., 1::2] = x1 * np.sin(ang) + x2 * np.cos(ang)
+    return out
+
+
+# ---- RoPE -------------------------------------------------------------------------------------------
+
+def test_rope_angles_default_to_position_zero():
+    rope = RotaryEmbedding(6)
+    cos, sin = rope.angles(3)  # positions 0, 1, 2
+    ang = np.arange(3)[:, None] * theta_np(6)[None, :]
+    np.testing.assert_allclose(cos.numpy(), np.cos(ang), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(sin.numpy(), np.sin(ang), atol=1e-6, rtol=0)
+    assert cos[0].eq(1).all() and sin[0].eq(0).all()
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (3, 5, 4), (2, 3, 5, 4)])
+def test_rope_positions_come_from_the_second_to_last_axis_whatever_the_rank(shape):
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=torch.float64)
+    out = RotaryEmbedding(4)(x, offset=2)
+    np.testing.assert_allclose(out.numpy(), rope_from_offset_np(x.numpy(), offset=2), atol=1e-6, rtol=0)
+
+
+def test_dynamic_ntk_at_exactly_the_trained_length_is_the_unscaled_theta():
+    # Dynamic NTK rescales only for n > L; at n = L its s' = s·n/L − (s − 1) is 1 in exact arithmetic but
+    # 1 + 4e-16 in floats for s = 3.7, L = 3. With a base at a float32 rounding midpoint, rescaling by that
+    # s' would move the base by one float32 step, so θ at n = L must be the plain table itself.
+    base = 10000 + 2.0**-11
+    rope = RotaryEmbedding(8, base=base, scaling={"type": "dynamic", "factor": 3.7, "original_max_position": 3})
+    plain = RotaryEmbedding(8, base=base).inv_freq
+    assert torch.equal(rope.inv_freq_at(3), plain) and torch.equal(rope.inv_freq_at(2), plain)
+    np.testing.assert_allclose(rope.inv_freq_at(3).numpy(), theta_np(8, base), rtol=1e-6)
+    assert not torch.equal(rope.inv_freq_at(4), plain)  # past L it does rescale
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rope_half_precision_gradient_is_computed_in_float32_and_rounded_once(dtype):
+    # out = (x1 c − x2 s, x1 s + x2 c) ⇒ ∂L/∂x1 = g1 c + g2 s, ∂L/∂x2 = −g1 s + g2 c, summed in float32
+    # and rounded to the half type once (rounding each product first gives other values in about a
+    # quarter of the entries).
+    torch.manual_seed(0)
+    rope = RotaryEmbedding(8)
+    x = torch.randn(1, 2, 16, 8).to(dtype).requires_grad_()
+    g = torch.randn(1, 2, 16, 8).to(dtype)
+    rope(x, offset=3).backward(g)
+    ang = np.arange(3, 19)[:, None] * theta_np(8)[None, :]
+    c, s = np.cos(ang), np.sin(ang)
+    gn = g.double().numpy()
+    want = np.empty(gn.shape)
+    want[..., 0::2] = gn[..., 0::2] * c + gn[..., 1::2] * s
+    want[..., 1::2] = -gn[..., 0::2] * s + gn[..., 1::2] * c
+    assert x.grad.dtype == dtype
+    assert torch.equal(x.grad, torch.from_numpy(want).to(dtype))
