@@ -12,6 +12,8 @@ import torch
 import attnlab
 from attnlab.nn import LuongAttention
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 @pytest.mark.parametrize("score", ["dot", "general"])
 def test_traced_scaled_scores_are_recorded_and_the_weights_are_their_softmax(score):
@@ -34,3 +36,12 @@ def test_unscaled_scores_record_no_scaled_step():
     with attnlab.trace() as t:
         m(torch.randn(1, 2, 4), torch.randn(1, 3, 4))
     assert "scores" in t and "scaled_scores" not in t
+
+
+# ---- Luong's traced scale step ------------------------------------------------------------------------
+
+def test_traced_luong_scale_step_carries_its_latex():
+    m = LuongAttention(4, 4, score="dot", scale=True)
+    with attnlab.trace() as t:
+        m(torch.randn(1, 2, 4), torch.randn(1, 3, 4))
+    assert t["scaled_scores"].latex == r"e_{ij} / \sqrt{d_k}"

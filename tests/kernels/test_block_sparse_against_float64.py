@@ -1,4 +1,4 @@
-"""Block-sparse attention: checks that the full kernels mutation run found missing.
+"""Block-sparse attention: messages, values, weights, gradients and dropout against float64.
 
 References, all written here: masked softmax attention in float64 (scores q·kᵀ·scale, −∞ outside
 ``pattern.materialize(n) & padding``, a row with no key gives zeros; gradients by autograd on that formula),

@@ -1,4 +1,4 @@
-"""Kernels: checks that a mutation run found missing (names, messages, the lse of one block).
+"""Kernels: the scale each kernel is given, argument names and messages, the lse of one block.
 
 References: float64 NumPy of softmax attention and its log-sum-exp ℓ_i = log Σ_j exp(s_ij), written here;
 messages and names written by hand.

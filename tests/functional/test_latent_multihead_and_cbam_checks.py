@@ -1,5 +1,4 @@
-"""Checks and paths of latent attention, multi-head attention and CBAM's feature-map check that the
-fourth mutation round found untested.
+"""Checks and paths of latent attention, multi-head attention and CBAM's feature-map check.
 
 * ``latent_attention`` refuses each wrong up-projection and each unmatched (b, k) / (b, h, q) pair on
   its own (not only when two are wrong at once), with the message naming the shapes given;

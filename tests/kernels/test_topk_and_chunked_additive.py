@@ -1,4 +1,4 @@
-"""Top-k attention and the chunked additive scores: checks that the full kernels mutation run found missing.
+"""Top-k attention and the chunked additive scores: values, gradients, chunk sizes and messages.
 
 References, all written here: the top-k choice from float64 NumPy (argsort of q·kᵀ·scale among the allowed
 keys), attention over the chosen keys as a float64 softmax written out (its gradients by autograd on that

@@ -1,5 +1,5 @@
-"""The thin modules and helpers of ``attnlab.nn``: padding rules, dot-product and soft-capped attention,
-the attentional output layer and the registry, against float64 NumPy written from the formulas
+"""The thin modules of ``attnlab.nn``: dot-product and soft-capped attention and the attentional
+output layer, against float64 NumPy written from the formulas
 (Vaswani et al. 2017; Gemma 2's c·tanh(e/c); Luong et al. 2015 eqs. 5–6) and values by hand."""
 
 from __future__ import annotations
@@ -10,10 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import masks
 from attnlab.nn import AttentionalOutput, DotProductAttention, SoftcapAttention
 from attnlab.nn import registry as R
-from attnlab.nn.padding import padded_queries, zero_padded
 
 
 def t(*shape, seed=0):
@@ -32,74 +30,6 @@ def message(call, exc=ValueError):
     with pytest.raises(exc) as e:
         call()
     return str(e.value)
-
-
-# --- padding ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("four_d", [False, True])
-def test_padded_queries_zeroes_padded_rows(four_d):
-    x = t(2, 3, 2)
-    x[1, 2] = float("nan")
-    pad = torch.tensor([[True, False, True], [True, True, False]])
-    out, got = padded_queries(x, *masks.score_mask(pad[:, None, None, :] if four_d else pad, 2, 3, 3))
-    np.testing.assert_array_equal(out.numpy(), np.where(pad.numpy()[..., None], np.nan_to_num(x.numpy()), 0.0))
-    assert torch.equal(got, pad) and got.shape == (2, 3)
-
-
-def test_padded_queries_keeps_the_dtype_even_of_integers():
-    x = torch.arange(6).view(1, 3, 2)
-    out, _ = padded_queries(x, *masks.score_mask(torch.tensor([[True, False, True]]), 1, 3, 3))
-    assert out.dtype == torch.int64 and out.tolist() == [[[0, 1], [0, 0], [4, 5]]]
-    h = t(1, 2, 2).half()
-    assert padded_queries(h, *masks.score_mask(torch.tensor([[False, True]]), 1, 2, 2))[0].dtype == torch.float16
-
-
-def test_padded_queries_after_a_cache_are_the_last_columns_of_the_padding_mask():
-    x = t(1, 2, 2)
-    m = torch.tensor([[False, True, True, False]])[:, None, None, :]  # (b, 1, 1, k): 2 cached keys, then x's 2
-    out, pad = padded_queries(x, m, True)
-    assert pad.tolist() == [[True, False]]
-    np.testing.assert_array_equal(out.numpy(), np.stack([x.numpy()[0, 0], np.zeros(2)])[None])
-
-
-@pytest.mark.parametrize("mask", [
-    None,
-    torch.zeros(2, 3, dtype=torch.float64),  # a float bias is no padding mask
-    torch.ones(3, 3, dtype=torch.bool),  # another b: a (q, k) mask
-    torch.ones(2, 1, 3, 3, dtype=torch.bool),  # a (b, 1, q, k) mask
-    torch.ones(2, 3, 1, 1, dtype=torch.bool),
-    torch.ones(2, 1, 3, dtype=torch.bool),
-])
-def test_padded_queries_leaves_anything_else_alone(mask):
-    x = t(2, 3, 2)
-    out, pad = padded_queries(x, *masks.score_mask(mask, 2, 3, 3))
-    assert out is x and pad is None
-
-
-def test_padded_queries_only_for_a_padding_mask():
-    x = t(2, 3, 2)
-    out, pad = padded_queries(x, torch.ones(2, 1, 1, 3, dtype=torch.bool), False)
-    assert out is x and pad is None
-
-
-def test_padded_queries_needs_a_3d_input():
-    x = t(2, 3)
-    out, pad = padded_queries(x, torch.ones(2, 1, 1, 3, dtype=torch.bool), True)
-    assert out is x and pad is None
-
-
-def test_zero_padded():
-    out, w = t(2, 3, 2), t(2, 4, 3, 5, seed=1)
-    assert zero_padded(out, w, None) == (out, w)
-    pad = torch.tensor([[True, False, True], [False, True, True]])
-    o2, w2 = zero_padded(out, w, pad)
-    np.testing.assert_array_equal(o2.numpy(), np.where(pad.numpy()[..., None], out.numpy(), 0.0))
-    np.testing.assert_array_equal(w2.numpy(), np.where(pad.numpy()[:, None, :, None], w.numpy(), 0.0))
-    o3, w3 = zero_padded(torch.arange(6).view(1, 3, 2), None, pad[:1])
-    assert w3 is None and o3.dtype == torch.int64 and o3.tolist() == [[[0, 1], [0, 0], [4, 5]]]
-    _, w4 = zero_padded(out[:1], torch.ones(1, 1, 3, 2, dtype=torch.int32), pad[:1])
-    assert w4.dtype == torch.int32 and w4[0, 0, :, 0].tolist() == [1, 0, 1]
 
 
 # --- DotProductAttention -----------------------------------------------------------------------------
@@ -212,52 +142,7 @@ def test_attentional_output_layers_and_dropout():
     assert not torch.allclose(l_train, l_eval)
 
 
-# --- the registry --------------------------------------------------------------------------------------
-
-
-def test_canonical_and_its_message():
-    assert R.canonical("luong_dot") == "luong-dot" and R.canonical("neighborhood_2d") == "neighborhood-2d"
-    assert R.canonical("whatever") == "whatever"
-    assert message(lambda: R.canonical(3), TypeError) == "an attention name must be a str; got int"
-    assert message(lambda: R.canonical(None), TypeError) == "an attention name must be a str; got NoneType"
-
-
-@pytest.mark.parametrize("name", ["My-attention", "my_attention", "multi_head", "UPPER"])
-def test_register_message(name):
-    assert message(lambda: R.register(name)) == (
-        f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
-
-
 class _Probe(torch.nn.Module):
     def __init__(self, a=1, b=2):
         super().__init__()
         self.a, self.b = a, b
-
-
-def test_register_create_with_defaults_and_twice():
-    try:
-        assert R.register("probe-plain")(_Probe) is _Probe
-        assert R.register("probe-defaults", a=10, b=20)(_Probe) is _Probe
-        plain = R.create("probe-plain", b=5)
-        assert type(plain) is _Probe and (plain.a, plain.b) == (1, 5)
-        made = R.create("probe-defaults", b=7)  # the caller's keywords win over the registered defaults
-        assert type(made) is _Probe and (made.a, made.b) == (10, 7)
-        made = R.create("probe-defaults")
-        assert (made.a, made.b) == (10, 20)
-        assert "probe-plain" in R.available() and R.available() == sorted(R.available())
-        deco = R.register("probe-plain")
-        assert message(lambda: deco(_Probe)) == "attention name 'probe-plain' is registered twice"
-    finally:
-        R._REGISTRY.pop("probe-plain", None)
-        R._REGISTRY.pop("probe-defaults", None)
-    assert "probe-plain" not in R.available()
-
-
-def test_create_unknown_names_every_available_name():
-    text = message(lambda: R.create("nope"))
-    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R._REGISTRY))}"
-    assert "luong-concat, luong-dot, luong-general" in text
-    assert R.create("luong_dot", query_dim=2, key_dim=2).score == "dot"
-    assert R.create("luong-concat", query_dim=2, key_dim=2).score == "concat"
-    assert R.create("luong-general", query_dim=2, key_dim=3).score == "general"
-    assert R.create("luong-general", query_dim=2, key_dim=2, score="dot").score == "dot"
