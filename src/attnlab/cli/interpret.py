@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
@@ -32,7 +32,7 @@ MAX_FLOW_TOKENS = 64
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interpret", help="attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
+    p = sub.add_parser("interpret", help=VERBS["interpret"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("method", choices=["rollout", "flow", "heads"],
                    help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")
