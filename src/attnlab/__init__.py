@@ -16,6 +16,7 @@ Mask convention everywhere: bool True = may attend; float = additive bias.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING
@@ -40,10 +41,10 @@ _LAZY = {
 
 
 def __getattr__(name: str):
-    if name not in _LAZY:
+    if name not in _LAZY and importlib.util.find_spec(f"{__name__}.{name}") is None:
         raise AttributeError(f"module 'attnlab' has no attribute {name!r}")
-    where = _LAZY[name]
-    if where is None:
+    where = _LAZY.get(name)
+    if where is None:  # a subpackage (attnlab.nn, attnlab.models, ...): imported on first use too
         value = importlib.import_module(f".{name}", __name__)
     else:
         value = getattr(importlib.import_module(f".{where}", __name__), name)

@@ -65,3 +65,10 @@ def test_attnlab_trace_stays_the_function_when_its_module_is_imported_first():
     code = "import attnlab.functional, attnlab; print(callable(attnlab.trace) and attnlab.trace.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "trace"
+
+
+def test_subpackages_are_attributes_of_attnlab_on_first_use():
+    code = ("import attnlab; print(attnlab.nn.MemoryCache.__name__, attnlab.models.__name__, "
+            "hasattr(attnlab, 'no_such_name'), 'create' in dir(attnlab))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["MemoryCache", "attnlab.models", "False", "True"]
