@@ -2,7 +2,9 @@
 
 Each verb lives in its own module under ``attnlab.cli`` with two functions:
 ``add_parser(subparsers)`` (which registers the verb and sets ``func``) and
-the function it runs. Add a verb by adding its module name to ``VERBS``.
+the function it runs. Add a verb by adding its name and one-line help to ``VERBS``.
+Only the verb that runs is imported: ``attnlab --help``, ``--version`` and a
+mistyped verb import neither a verb module nor torch.
 Errors the user can fix (bad files, bad arguments, a missing optional package)
 print one line ``attnlab VERB: error: ...`` and exit 2, never a traceback; a closed
 pipe (``attnlab evaluate ... | head``) ends quietly; Ctrl-C exits 130.
@@ -16,7 +18,22 @@ import os
 import sys
 from collections.abc import Sequence
 
-VERBS = ["explain", "verify", "view", "train", "experiment", "translate", "evaluate", "generate", "caption", "plot_run", "interpret"]
+# Verb → its one-line help. Verb NAME lives in the module attnlab.cli.NAME (plot-run: plot_run),
+# which reads its help from here: `attnlab --help` and a mistyped verb answer from this table
+# alone, without importing any verb (nor torch).
+VERBS = {
+    "explain": "walk through a mechanism step by step with its actual numbers",
+    "verify": "check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
+    "view": "write a self-contained HTML viewer (or PNG/SVG) of attention weights",
+    "train": "train a model (a checkpoint folder is written)",
+    "experiment": "run an experiment: train, evaluate, write a table and plots",
+    "translate": "translate with a trained seq2seq checkpoint and show the alignment",
+    "evaluate": "score a seq2seq checkpoint: exact match, BLEU, chrF, by source length",
+    "generate": "sample text from a trained language model (attnlab train lm)",
+    "caption": "caption an image with a trained captioner and draw its attention per word",
+    "plot-run": "draw a training run's loss and validation curves (metrics.jsonl)",
+    "interpret": "attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
+}
 
 
 class UsageError(Exception):
@@ -57,20 +74,31 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``attnlab`` parser. With ``only`` (a verb, or ``""`` for none) only that verb's module is
+    imported; every other verb is its name and help, enough to list it and to refuse a typo."""
     parser = Parser(prog="attnlab", description="Attention mechanisms, computed step by step and fast.")
     from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
-    for verb in VERBS:
-        importlib.import_module(f"{__name__}.{verb}").add_parser(sub)
+    for verb, help in VERBS.items():
+        if only is None or verb == only:
+            importlib.import_module(f"{__name__}.{verb.replace('-', '_')}").add_parser(sub)
+        else:
+            sub.add_parser(verb, help=help)
     return parser
 
 
+def _verb(argv: Sequence[str]) -> str:
+    """The verb of a command line: its first word (the top level has no option taking a value)."""
+    return argv[0] if argv and argv[0] in VERBS else ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_verb(argv))
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:

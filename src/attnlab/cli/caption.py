@@ -27,7 +27,7 @@ import numpy as np
 from ..data.emoji import LANGS, join_tokens, read_image
 from ..train.caption import caption_image, region_cells
 from ..train.load import load_model
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
@@ -35,7 +35,7 @@ from ._threads import add_threads
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "caption",
-        help="caption an image with a trained captioner and draw its attention per word",
+        help=VERBS["caption"],
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

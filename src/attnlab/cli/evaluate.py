@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="score a seq2seq checkpoint: exact match, BLEU, chrF, by source length",
+    p = sub.add_parser("evaluate", help=VERBS["evaluate"],
                        description=__doc__)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--split", choices=("test", "valid"), default="test")

@@ -1,9 +1,10 @@
 """``attnlab experiment NAME``: an experiment that turns a claim of the seeds into measurements."""
 
+from . import VERBS
 from ._group import add_group
 
 EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment", "length", "rope-scaling", "faithfulness"]
 
 
 def add_parser(sub) -> None:
-    add_group(sub, "experiment", EXPERIMENTS, "run an experiment: train, evaluate, write a table and plots")
+    add_group(sub, "experiment", EXPERIMENTS, VERBS["experiment"])

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..explain import builtin_names, document, load, render, render_markdown, run, verify
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS, canonical
-from . import UsageError
+from . import VERBS, UsageError
 from ._threads import add_threads
 
 FORMATS = {
@@ -29,7 +29,7 @@ FORMATS = {
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "explain",
-        help="walk through a mechanism step by step with its actual numbers",
+        help=VERBS["explain"],
         description="Compute a worked example with attnlab and print every step: "
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from .._limits import check_value
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
@@ -23,7 +23,7 @@ from ._threads import add_threads
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate",
-        help="sample text from a trained language model (attnlab train lm)",
+        help=VERBS["generate"],
         description="Sample text from a language-model checkpoint, with the key/value cache.",
     )
     p.add_argument("--checkpoint", required=True, help="a folder written by 'attnlab train lm'")

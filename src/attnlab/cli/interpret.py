@@ -2,13 +2,16 @@
 
     attnlab interpret rollout --json attention.json                  # prints the (n, n) matrix
     attnlab interpret flow --json attention.json --picture flow.png  # and draws it
+    attnlab interpret flow --json attention.json --last 64           # the last 64 tokens only
+    attnlab interpret rollout --json attention.json --tokens 1:20    # tokens 1 to 20 only
     attnlab interpret rollout --json attention.json --head-fusion max --no-residual
     attnlab interpret heads --run runs/tf --plot ablation.png        # a translator run (its test split)
     attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
 
 The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k} (what
 ``attnlab.models.gpt.attention_json`` writes). Row i of the result: how much output token i
-draws from each input token, through every layer (Abnar & Zuidema 2020).
+draws from each input token, through every layer (Abnar & Zuidema 2020). Up to 16 tokens the
+whole matrix is printed; beyond, each row's 5 largest entries (``--picture`` draws it all).
 
 ``heads`` (Michel et al. 2019) prints every head's importance |∂L/∂ξ| (the loss's derivative in
 a gate on the head) for each attention module of the run's model, then the loss as heads are
@@ -23,16 +26,18 @@ import json
 from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads, apply_threads
-from ._types import positive_int
+from ._types import Span, positive_int, token_span
 
 MAX_FLOW_TOKENS = 64
+MAX_PRINTED_TOKENS = 16  # beyond, each row's TOP largest entries are printed
+TOP = 5
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interpret", help="attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
+    p = sub.add_parser("interpret", help=VERBS["interpret"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("method", choices=["rollout", "flow", "heads"],
                    help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")
@@ -45,7 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-path", help="heads on a translator: the Ding file, if not where training found it")
     p.add_argument("--head-fusion", default="mean", choices=["mean", "max", "min"], help="how heads combine (default mean)")
     p.add_argument("--no-residual", action="store_true", help="use the raw weights, without 0.5·A + 0.5·I per layer")
-    p.add_argument("--picture", help="also draw the matrix as a PNG here (needs matplotlib)")
+    crop = p.add_mutually_exclusive_group()
+    crop.add_argument("--tokens", type=token_span, metavar="A:B",
+                      help="rollout/flow: only tokens A to B (counted from 1, both included; --tokens=-64: is the "
+                           "last 64); each row's weights renormalised over the kept tokens")
+    crop.add_argument("--last", type=positive_int, metavar="N", help="rollout/flow: only the last N tokens "
+                      "(--tokens=-N:)")
+    p.add_argument("--picture", help="also draw the matrix as a PNG here, labelled with the tokens (needs matplotlib)")
     add_inference_device(p, what="run the model (heads; rollout and flow read a JSON file)")
     add_threads(p)
     p.set_defaults(func=run_interpret)
@@ -77,7 +88,7 @@ def read_weights(path: str):
 
 
 def run_interpret(args: argparse.Namespace) -> int:
-    from ..interpret import flow, rollout
+    from ..interpret import crop, flow, rollout
 
     apply_threads(args)
     if args.method == "heads":
@@ -87,41 +98,52 @@ def run_interpret(args: argparse.Namespace) -> int:
     if args.picture and not args.picture.endswith(".png"):
         raise UsageError(f"--picture must be a .png file; got {args.picture!r}")
     tokens, w = read_weights(args.json)
+    span = Span(-args.last, None) if args.last else args.tokens
+    first = 0
+    if span is not None:
+        first, stop = span.indices(len(tokens))
+        tokens, w = tokens[first:stop], crop(w, first, stop)
     if args.method == "flow" and len(tokens) > MAX_FLOW_TOKENS:
         raise UsageError(f"flow runs n² max-flow problems and is slow beyond {MAX_FLOW_TOKENS} tokens; "
-                         f"this input has {len(tokens)}: use rollout, or crop the input")
+                         f"this input has {len(tokens)}: use rollout, or crop it (--last {MAX_FLOW_TOKENS} "
+                         f"keeps the last {MAX_FLOW_TOKENS}; --tokens A:B any span)")
     fn = rollout if args.method == "rollout" else flow
     m = fn(w, residual=not args.no_residual, head_fusion=args.head_fusion)
     labels = [repr(t)[1:-1].replace(" ", "␣") or "∅" for t in tokens]  # whitespace visible: ␣, \n, \t
-    width = max(6, *(len(t) for t in labels))
-    print(" " * width + " " + " ".join(f"{t[:6]:>6}" for t in labels))
-    for t, row in zip(labels, m):
-        print(f"{t:>{width}} " + " ".join(f"{v:6.3f}" for v in row))
+    print_result(m, labels, first)
     if args.picture:
-        draw(m, labels, args.picture, f"attention {args.method} ({w.shape[0]} layers, heads: {args.head_fusion}"
-             f"{', no residual' if args.no_residual else ''})")
+        kept = f"tokens {first + 1}–{first + len(tokens)}, " if span is not None else ""
+        draw(m, labels, args.picture, f"attention {args.method} ({kept}{w.shape[0]} layers, heads: "
+             f"{args.head_fusion}{', no residual' if args.no_residual else ''})")
         print(f"wrote {args.picture}")
     return 0
 
 
+def print_result(m, labels: list[str], first: int = 0) -> None:
+    """The whole matrix up to ``MAX_PRINTED_TOKENS`` tokens; beyond, each row's ``TOP`` largest entries,
+    with the tokens' positions counted from 1 in the input (``first``: the crop's offset)."""
+    if len(labels) <= MAX_PRINTED_TOKENS:
+        width = max(6, *(len(t) for t in labels))
+        print(" " * width + " " + " ".join(f"{t[:6]:>6}" for t in labels))
+        for t, row in zip(labels, m):
+            print(f"{t:>{width}} " + " ".join(f"{v:6.3f}" for v in row))
+        return
+    print(f"{len(labels)} tokens: each output token's {TOP} largest input tokens (position counted from 1, "
+          f"token, value); --tokens A:B crops, --picture draws the whole matrix")
+    pos = [f"{first + i + 1}" for i in range(len(labels))]
+    width = max(len(p) + len(t) + 1 for p, t in zip(pos, labels))
+    for i, row in enumerate(m):
+        top = [j for j in sorted(range(len(row)), key=lambda j: -row[j])[:TOP] if row[j] > 0]
+        cells = "  ".join(f"{pos[j] + ' ' + labels[j]:>{width}} {row[j]:.3f}" for j in top)
+        print(f"{pos[i] + ' ' + labels[i]:>{width}} ← {cells}")
+
+
 def draw(m, labels: list[str], path: str, title: str) -> None:
-    import matplotlib
+    """The matrix as a heatmap labelled with the tokens (``viz.heatmap``: sized to them, under 4,000 px)."""
+    from ..viz.heatmap import heatmap
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(labels)
-    side = min(38.0, 3.0 + 0.3 * n)  # ≤ 4,000 px a side at dpi 100
-    fig, ax = plt.subplots(figsize=(side + 1.5, side))
-    im = ax.imshow(m, cmap="viridis", vmin=0)
-    if n <= 80:
-        ax.set_xticks(range(n), labels, rotation=90, fontsize=8)
-        ax.set_yticks(range(n), labels, fontsize=8)
-    ax.set_xlabel("input token")
-    ax.set_ylabel("output token (last layer)")
-    ax.set_title(title, fontsize=9, wrap=True)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
+    fig = heatmap(m, labels, labels, title=title, annotate=len(labels) <= 12,
+                  xlabel="input token", ylabel="output token (last layer)")
     save_figure(fig, path)  # written whole, then renamed
 
 

@@ -1,9 +1,10 @@
 """``attnlab train TASK``: train a model and write a checkpoint folder."""
 
+from . import VERBS
 from ._group import add_group
 
 TASKS = ["seq2seq", "lm", "caption"]
 
 
 def add_parser(sub) -> None:
-    add_group(sub, "train", TASKS, "train a model (a checkpoint folder is written)")
+    add_group(sub, "train", TASKS, VERBS["train"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
@@ -22,7 +22,7 @@ SHADES = " ·░▒▓█"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("translate", help="translate with a trained seq2seq checkpoint and show the alignment",
+    p = sub.add_parser("translate", help=VERBS["translate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("texts", nargs="+", help="source sentences")
     p.add_argument("--checkpoint", required=True, help="a folder written by attnlab train seq2seq")

@@ -16,14 +16,14 @@ from ..explain import builtin_names, document, load, run, verify
 from ..explain.i18n import LANGS
 from ..explain.i18n import t as say
 from ..explain.render_text import render_claims, summary
-from . import UsageError
+from . import VERBS, UsageError
 from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify",
-        help="check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
+        help=VERBS["verify"],
         description="Recompute each worked example with attnlab and classify every written claim as "
         "exact (right at its written precision), rounding drift (right from the example's own rounded "
         "values), another convention (truncated, rounded up or down, percentages, a 0-based index, a transposed "

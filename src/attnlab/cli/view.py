@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import UsageError
+from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._threads import add_threads
 
@@ -22,7 +22,7 @@ from ._threads import add_threads
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "view",
-        help="write a self-contained HTML viewer (or PNG/SVG) of attention weights",
+        help=VERBS["view"],
         description="Write an offline HTML page: hover or click a query token to see its weights over "
         "the keys, switch layer and head, toggle masked positions. The weights come from a worked "
         "example (its trace) or a JSON file: {\"tokens\": [...], \"layers\": layers × heads × q × k} "

@@ -64,6 +64,14 @@ def layer_matrices(weights, residual: bool = True, head_fusion: str = "mean") ->
     return a
 
 
+def crop(weights, start: int, stop: int) -> np.ndarray:
+    """The weights among tokens ``start:stop`` alone: (layers, h, n, n) → (layers, h, m, m).
+
+    Each row is renormalised over the kept keys: attention a kept token paid to a dropped one is
+    left out, and the rest read as shares again (an all-zero row stays zero)."""
+    return _rownorm(_stack(weights)[..., start:stop, start:stop])
+
+
 def _chain(mats: np.ndarray) -> np.ndarray:
     out = np.eye(mats.shape[-1])
     for m in mats:  # first layer up: R ← Â_l R
@@ -98,4 +106,4 @@ def grad_rollout(weights, grads) -> np.ndarray:
     return _chain(cam + np.eye(a.shape[-1]))  # R ← R + cam_l R = (I + cam_l) R, first layer up
 
 
-__all__ = ["rollout", "flow", "grad_rollout", "layer_matrices", "FUSIONS"]
+__all__ = ["rollout", "flow", "grad_rollout", "layer_matrices", "crop", "FUSIONS"]

@@ -80,6 +80,7 @@ from ..functional.scores import default_scale
 from ..functional.softmax import masked_softmax
 from ..patterns import Pattern, Window
 from . import devices, flash
+from ._compile import assume_constant, when_compiling
 from .band import band_backward, band_forward, query_tile
 from .global_part import global_backward, global_forward
 from .partial import PartialResult, merge, merge_rows
@@ -109,7 +110,7 @@ _NEXT = itertools.count(1)
 _NS = __name__.split(".")[0]  # "attnlab" (a renamed copy, e.g. in benchmarks/bench_sparse_ab.py, gets its own ops)
 
 
-@torch.compiler.assume_constant_result  # under torch.compile: a constant of the graph, no graph break
+@assume_constant  # under torch.compile: a constant of the graph, no graph break
 def _pattern_id(pattern: Pattern) -> int:
     """The pattern's number for the custom ops (kept while the pattern lives)."""
     i = _IDS.get(pattern)
@@ -406,7 +407,7 @@ def block_sparse_attention(
     return out.to(dtype), weights
 
 
-@torch.compiler.disable  # an inspection path: the plan (host reads) and tile-by-tile weights
+@when_compiling(torch.compiler.disable)  # an inspection path: the plan (host reads) and tile-by-tile weights
 @torch.no_grad()
 def _tile_weights(
     q: torch.Tensor, k: torch.Tensor, pl: Plan, pad: torch.Tensor | None, scale: float, hit: torch.Tensor | None = None

@@ -28,6 +28,7 @@ import torch
 from .. import _checks
 from ..functional.attention import attention
 from ..patterns import Neighborhood2D, neighborhood_2d
+from ._compile import assume_constant
 from .block_sparse import block_sparse_attention
 
 # One pattern object per grid (the kernel keeps its plan on it), found by its sizes: under
@@ -36,7 +37,7 @@ from .block_sparse import block_sparse_attention
 _GRIDS: dict[tuple[int, int, int, int], Neighborhood2D] = {}
 
 
-@torch.compiler.assume_constant_result
+@assume_constant
 def _grid(height: int, width: int, kernel: int, dilation: int) -> tuple[int, int, int, int]:
     key = (height, width, kernel, dilation)
     if key not in _GRIDS:

@@ -79,8 +79,10 @@ def _labels(name: str, labels, n: int) -> list[str] | None:
 #: No picture is wider or taller than this many pixels (``save`` writes at ``DPI``).
 MAX_PX = 4000
 DPI = 120
-#: At most this many tick labels on an axis; longer sequences are labelled every n-th token.
+#: At least this many tick labels fit an axis; a heatmap labels every token while its cells are a
+#: label high (``CELL_PT``), longer sequences every n-th token.
 MAX_TICKS = 48
+SMALL_PT, CELL_PT = 7, 10  # the type of a label per token, and the points a cell needs for it
 
 
 def _wrap(text: str, width_in: float) -> str:
@@ -102,16 +104,17 @@ def _pool(w: np.ndarray, max_cells: int) -> tuple[np.ndarray, int]:
         return np.nanmean(blocks, axis=(1, 3)), f
 
 
-def _ticks(n: int, labels, f: int) -> tuple[list[float], list[str], int]:
+def _ticks(n: int, labels, f: int, max_ticks: int = MAX_TICKS) -> tuple[list[float], list[str], int]:
     """Tick positions (in pooled cells) and labels, every ``step``-th position when there are too many."""
     labels = labels if labels else [str(i + 1) for i in range(n)]
-    step = max(1, -(-n // MAX_TICKS))
+    step = max(1, -(-n // max_ticks))
     idx = list(range(0, n, step))
     return [(i + 0.5) / f - 0.5 for i in idx], [labels[i] for i in idx], step
 
 
 def _draw(ax, w: np.ndarray, x_labels, y_labels, *, annotate: bool, cmap: str, vmax: float | None,
-          masked=None, max_cells: int = MAX_PX, ticks: bool = True) -> tuple[Any, list[str]]:
+          masked=None, max_cells: int = MAX_PX, ticks: bool = True,
+          max_ticks: int = MAX_TICKS) -> tuple[Any, list[str]]:
     """Draw (q, k) weights; masked/non-finite cells hatched. Returns the image and notes on what was reduced."""
     import matplotlib.patches as mpatches
 
@@ -126,8 +129,10 @@ def _draw(ax, w: np.ndarray, x_labels, y_labels, *, annotate: bool, cmap: str, v
     im = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
                    interpolation="nearest", zorder=1)
     if ticks:
-        xt, xl, xs = _ticks(k, x_labels, f)
-        yt, yl, ys = _ticks(q, y_labels, f)
+        xt, xl, xs = _ticks(k, x_labels, f, max_ticks)
+        yt, yl, ys = _ticks(q, y_labels, f, max_ticks)
+        if max(len(xl), len(yl)) > MAX_TICKS:  # a label for every token of a long input: small type
+            ax.tick_params(labelsize=SMALL_PT)
         ax.set_xticks(xt, xl, rotation=45 if len(xl) > 8 else 0, ha="right" if len(xl) > 8 else "center")
         ax.set_yticks(yt, yl)
         if xs > 1 or ys > 1:
@@ -154,8 +159,15 @@ def _masked_legend(ax, w: np.ndarray, masked) -> None:
 
 
 def _side(n: int) -> float:
-    """Inches for n cells: roomy for short sequences, capped so the picture stays under MAX_PX."""
-    return min(0.5 * n, 0.8 * MAX_PX / DPI - 3)
+    """Inches for n cells: roomy for short sequences (half an inch a cell), a label's height a cell for
+    long ones, and capped so the picture stays under MAX_PX."""
+    return min(0.5 * n, max(12.0, n * CELL_PT / 72), 0.8 * MAX_PX / DPI - 3)
+
+
+def _max_ticks(n: int, side_in: float) -> int:
+    """Tick labels for n tokens along ``side_in`` inches: every token's while each cell is a label high,
+    else at most MAX_TICKS."""
+    return max(MAX_TICKS, n if n * CELL_PT <= side_in * 72 else 0)
 
 
 def heatmap(weights, x_labels=None, y_labels=None, *, title: str = "", annotate: bool = True,
@@ -170,7 +182,7 @@ def heatmap(weights, x_labels=None, y_labels=None, *, title: str = "", annotate:
     width = 2.2 + _side(w.shape[1])
     fig, ax = plt.subplots(figsize=(max(4.0, width), max(2.5, 1.6 + _side(w.shape[0]))), constrained_layout=True)
     im, notes = _draw(ax, w, x_labels, y_labels, annotate=annotate, cmap=cmap, vmax=None, masked=masked,
-                      max_cells=int(_side(max(w.shape)) * DPI))
+                      max_cells=int(_side(max(w.shape)) * DPI), max_ticks=_max_ticks(max(w.shape), _side(max(w.shape))))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
