@@ -33,6 +33,7 @@ VERBS = {
     "caption": "caption an image with a trained captioner and draw its attention per word",
     "plot-run": "draw a training run's loss and validation curves (metrics.jsonl)",
     "interpret": "attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
+    "check": "check your own attention function against the contract (masks, NaN, empty input, values)",
 }
 
 

@@ -1,0 +1,81 @@
+"""``attnlab check MODULE:FUNCTION``: run the attention contract on your own function.
+
+The function is imported (``package.module:function``, or ``path/to/file.py:function``) and
+checked by ``attnlab.testing.check`` with the signature you declare; the report is printed,
+and the exit code is 0 when every rule holds, 1 when one is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from . import VERBS, UsageError
+from ._threads import add_threads
+
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from ..testing.signatures import SIGNATURES
+
+    p = sub.add_parser("check", help=VERBS["check"], description=VERBS["check"] + ". Exit 0 when every rule "
+                       "holds, 1 when one is broken (each failure printed with its smallest input).")
+    p.add_argument("target", metavar="MODULE:FUNCTION",
+                   help="the function to check: package.module:function or path/to/file.py:function")
+    p.add_argument("--signature", choices=sorted(SIGNATURES), default="qkv_mask",
+                   help="how the function takes its mask (default qkv_mask: fn(q, k, v, mask), True = may attend)")
+    p.add_argument("--dtype", action="append", choices=DTYPES, help="input dtype to try (repeatable; default float32)")
+    p.add_argument("--device", action="append", help="device to try (repeatable; default cpu)")
+    p.add_argument("--no-grad", action="store_true", help="check outputs only, not the gradients of q, k and v")
+    p.add_argument("--causal", choices=["top_left", "bottom_right"], default="top_left",
+                   help="how the function aligns its causal mask when q != k (default top_left, as SDPA)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reproducers", action="store_true", help="also print each failure's reproducer (Python)")
+    add_threads(p)
+    p.set_defaults(func=run_check)
+
+
+def load_function(target: str):
+    """``module:function`` or ``file.py:function`` → the function (a clear error when it is not there)."""
+    where, sep, name = target.rpartition(":")
+    if not sep or not where or not name:
+        raise UsageError(f"give the function as MODULE:FUNCTION (e.g. mypkg.attn:attention); got {target!r}")
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise UsageError(f"{where}: no such file")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"{where}: cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault(path.stem, module)
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"cannot import {where!r}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"{where} has no function {name!r}")
+    return fn
+
+
+def run_check(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..testing import check
+
+    fn = load_function(args.target)
+    dtypes = [getattr(torch, d) for d in (args.dtype or ["float32"])]
+    report = check(fn, signature=args.signature, dtypes=dtypes, devices=args.device or ["cpu"],
+                   grad=not args.no_grad, seed=args.seed, causal=args.causal)
+    print(report)
+    if args.reproducers:
+        for failure in report.failures:
+            print(f"\n# reproducer: {failure.case}\n{failure.reproducer()}")
+    return 0 if report.ok else 1

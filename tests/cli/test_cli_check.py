@@ -1,0 +1,49 @@
+"""``attnlab check MODULE:FUNCTION``: the contract checker on the command line (exit 0 / 1 / 2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+TEXTBOOK = '''import torch
+def attention(q, k, v, mask):
+    s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+'''
+GOOD = '''import attnlab
+def attention(q, k, v, mask):
+    return attnlab.attention(q, k, v, mask=mask)[0]
+'''
+
+
+def _run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "attnlab", "check", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_textbook_attention_fails_with_the_rules_it_breaks(tmp_path):
+    (tmp_path / "textbook.py").write_text(TEXTBOOK)
+    r = _run(f"{tmp_path / 'textbook.py'}:attention", "--reproducers")
+    assert r.returncode == 1, r.stderr
+    assert "NaN in a masked value reached the output" in r.stdout
+    assert "a fully masked row gives NaN" in r.stdout
+    source = r.stdout.split("# reproducer: masked NaN value [float32, cpu]\n", 1)[1].split("\n# reproducer:", 1)[0]
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode != 0 and "NaN in a masked value reached the output" in done.stderr
+
+
+def test_a_conforming_function_in_an_importable_module_exits_zero(tmp_path):
+    (tmp_path / "goodattn.py").write_text(GOOD)
+    r = subprocess.run([sys.executable, "-m", "attnlab", "check", "goodattn:attention", "--no-grad"],
+                       capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "conforms" in r.stdout and "FAIL" not in r.stdout
+
+
+def test_a_bad_target_is_one_line_and_exit_two(tmp_path):
+    for target, says in (("nocolon", "MODULE:FUNCTION"), ("no_such_pkg_xyz:f", "cannot import"),
+                         (f"{tmp_path / 'missing.py'}:f", "no such file"), ("attnlab:no_such_function", "no function")):
+        r = _run(target)
+        assert r.returncode == 2, (target, r.stderr)
+        assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
