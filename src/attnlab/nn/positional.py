@@ -173,8 +173,9 @@ def _check_longrope(scaling: dict, head_dim: int) -> None:
     """LongRoPE's per-frequency rescale factors: two lists of d_h/2 finite numbers > 0; an attention factor > 0."""
     for name in ("short_factor", "long_factor"):
         f = scaling.get(name)
-        ok = isinstance(f, (list, tuple)) and len(f) == head_dim // 2
-        ok = ok and all(not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in f)
+        ok = isinstance(f, (list, tuple)) and len(f) == head_dim // 2 and all(
+            not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in f
+        )
         if not ok:
             raise ValueError(
                 f"scaling type 'longrope' needs scaling[{name!r}], a list of head_dim/2 = {head_dim // 2} finite "
