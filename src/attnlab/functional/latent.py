@@ -42,8 +42,8 @@ import torch.nn.functional as F
 from .. import _checks
 from ..trace import record
 from .attention import attention
-from .finite_rows import map_finite_rows
 from .multihead import split_heads
+from .nonfinite import map_finite_rows
 
 
 def latent_attention(

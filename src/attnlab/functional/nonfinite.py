@@ -22,6 +22,7 @@ Shapes: x (..., n, d) → x' (..., n, d), flags (..., n) bool (True = the row he
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -98,6 +99,17 @@ def zero_nonfinite(
     return zero_nonfinite_entries(query), zero_nonfinite_entries(key), zero_nonfinite_entries(value), bad_q, bad
 
 
+def map_finite_rows(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)`` for a row-wise ``fn`` (a projection, a per-token norm; (..., n, d) → (..., n, d')),
+    the rows of x holding a NaN or ±inf kept out of ``fn`` and its backward: they come out all NaN
+    (so the rule above still sees them), and ``fn``'s parameters and x get finite gradients (zero from
+    those rows). A key made by a projection, k_j = W h_j, sends W the gradient Σ_j ∂k_j ⊗ h_j, and
+    0 · NaN = NaN: without this a NaN token at a masked position would still make W's gradient NaN."""
+    bad = nonfinite_rows(x).unsqueeze(-1)  # (..., n, 1)
+    nan = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
+    return torch.where(bad, nan, fn(zero_nonfinite_entries(x)))
+
+
 def finish_nonfinite(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
     """One pass over the output: NaN in the rows that attended (or are) a non-finite input,
     zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
@@ -125,4 +137,4 @@ def host_checks(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and not _checks.tracing()
 
 
-__all__ = ["sanitize", "flag_rows", "nonfinite_rows", "zero_nonfinite_entries", "zero_nonfinite", "finish_nonfinite", "host_checks"]
+__all__ = ["sanitize", "flag_rows", "map_finite_rows", "nonfinite_rows", "zero_nonfinite_entries", "zero_nonfinite", "finish_nonfinite", "host_checks"]

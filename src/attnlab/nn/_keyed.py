@@ -15,7 +15,7 @@ because they are written once there. The score callable receives the keys
 a projection (nor its weight's gradient). ``precompute(keys)``, the keys' part
 of the score computed once for every decoding step, runs before the core sees a
 mask: it keeps a non-finite key out of its projection the same way
-(``attnlab.functional.finite_rows.map_finite_rows``) and hands the core an
+(``attnlab.functional.nonfinite.map_finite_rows``) and hands the core an
 all-NaN row there, with or without a mask of its own.
 """
 

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..functional import scores as _scores
-from ..functional.finite_rows import map_finite_rows
+from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
 from ._keyed import check_projected, finish, mask_keys, prepare

@@ -26,9 +26,9 @@ import torch
 from torch import nn
 
 from .. import masks
-from ..functional.finite_rows import map_finite_rows
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
+from ..functional.nonfinite import map_finite_rows
 from .padding import padded_queries, zero_padded
 from .positional import RotaryEmbedding
 from .registry import register
