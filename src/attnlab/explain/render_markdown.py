@@ -1,4 +1,7 @@
-"""Markdown walkthroughs with LaTeX formulas (``$$ … $$``) and matrices as ``bmatrix``.
+"""Markdown walkthroughs with LaTeX formulas and matrices as ``bmatrix``.
+
+Every formula is display math alone on its line, ``$$ … $$``, so that any Markdown with math
+(GitHub, pandoc, MkDocs' arithmatex) reads it; no ``$`` ever sits inside a line of text.
 
 Like the text renderer it formats the trace's recorded steps and the checker's
 verdicts; it computes nothing.
@@ -44,6 +47,11 @@ def _block(t: torch.Tensor, digits: int, slice_label) -> list[str]:
     return out[:-1]
 
 
+def _gap(lines: list[str]) -> list[str]:
+    """The blank line that starts a new paragraph, unless the last line is one already."""
+    return [""] if lines[-1] else []
+
+
 def _esc(s: str) -> str:
     return s.replace("|", r"\|")
 
@@ -56,16 +64,15 @@ def render_markdown(
     for table in ("inputs", "params"):
         items = [(n, v) for tb, n, v in given(ex) if tb == table]
         if items:
-            lines += ["", f"**{i18n.t(lang, table)}**", ""]
+            lines += _gap(lines) + [f"**{i18n.t(lang, table)}**", ""]
         for name, value in items:
-            if isinstance(value, torch.Tensor) and value.dim() > 2:
-                lines += [f"`{name}`", ""] + _block(value, digits, lambda i: f"[{i}]") + [""]
-            elif isinstance(value, torch.Tensor):
-                lines.append(f"`{name}` $$= {latex_array(value, 0 if name == 'mask' else digits)}$$  ")
+            if isinstance(value, torch.Tensor):
+                shown = _block(value, 0 if name == "mask" else digits, lambda i: f"[{i}]")
+                lines += [f"`{name}`", ""] + shown + [""]
             else:
                 lines.append(f"`{name} = {scalar_text(value)}`  ")
     for n, step in enumerate(t, start=1):
-        lines += ["", f"## {n}. `{step.name}` ({i18n.label(lang, step.name)})", ""]
+        lines += _gap(lines) + [f"## {n}. `{step.name}` ({i18n.label(lang, step.name)})", ""]
         lines.append(f"$${step.latex}$$" if step.latex else f"`{step.formula}`")
         if step.note:
             lines += ["", f"*{i18n.note(lang, step.note)}*"]
@@ -74,7 +81,7 @@ def render_markdown(
         lines += _block(display_value(ex, step.name, step.value), digits,
                         (lambda i: i18n.t(lang, "head", i=i)) if heads else (lambda i: f"[{i}]"))
     if checks:
-        lines += ["", f"## {i18n.t(lang, 'claims')}", "", f"| | {i18n.t(lang, 'col_claim')} | attnlab | |", "|---|---|---|---|"]
+        lines += _gap(lines) + [f"## {i18n.t(lang, 'claims')}", "", f"| | {i18n.t(lang, 'col_claim')} | attnlab | |", "|---|---|---|---|"]
         for v in checks:
             text, true, notes = claim_lines(v, digits, lang)
             lines.append(f"| {MARKS[v.status]} {i18n.t(lang, v.status)} | {_esc(text)} | {_esc(true)} | {_esc('; '.join(notes))} |")
