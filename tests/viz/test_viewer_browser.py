@@ -80,13 +80,13 @@ def test_matrix_view_hover_shows_weights(browser_page, tmp_path):
     page.click("#views button[data-view='matrix']")
     assert page.locator(".qtok").count() == 5 and page.locator(".ktok").count() == 5
     assert page.inner_text(".qtok[data-i='3']") == "垫子"
-    assert page.eval_on_selector("#mx-canvas", "c => [c.width, c.height]") == [5 * 26, 5 * 26]
+    assert page.eval_on_selector("#mx-canvas", "c => [c.width, c.height]") == [5 * 40, 5 * 40]
 
     page.hover(".qtok[data-i='1']")  # 坐, head 1
     assert _weights(page, ".ktok") == pytest.approx(w[0, 1].tolist(), abs=1e-6)  # float32 on the page
     assert "坐" in page.inner_text("#readout") and "上" in page.inner_text("#readout")
 
-    page.select_option("#head", label="2")  # head 2
+    page.check("#heads input[data-h='1']")  # head 2
     page.hover(".qtok[data-i='0']")
     assert _weights(page, ".ktok") == pytest.approx(w[1, 0].tolist(), abs=1e-6)
     assert "head 2" in page.inner_text("#readout")
@@ -94,7 +94,7 @@ def test_matrix_view_hover_shows_weights(browser_page, tmp_path):
     page.click(".qtok[data-i='2']")  # click keeps the selection while hovering elsewhere
     page.hover(".qtok[data-i='4']")
     assert "query 3" in page.inner_text("#readout")
-    page.hover("#mx-canvas", position={"x": 26 * 4 + 5, "y": 26 * 2 + 5})  # cell (query 3, key 5)
+    page.hover("#mx-canvas", position={"x": 40 * 4 + 5, "y": 40 * 2 + 5})  # cell (query 3, key 5)
     assert f"{w[1, 2, 4].item():.3f}" in page.inner_text("#readout") and "key 5" in page.inner_text("#readout")
     assert errors == []
 
@@ -129,8 +129,8 @@ def test_neuron_view_shows_q_k_their_product_and_the_score(browser_page, tmp_pat
     q, k = t["query_heads"].value[0].numpy(), t["key_heads"].value[0].numpy()  # (h, n, d)
     page = browser_page
     errors = _open(page, write_html(from_example(ex, t), tmp_path / "nv.html"))
-    page.select_option("#head", label="2")
     page.click("#views button[data-view='neuron']")
+    page.check("#heads input[data-h='1']")
     page.select_option("#nv-q", index=2)
     page.select_option("#nv-k", index=4)
     row = lambda r: [float(x) for x in page.eval_on_selector_all(f"#nv-table tr[data-row='{r}'] td", "els => els.map(e => e.dataset.v)")]  # noqa: E731
@@ -150,7 +150,7 @@ def test_model_view_thumbnails_open_the_matrix_view(browser_page, tmp_path):
     assert page.locator("canvas.thumb").count() == 12
     page.click("canvas.thumb[data-l='2'][data-h='1']")
     assert page.get_attribute("body", "data-view") == "matrix"
-    assert page.input_value("#layer") == "2" and page.input_value("#head") == "1"
+    assert page.input_value("#layer") == "2" and page.is_checked("#heads input[data-h='1']")
     page.hover(".qtok[data-i='4']")
     assert _weights(page, ".ktok") == pytest.approx(w[2, 1, 4].tolist(), abs=1e-6)
     labels = page.eval_on_selector_all(".qtok", "els => els.map(e => e.textContent)")
@@ -225,7 +225,7 @@ def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
 
     png = tmp_path / "hv.png"
     assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
-                 "--screenshot", str(png), "--focus", "1"]) == 0
+                 "--screenshot", str(png), "--focus", "2"]) == 0
     with Image.open(png) as im:
         assert im.size == (900, 560)
         assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
