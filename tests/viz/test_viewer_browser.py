@@ -1,4 +1,5 @@
-"""The offline viewer in a real headless browser: it renders, hover shows a query's weights, no console errors.
+"""The offline viewer in a real headless browser: it renders, hover shows a query's weights, the matrix view's
+labels line up with its cells, one head control, every view opens on a --focus token, no console errors.
 
 Uses Debian's chromium driven by Playwright for Python (never `playwright
 install`: the system browser is launched by path). The set-up installs
