@@ -59,6 +59,9 @@ def test_gpt_heads_on_a_text(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 windows of 16 characters" in out
     assert len(re.findall(r"^\s+\d+\s+blocks\.\d\.self_attn h\d", out, re.M)) == 4
+    # heads are counted from 1, as the viewer counts them: 2 blocks × heads h1 and h2, each removed once
+    assert re.search(r"^module\s+h1\s+h2$", out, re.M)
+    assert sorted(re.findall(r"self_attn (h\d)", out)) == ["h1", "h1", "h2", "h2"]
     assert main(["interpret", "heads", "--run", str(ck)]) == 2  # a GPT run needs --text
     assert "--text" in capsys.readouterr().err
 

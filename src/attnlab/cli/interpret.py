@@ -195,16 +195,16 @@ def run_heads(args: argparse.Namespace) -> int:
     with rt.autocast():  # the gates, the importance and the losses stay on the CPU
         importance = head_importance(loaded.model, loss=loss)
         order, losses = ablation_curve(loaded.model, importance=importance, loss=loss)
-    print(f"head importance |dL/d gate| (Michel et al. 2019), loss on {what}")
-    print(f"{'module':<40} " + " ".join(f"{'h' + str(h):>8}" for h in range(importance.shape[1])))
+    print(f"head importance |dL/d gate| (Michel et al. 2019), loss on {what}; heads counted from 1")
+    print(f"{'module':<40} " + " ".join(f"{'h' + str(h + 1):>8}" for h in range(importance.shape[1])))
     for name, row in zip(names, importance.tolist()):
         print(f"{name:<40} " + " ".join(f"{v:8.4f}" for v in row))
     print(f"\nloss with heads removed, least important first (all heads: {losses[0]:.4f})")
     print(f"{'removed':>7}  {'head':<44} loss")
     for k, ((m, h), value) in enumerate(zip(order, losses[1:]), 1):
-        print(f"{k:>7}  {names[m] + ' h' + str(h):<44} {value:.4f}")
+        print(f"{k:>7}  {names[m] + ' h' + str(h + 1):<44} {value:.4f}")
     if args.plot:
-        plot_ablation(losses, args.plot, labels=[f"{m}.{h}" for m, h in order],
+        plot_ablation(losses, args.plot, labels=[f"{m + 1}.{h + 1}" for m, h in order],
                       title=f"head ablation, {loaded.kind} ({len(names)} attention modules × "
                             f"{importance.shape[1]} heads), loss on {what}")
         print(f"wrote {args.plot}")

@@ -3,10 +3,11 @@
     attnlab view --example seed-001-multi-head -o heads.html
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
-    attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --focus 1
+    attnlab view --example seed-001-multi-head -o heads.html --focus 2     # opens on the 2nd token
+    attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --screenshot-view matrix --focus 2
     attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model (safetensors)
 
-The page has all its script inline and needs no network.
+The page has all its script inline and needs no network. Numbers count from 1, as the page shows them.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(needs playwright and a chromium on the PATH)")
     p.add_argument("--screenshot-view", default="head", choices=("head", "model", "neuron", "matrix"),
                    help="the view to photograph (default head)")
-    p.add_argument("--focus", type=int, metavar="I", help="with --screenshot: hover query token I (0-based) first")
+    p.add_argument("--focus", type=int, metavar="N", help="open the page with query token N chosen, counted from 1 "
+                   "as the page numbers them (the first token is 1), in every view and in the --screenshot")
     add_inference_device(p, what="run the --hf model")
     add_threads(p)
     p.set_defaults(func=run_view)
@@ -53,6 +55,10 @@ def run_view(args: argparse.Namespace) -> int:
 
     if not args.output.endswith((".html", ".htm")):
         raise UsageError(f"--output must be an .html file; got {args.output!r}")
+    if args.screenshot and not args.screenshot.endswith(".png"):
+        raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
+    if args.focus is not None and args.focus < 1:
+        raise UsageError(f"--focus counts from 1 (the first token is 1); got {args.focus}")
     if (args.text is not None or args.target is not None) and not args.hf:
         raise UsageError("--text and --target go with --hf MODEL_DIR")
     if args.hf:
@@ -77,20 +83,19 @@ def run_view(args: argparse.Namespace) -> int:
 
         ex = load(args.file or args.example)
         data = from_example(ex, run(ex))
-    out = write_html(data, args.output)
+    n = len(data["tokens"])
+    if args.focus is not None and args.focus > n:
+        raise UsageError(f"--focus counts from 1 and this page has {n} query tokens (1..{n}); got {args.focus}")
+    out = write_html(data, args.output, start=None if args.focus is None else {"query": args.focus})
     print(f"wrote {out}")
     if args.picture:
         write_pictures(data, args.picture)
     if args.screenshot:
         from ..viz.screenshot import screenshot
 
-        if not args.screenshot.endswith(".png"):
-            raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
-        if args.focus is not None and not 0 <= args.focus < len(data["tokens"]):
-            raise UsageError(f"--focus must be a query position in 0..{len(data['tokens']) - 1}; got {args.focus}")
         try:
             print(f"wrote {screenshot(out, args.screenshot, view=args.screenshot_view, focus=args.focus)}")
-        except ImportError as e:
+        except (ImportError, RuntimeError) as e:
             raise UsageError(str(e)) from None
     return 0
 

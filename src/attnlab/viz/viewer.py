@@ -9,7 +9,12 @@ no network, no external files). The page has four views of each section
 * model view: a layers × heads grid of thumbnails; click one to open it in the matrix view;
 * neuron view: for one query–key pair, q, k, q⊙k and their sum (the score), from the
   trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys);
-* matrix view: the weights as a heatmap on a canvas, the query's row as labelled keys.
+* matrix view: the weights as a heatmap on a canvas, queries' labels on the rows and keys' on the
+  columns (the pane scrolls past ~64 tokens, the labels stay in sight), the query's row as labelled keys.
+
+Every number a person reads counts from 1 (layer 1, head 1, query 1). The page opens on the
+``start`` state (view, layer, head, query token), which the address can override:
+``page.html#view=matrix&head=2&query=3``.
 
 The weights travel compactly: float32 (small pages) or 8-bit (large ones), zlib-compressed
 and base64-encoded, decompressed in the page (``DecompressionStream``), drawn on canvases.
@@ -131,11 +136,11 @@ class View(dict):
     """Viewer data (a dict, see the module docstring) that renders itself: ``html()``, ``save(path)``,
     and inline in Jupyter (``_repr_html_``: the page in a sandboxed iframe)."""
 
-    def html(self, precision: str = "auto") -> str:
-        return render_html(self, precision=precision)
+    def html(self, precision: str = "auto", start: dict | None = None) -> str:
+        return render_html(self, precision=precision, start=start)
 
-    def save(self, path: str | Path, precision: str = "auto") -> Path:
-        return write_html(self, path, precision=precision)
+    def save(self, path: str | Path, precision: str = "auto", start: dict | None = None) -> Path:
+        return write_html(self, path, precision=precision, start=start)
 
     def _repr_html_(self) -> str:
         page = html.escape(self.html(), quote=True)
@@ -262,9 +267,32 @@ def encode_weights(w: np.ndarray, precision: str) -> dict:
     return {"dtype": "uint8", "shape": list(w.shape), "b64": _pack(u)}
 
 
-def payload(data: dict, precision: str = "auto") -> dict:
-    """The page's data: labels as JSON, arrays packed (see ``encode_weights``; masks as packed bits)."""
+VIEWS = ("head", "model", "neuron", "matrix")
+
+
+def check_start(start: dict | None, section: dict) -> dict:
+    """The state a page opens in: ``{"view": one of VIEWS, "layer", "head", "query"}``, numbers from 1
+    (as the page shows them) within the first section's sizes; every key optional."""
+    if not start:
+        return {}
+    unknown = set(start) - {"view", "layer", "head", "query"}
+    if unknown:
+        raise ValueError(f"the page's start state has view, layer, head and query; got {', '.join(sorted(unknown))}")
+    if "view" in start and start["view"] not in VIEWS:
+        raise ValueError(f"the start view must be one of {', '.join(VIEWS)}; got {start['view']!r}")
+    n_layers, n_heads, q, _ = section["layers"].shape
+    for key, top in (("layer", n_layers), ("head", n_heads), ("query", q)):
+        v = start.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= top):
+            raise ValueError(f"the start {key} counts from 1 and must be in 1..{top}; got {v!r}")
+    return {k: v for k, v in start.items() if v is not None}
+
+
+def payload(data: dict, precision: str = "auto", start: dict | None = None) -> dict:
+    """The page's data: labels as JSON, arrays packed (see ``encode_weights``; masks as packed bits), and
+    the state it opens in (``check_start``)."""
     data = normalise(data)
+    first = check_start(start, data["sections"][0])
     sections = []
     for s in data["sections"]:
         p = precision if precision != "auto" else ("float32" if s["layers"].size <= FLOAT32_LIMIT else "uint8")
@@ -277,7 +305,7 @@ def payload(data: dict, precision: str = "auto") -> dict:
             if key in s:
                 out[key] = {"dtype": "float32", "shape": list(s[key].shape), "b64": _pack(s[key].astype("<f4"))}
         sections.append(out)
-    return {"title": data["title"], "sections": sections}
+    return {"title": data["title"], "sections": sections, "start": first}
 
 
 #: Characters that could end or re-open the page's data block: written as JSON escapes, which
@@ -299,17 +327,18 @@ def _html_text(s: str) -> str:
     return html.escape(s.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
 
 
-def render_html(data: dict, precision: str = "auto") -> str:
-    """The page as a string; the data is inline JSON, escaped by ``script_json``."""
-    p = payload(data, precision)
+def render_html(data: dict, precision: str = "auto", start: dict | None = None) -> str:
+    """The page as a string; the data is inline JSON, escaped by ``script_json``. ``start``: the view,
+    layer, head and query token it opens on (numbers from 1; see ``check_start``)."""
+    p = payload(data, precision, start)
     template = (resources.files("attnlab.viz") / "viewer.html").read_text(encoding="utf-8")
     fill = {"__TITLE__": _html_text(p["title"]), "__DATA__": script_json(p)}
     return re.sub("__TITLE__|__DATA__", lambda m: fill[m.group(0)], template)  # one pass: a title may say __DATA__
 
 
-def write_html(data: dict, path: str | Path, precision: str = "auto") -> Path:
+def write_html(data: dict, path: str | Path, precision: str = "auto", start: dict | None = None) -> Path:
     """Write the viewer page to ``path`` (atomically: a temporary file, then renamed)."""
-    return write_text(path, render_html(data, precision))
+    return write_text(path, render_html(data, precision, start))
 
 
 __all__ = ["View", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]
