@@ -41,8 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from .._files import write_text
-    from ..models.gpt import attention_json, attention_maps
+    from ..models.gpt import attention_maps
     from ..train.load import load_model
+    from ..viz.viewer import attention_json
 
     for name, kind in (("tokens", int), ("temperature", float), ("top_k", int | None), ("seed", int)):
         check_value(name, getattr(args, name), kind, label="--" + name.replace("_", "-"))  # finite, in range

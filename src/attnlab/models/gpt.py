@@ -28,6 +28,7 @@ from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
 from ..nn.positional import POSITIONAL, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from ..trace import trace
+from ..viz.viewer import attention_json  # the viewer's JSON, here for existing callers
 
 
 @dataclass
@@ -188,13 +189,6 @@ def attention_maps(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     model.train(was_training)
     maps = [s.value[0] for s in t if s.name == "weights"]  # each (h, q, k)
     return torch.stack(maps)  # (layers, h, q, k)
-
-
-def attention_json(tokens: list[str], maps: torch.Tensor) -> dict:
-    """The viewer's exchange format: {"tokens": [...], "layers": weights[layer][head][q][k]}."""
-    if maps.dim() != 4 or maps.shape[-1] != len(tokens) or maps.shape[-2] != len(tokens):
-        raise ValueError(f"maps must be (layers, h, n, n) with n={len(tokens)} tokens; got {tuple(maps.shape)}")
-    return {"tokens": list(tokens), "layers": [[[[round(float(w), 6) for w in row] for row in head] for head in layer] for layer in maps]}
 
 
 __all__ = ["GPT", "GPTConfig", "POSITIONAL", "sample", "attention_maps", "attention_json"]

@@ -29,7 +29,8 @@ The data (a ``View``, a dict that also shows itself inline in Jupyter) is
 
 Without ``sections``, the top-level keys are the one section. It comes from a worked
 example's trace (``from_example``), from a JSON file (``load_json``: ``{"tokens", "layers"}``
-or the output of ``attnlab explain --format json``), or from a Hugging Face model's
+or the output of ``attnlab explain --format json``; ``attention_json`` writes a section of it, as
+``attnlab generate``, ``translate`` and ``caption`` do with ``--attention-out``), or from a Hugging Face model's
 outputs (``attnlab.viz.hf.from_transformers``).
 """
 
@@ -234,6 +235,28 @@ def _check_labels(doc: dict) -> None:
                 raise ValueError(f"'{key}' must be strings (the token labels); {key}[{i}] is {t!r} (a {type(t).__name__})")
 
 
+def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None = None, name: str | None = None,
+                   x_axis: str | None = None, y_axis: str | None = None) -> dict:
+    """One section of the viewer's JSON: ``{"tokens", ["key_tokens",] "layers": weights[layer][head][q][k]}``.
+
+    ``maps`` (layers, h, q, k) as a tensor or array; ``tokens`` label the q queries, ``key_tokens`` the k
+    keys (default: ``tokens``, for self-attention). ``name``, ``x_axis`` and ``y_axis`` name the section
+    and its axes. Several sections make one file as ``{"title": ..., "sections": [section, ...]}``.
+    """
+    w = maps.detach().float().cpu().numpy() if hasattr(maps, "detach") else np.asarray(maps, dtype=np.float32)
+    keys = list(tokens) if key_tokens is None else list(key_tokens)
+    if w.ndim != 4 or w.shape[-2] != len(tokens) or w.shape[-1] != len(keys):
+        raise ValueError(f"maps must be (layers, h, q, k) with q={len(tokens)} tokens and k={len(keys)} key tokens; "
+                         f"got {tuple(w.shape)}")
+    out: dict[str, Any] = {"name": name} if name else {}
+    out["tokens"] = list(tokens)
+    if key_tokens is not None:
+        out["key_tokens"] = keys
+    out.update({k: v for k, v in (("x_axis", x_axis), ("y_axis", y_axis)) if v})
+    out["layers"] = [[[[round(float(x), 6) for x in row] for row in head] for head in layer] for layer in w]
+    return out
+
+
 def load_json(path: str | Path) -> View:
     """Viewer data from a JSON file: {"tokens", "layers"} or an ``attnlab explain --format json`` document."""
     try:
@@ -341,4 +364,4 @@ def write_html(data: dict, path: str | Path, precision: str = "auto", start: dic
     return write_text(path, render_html(data, precision, start))
 
 
-__all__ = ["View", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]
+__all__ = ["View", "attention_json", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]

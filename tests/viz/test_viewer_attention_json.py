@@ -1,0 +1,30 @@
+"""``attention_json``: one section of the viewer's JSON, the format ``load_json`` reads back."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.viz.viewer import attention_json, load_json
+
+
+def test_a_cross_attention_section_round_trips_through_load_json(tmp_path):
+    w = torch.tensor([[[[0.25, 0.75, 0.0], [1 / 3, 1 / 3, 1 / 3]]]])  # (1 layer, 1 head, 2 queries, 3 keys)
+    s = attention_json(["a", "b"], w, key_tokens=["x", "y", "z"], name="cross", y_axis="out", x_axis="src")
+    assert s == {"name": "cross", "tokens": ["a", "b"], "key_tokens": ["x", "y", "z"], "x_axis": "src", "y_axis": "out",
+                 "layers": [[[[0.25, 0.75, 0.0], [0.333333, 0.333333, 0.333333]]]]}
+    assert "key_tokens" not in attention_json(["a"], np.ones((1, 1, 1, 1)))  # self-attention: keys are the queries
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps({"title": "t", "sections": [s, attention_json(["p"], np.ones((2, 1, 1, 1)))]}))
+    view = load_json(f)
+    assert [x["name"] for x in view["sections"]] == ["cross", "section 2"]
+    assert view["sections"][0]["key_tokens"] == ["x", "y", "z"] and view["sections"][0]["x_axis"] == "src"
+    assert view["sections"][1]["layers"].shape == (2, 1, 1, 1)
+
+
+def test_labels_that_do_not_fit_the_weights_are_refused():
+    with pytest.raises(ValueError, match=r"q=2 tokens and k=2 key tokens; got \(1, 1, 2, 3\)"):
+        attention_json(["a", "b"], np.zeros((1, 1, 2, 3)))
+    with pytest.raises(ValueError, match=r"\(layers, h, q, k\)"):
+        attention_json(["a", "b"], np.zeros((2, 3)), key_tokens=["x", "y", "z"])
