@@ -9,6 +9,10 @@ each word is marked right or wrong: does it look at its own emoji's cell?
 With ``--out DIR`` it also writes ``NN_word.png`` per word and ``caption.png``
 (the image and every word's map, averaged over heads, on one row), and with
 several heads ``caption_heads.png`` (a row per head); without it nothing is written.
+``--attention-out FILE.json`` writes every head's cross-attention as the viewer's JSON
+(``attnlab view --json FILE.json -o page.html``): the queries are the words, the keys
+the cells of the model's region grid, ``r1c1`` (row 1, column 1, counted from the
+top left) to ``rGcG``.
 Image rules (``attnlab.data.emoji.read_image``): RGB, L, RGBA, LA, P or PA
 (transparency composited onto white); square; at least 8 pixels; resized to
 the model's size. Other images, non-image files and missing checkpoints are
@@ -44,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
     p.add_argument("--out", help="write the per-word overlays to this folder (default: print only, write nothing)")
     p.add_argument("--no-overlays", action="store_true", help="print the caption only, even with --out")
+    p.add_argument("--attention-out", metavar="FILE.json",
+                   help="write the words' attention onto the region grid as the viewer's JSON (attnlab view --json)")
     add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run_caption)
@@ -62,6 +68,20 @@ def _truth(image: Path) -> dict | None:
         return json.loads(f.read_text(encoding="utf-8")).get(image.name)
     except (ValueError, AttributeError):
         raise UsageError(f"{f} is not a scenes.json written by `attnlab train caption`") from None
+
+
+def attention_document(cap, grid: int) -> dict:
+    """The viewer's JSON of a caption: one layer, every head, words × the grid's cells (r1c1 … rGcG)."""
+    from ..viz.viewer import attention_json
+
+    if not cap.words:
+        raise UsageError("the caption is empty: there are no words whose attention could be written")
+    h = cap.head_maps.shape[0]
+    cells = [f"r{r + 1}c{c + 1}" for r in range(grid) for c in range(grid)]
+    maps = cap.head_maps.reshape(1, h, len(cap.words), grid * grid)  # (1, h, words, cells)
+    return {"title": f"“{cap.text}”", "sections": [attention_json(
+        cap.words, maps, key_tokens=cells, name="cross-attention onto the image grid",
+        y_axis="word", x_axis="grid cell (row, column)")]}
 
 
 def run_caption(args: argparse.Namespace) -> int:
@@ -121,4 +141,10 @@ def run_caption(args: argparse.Namespace) -> int:
                               row_titles=[f"head {i + 1}" for i in range(cap.head_maps.shape[0])])
             extra = " and caption_heads.png"
         print(f"wrote {len(cap.words)} overlays, caption.png{extra} to {out}/")
+    if args.attention_out:
+        from .._files import write_text
+
+        write_text(args.attention_out, json.dumps(attention_document(cap, g), ensure_ascii=False))
+        print(f"attention weights ({len(cap.words)} words × {g * g} cells, {cap.head_maps.shape[0]} heads): "
+              f"{args.attention_out}")
     return 0

@@ -2,12 +2,22 @@
 
     attnlab translate --checkpoint runs/de-en "vierhundertzwei"
     attnlab translate --checkpoint runs/de-en "vierhundertzwei" --plot align.png
+    attnlab translate --checkpoint runs/de-en "vierhundertzwei" --attention-out attn.json
+    attnlab view --json attn.json -o attn.html
 
 For each output token the text alignment shows one shaded cell per source
 token (darker = more weight, `█` ≥ 0.5) and the source token with the most weight.
 For an RNN checkpoint the weights are the decoder's attention α_t; for a
 Transformer checkpoint they are the cross-attention of the last decoder layer,
 averaged over heads (the output says so).
+
+``--attention-out FILE.json`` writes the first text's attention as the viewer's JSON
+(``attnlab view --json FILE.json -o page.html``): for an RNN checkpoint the
+decoder's attention onto the source (one section); for a Transformer checkpoint
+every layer's and head's encoder self-attention, decoder self-attention and
+cross-attention (three sections). The queries are the output tokens (the row of
+``</s>`` too when the translation ended), the keys the source tokens (for the
+decoder's self-attention: its inputs, ``<s>`` and the output before each step).
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
     p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")
     p.add_argument("--no-alignment", action="store_true", help="print the translations only")
+    p.add_argument("--attention-out", metavar="FILE.json",
+                   help="write the first text's attention weights as the viewer's JSON (attnlab view --json)")
     add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run)
@@ -76,6 +88,35 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
     plt.close(fig)
 
 
+def attention_document(model, src, src_mask, src_tokens: list[str], out_tokens: list[str], hyp, title: str) -> dict:
+    """The viewer's JSON of one translation (src (1, s), src_mask (1, s), its hypothesis ``hyp``)."""
+    import torch
+
+    from ..data.vocab import BOS
+    from ..models.transformer import attention_maps
+    from ..viz.viewer import attention_json
+
+    if hyp.weights is None:
+        raise UsageError("this model has no attention (decoder 'none'): there are no weights to write")
+    if getattr(model, "kind", None) != "transformer":  # the RNN's α_t: one layer, one head
+        return {"title": title, "sections": [attention_json(
+            out_tokens, hyp.weights[None, None], key_tokens=src_tokens, name="cross-attention (α_t)",
+            y_axis="output token", x_axis="source token")]}
+    t = len(out_tokens)  # the decoder's inputs: <bos>, then each output token but the last
+    tgt_in = torch.tensor([[BOS, *hyp.tokens][:t]], device=src.device)  # (1, t)
+    maps = attention_maps(model.transformer, src, tgt_in, src_mask=src_mask)
+    maps = {k: v.float().cpu() for k, v in maps.items()}  # encoder (L, h, s, s), decoder (L, h, t, t), cross (L, h, t, s)
+    dec_in = ["<s>", *out_tokens[: t - 1]]
+    return {"title": title, "sections": [
+        attention_json(src_tokens, maps["encoder"], name="encoder self-attention", y_axis="source token",
+                       x_axis="source token"),
+        attention_json(out_tokens, maps["decoder"], key_tokens=dec_in, name="decoder self-attention",
+                       y_axis="output token", x_axis="decoder input"),
+        attention_json(out_tokens, maps["cross"], key_tokens=src_tokens, name="cross-attention",
+                       y_axis="output token", x_axis="source token"),
+    ]}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..data import source_batch
     from ..data.vocab import tokenize
@@ -116,4 +157,16 @@ def run(args: argparse.Namespace) -> int:
             plot_alignment(args.plot, tokenize(text.strip(), sv.level), out_tokens, h.weights,
                            title=getattr(model, "alignment", None))
             print(f"wrote {args.plot}")
+    if args.attention_out:
+        import json
+
+        from .._files import write_text
+
+        text, h, s = args.texts[0].strip(), hyps[0], len(ids[0])
+        out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
+        with rt.autocast():
+            doc = attention_document(model, src[:1, :s], mask[:1, :s], tokenize(text, sv.level), out_tokens, h,
+                                     title=f"{text} → {tv.decode(h.tokens)}")
+        write_text(args.attention_out, json.dumps(doc, ensure_ascii=False))
+        print(f"attention weights ({', '.join(x.get('name', '') for x in doc['sections'])}): {args.attention_out}")
     return 0
