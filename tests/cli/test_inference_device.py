@@ -92,8 +92,9 @@ def _verbs(runs, captioner_dir, hf_dir, tmp_path) -> dict[str, list[str]]:
 
 
 def test_generate_cpu_fp32_is_the_library_greedy_and_sampled_text(runs, capsys, tmp_path):
-    from attnlab.models.gpt import attention_json, attention_maps
+    from attnlab.models.gpt import attention_maps
     from attnlab.train.load import load_model
+    from attnlab.viz.viewer import attention_json
 
     loaded = load_model(runs / "lm", kind="gpt")
     vocab = loaded.vocabs["vocab"]

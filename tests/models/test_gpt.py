@@ -12,9 +12,10 @@ import torch
 from attnlab.cli import main
 from attnlab.data import shakespeare
 from attnlab.data.vocab import UNK_CHAR, Vocab, read_vocab
-from attnlab.models.gpt import GPT, GPTConfig, attention_json, attention_maps, sample
+from attnlab.models.gpt import GPT, GPTConfig, attention_maps, sample
 from attnlab.train.lm import LMTrainConfig, train_lm
 from attnlab.train.load import load_model
+from attnlab.viz.viewer import attention_json
 
 TEXT = ("ROMEO:\nBut soft, what light through yonder window breaks?\n\n"
         "JULIET:\nO Romeo, Romeo, wherefore art thou Romeo?\n\n") * 20

@@ -9,7 +9,7 @@
     attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
 
 The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k} (what
-``attnlab.models.gpt.attention_json`` writes). Row i of the result: how much output token i
+``attnlab.viz.viewer.attention_json`` writes). Row i of the result: how much output token i
 draws from each input token, through every layer (Abnar & Zuidema 2020). Up to 16 tokens the
 whole matrix is printed; beyond, each row's 5 largest entries (``--picture`` draws it all).
 

@@ -28,7 +28,6 @@ from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
 from ..nn.positional import POSITIONAL, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from ..trace import trace
-from ..viz.viewer import attention_json  # the viewer's JSON, here for existing callers
 
 
 @dataclass
@@ -191,4 +190,4 @@ def attention_maps(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack(maps)  # (layers, h, q, k)
 
 
-__all__ = ["GPT", "GPTConfig", "POSITIONAL", "sample", "attention_maps", "attention_json"]
+__all__ = ["GPT", "GPTConfig", "POSITIONAL", "sample", "attention_maps"]
