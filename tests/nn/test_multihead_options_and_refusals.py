@@ -388,18 +388,6 @@ def test_single_causal_query_without_cache_sees_every_key():
 
 # ---- context parallelism on one process ------------------------------------------------------------
 
-@pytest.fixture
-def one_process_group(tmp_path):
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
 
 @pytest.mark.parametrize("kw", [{}, {"rope": True}, {"num_kv_heads": 1, "cp_mode": "ulysses"}])
 def test_context_parallel_on_one_process_matches_numpy(one_process_group, kw):

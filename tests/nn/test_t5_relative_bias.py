@@ -187,18 +187,6 @@ def test_a_bad_scale_is_refused_by_name(scale, shown):
         MultiHeadAttention(16, 4, scale=scale)
 
 
-@pytest.fixture
-def one_process_group(tmp_path):
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
 
 @pytest.mark.parametrize("mode", ["ring", "ulysses"])
 def test_scale_on_the_context_parallel_path(one_process_group, mode):

@@ -119,12 +119,11 @@ def _guard(
     key: torch.Tensor,
     value: torch.Tensor,
     attend: torch.Tensor | None,
-    causal_diag: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Zero the non-finite entries of query, key and value; the query rows whose output is NaN (``hit``).
 
-    attend: bool (..., q|1, k) where queries may attend, or None with ``causal_diag``
-    (the bottom-right causal mask, q <= k: query i attends j <= i + k - q). A row is hit when it may
+    attend: bool (..., q|1, k) where queries may attend, or None for the bottom-right causal mask
+    (q <= k: query i attends j <= i + k - q). A row is hit when it may
     attend a key or value row holding a non-finite entry, or when its own query holds one.
     Returns (query, key, value, hit (..., q|1)).
     """
@@ -148,7 +147,6 @@ def _guard_host(
     key: torch.Tensor,
     value: torch.Tensor,
     attend: torch.Tensor | None,
-    causal_diag: bool,
     kv_finite: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The rule on the CPU, run eagerly: look first (one summation pass), guard only when something
@@ -159,7 +157,7 @@ def _guard_host(
         return zero_nonfinite_entries(query), key, value, nonfinite_rows(query)
     if _checks.all_finite(query, key, value):  # finite inputs need no guard
         return query, key, value, None
-    return _guard(query, key, value, attend, causal_diag)
+    return _guard(query, key, value, attend)
 
 
 def _guard_device(
@@ -232,13 +230,22 @@ def _device_fast(
     kv_finite: bool,
 ) -> torch.Tensor:
     """The fast path without host reads: the rule's cleaning, one SDPA call, the rule's finish."""
+    query, key, value, hit, dead = _device_guard(query, key, value, mask, lead, kv_finite)
+    out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, False)
+    return finish_nonfinite(out, hit, dead)
+
+
+def _device_guard(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, lead: torch.Size,
+    kv_finite: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``_guard_device`` with the mask's fully masked rows: (query, key, value, hit, dead (..., q|1, 1) or None)."""
     attend = masks.allowed(mask) if mask is not None else None
     dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1)
     if dead is not None and query.shape[:-2] != lead:  # (its dead rows are zeroed in the cleaning)
         query = query.expand(*lead, *query.shape[-2:])
     query, key, value, hit = _guard_device(query, key, value, attend, dead, kv_finite)
-    out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, False)
-    return finish_nonfinite(out, hit, dead)
+    return query, key, value, hit, dead
 
 
 _COMPILED: dict[bool, Callable[..., torch.Tensor]] = {}
@@ -410,18 +417,14 @@ def attention(
         return _device_path(query, key, mask, fused_causal and q_len != k_len)(*args), None
 
     hit = dead = None
-    if guarded:
+    if guarded and not on_host:  # no host reads: one pass per guarded tensor
+        query, key, value, hit, dead = _device_guard(query, key, value, mask, scores_shape[:-2], kv_finite)
+    elif guarded:
         attend = masks.allowed(mask) if mask is not None else None
-        if attend is not None:
-            dead = ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
-        if not on_host:  # no host reads: one pass per guarded tensor
-            if dead is not None and query.shape[:-2] != scores_shape[:-2]:  # (its dead rows are zeroed in place)
-                query = query.expand(*scores_shape[:-2], *query.shape[-2:])
-            query, key, value, hit = _guard_device(query, key, value, attend, dead, kv_finite)
-        else:
-            query, key, value, hit = _guard_host(query, key, value, attend, fused_causal, kv_finite)
-            if dead is not None and not bool(dead.any()):
-                dead = None
+        dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that attend nothing
+        query, key, value, hit = _guard_host(query, key, value, attend, kv_finite)
+        if dead is not None and not bool(dead.any()):
+            dead = None
 
     if use_fast:
         out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2], on_host)

@@ -142,7 +142,7 @@ def linear_attention(
             allowed = masks.combine(allowed, masks.causal(q_len, k_len, device=query.device))
         hit = dead = None
         if allowed is not None:  # the core's non-finite rule, by the core's own helpers (before φ)
-            query, key, value, hit = _guard(query, key, value, allowed, False)
+            query, key, value, hit = _guard(query, key, value, allowed)
             dead = ~allowed.any(-1, keepdim=True)  # (..., q|1, 1): rows that may attend nothing
         out, weights = _parallel(query, key, value, allowed, feature_map)
         return finish_nonfinite(out, hit, dead), (weights if need_weights else None)
