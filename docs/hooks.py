@@ -2,7 +2,9 @@
 
 A page line ``<!-- walkthrough: EXAMPLE MECHANISM LANG -->`` is replaced by the output of
 ``attnlab explain MECHANISM --example EXAMPLE --format markdown --lang LANG`` (headings
-moved one level down), computed by the installed attnlab while the site builds.
+moved one level down), computed by the installed attnlab while the site builds. A line
+``<!-- attnlab: ARGS -->`` is replaced by ``attnlab ARGS`` and what it prints, as a text block
+(the model cards of the shipped models, a real decoder step of the trained translator).
 
 Math is rendered at build time too: every formula that arithmatex marks (``$…$``, ``$$…$$``) becomes
 MathML, which browsers draw natively, so the pages need no script and no network to show it.
@@ -16,6 +18,7 @@ import io
 import re
 
 MARKER = re.compile(r"^<!-- walkthrough: (\S+) (\S+) (en|zh) -->$", re.M)
+COMMAND = re.compile(r"^<!-- attnlab: (.+?) -->$", re.M)
 # What pymdownx.arithmatex (generic: true) writes: inline \(…\) in a span, display \[…\] in a div.
 ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
 DELIMITERS = {"span": (r"\(", r"\)"), "div": (r"\[", r"\]")}
@@ -33,7 +36,22 @@ def walkthrough(example: str, mechanism: str, lang: str) -> str:
     return re.sub(r"^(#+) ", r"\1# ", out.getvalue(), flags=re.M)
 
 
+def command(args: str) -> str:
+    """``attnlab ARGS`` and its output, as a fenced text block; a failing command fails the build."""
+    import shlex
+
+    from attnlab.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(shlex.split(args))
+    if code != 0:
+        raise RuntimeError(f"attnlab {args} exited {code}")
+    return f"```text\n$ attnlab {args}\n{out.getvalue().rstrip()}\n```"
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (the hook's signature)
+    markdown = COMMAND.sub(lambda m: command(m.group(1)), markdown)
     return MARKER.sub(lambda m: walkthrough(*m.groups()), markdown)
 
 

@@ -37,8 +37,12 @@ def check_evaluate_against_translate(run_dir, capsys, header: str, beam: int = 1
         exact = 100 * sum(a == b for a, b in zip(h, r)) / len(r)
         return exact, sacrebleu.corpus_bleu(h, [r]).score, sacrebleu.corpus_chrf(h, [r]).score
 
-    exact, bleu, chrf = map(float, re.fullmatch(r"exact (\S+)%  BLEU (\S+)  chrF (\S+)", out[1]).groups())
+    m = re.fullmatch(r"exact % (\S+) \(95% (\S+)–(\S+)\)  BLEU (\S+) \(95% (\S+)–(\S+)\)  chrF (\S+) \(95% (\S+)–(\S+)\)",
+                     out[1])
+    exact, bleu, chrf = (float(m.group(i)) for i in (1, 4, 7))
     assert (exact, bleu, chrf) == pytest.approx(expect(hyps, refs), abs=0.051)
+    for i in (1, 4, 7):  # each figure lies within its bootstrap interval
+        assert float(m.group(i + 1)) - 0.05 <= float(m.group(i)) <= float(m.group(i + 2)) + 0.05
     # two buckets: the shorter and the longer half of the source lengths (in characters)
     lengths = sorted(len(s) for s in srcs)
     assert lengths[4] < lengths[5]

@@ -3,7 +3,8 @@
 Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
 
     _checks, _files, _limits, trace → masks, patterns → functional → kernels → nn, distributed → models
-    → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train → experiments → cli
+    → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train, pretrained (the shipped models)
+    → experiments → cli
 
 The package's own ``__init__`` (the public names) sits in nn's layer.
 
@@ -32,7 +33,7 @@ LAYERS = [
     ("nn", "distributed"),
     ("models",),
     ("explain", "interpret", "viz", "testing"),
-    ("data", "train"),
+    ("data", "train", "pretrained"),
     ("experiments",),
     ("cli", "__main__"),
 ]

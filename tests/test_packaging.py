@@ -59,6 +59,18 @@ def test_wheel_holds_data_license_and_typing_marker(wheel):
     assert "attnlab = attnlab.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
 
 
+def test_wheel_holds_every_shipped_model_within_its_size_budget(wheel):
+    from attnlab import pretrained
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in pretrained.names():
+        folder = pretrained.folder(name)
+        for f in folder.rglob("*"):
+            if f.is_file():
+                assert f"attnlab/pretrained/{f.relative_to(folder.parent).as_posix()}" in names, f
+    assert wheel.stat().st_size < 25_000_000, f"the wheel is {wheel.stat().st_size / 1e6:.1f} MB; the budget is 25 MB"
+
+
 def test_wheel_installs_into_a_fresh_venv_and_runs(wheel, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -77,3 +89,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(wheel, tmp_path):
     run = subprocess.run([str(venv / "bin" / "attnlab"), "explain", "--list"], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert "seed-000-additive" in run.stdout
+    run = subprocess.run([str(venv / "bin" / "attnlab"), "translate", "--pretrained", "zh-en-numbers", "三千零五",
+                          "--no-alignment"], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "三千零五 → three thousand and five"

@@ -25,8 +25,8 @@ def tf_run(tmp_path_factory):
 
 
 def test_translator_heads_table_curve_and_plot(tf_run, tmp_path, capsys):
-    from attnlab.cli.evaluate import split_examples
     from attnlab.data.batching import collate
+    from attnlab.train.heldout import translation_split
     from attnlab.train.load import load_model
 
     png = tmp_path / "abl.png"
@@ -40,7 +40,7 @@ def test_translator_heads_table_curve_and_plot(tf_run, tmp_path, capsys):
     assert [int(k) for k, _ in removed] == list(range(1, 3 * 2 + 1))  # every head removed once
     full = float(re.search(r"all heads: ([\d.]+)", out).group(1))
     loaded = load_model(tf_run)  # the loss by hand: mean cross-entropy over the 8 test sentences' target tokens
-    b = collate(split_examples(loaded, "test")[1][:8])
+    b = collate(translation_split(loaded, "test")[1][:8])
     with torch.no_grad():
         logits = loaded.model(b.src, b.src_mask, b.tgt_in)
     ref = F.cross_entropy(logits.flatten(0, 1), b.tgt_out.flatten(), ignore_index=0, reduction="sum") / (b.tgt_out != 0).sum()

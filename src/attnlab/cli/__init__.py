@@ -25,7 +25,7 @@ VERBS = {
     "explain": "walk through a mechanism step by step with its actual numbers",
     "verify": "check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
     "view": "write a self-contained HTML viewer (or PNG/SVG) of attention weights",
-    "train": "train a model (a checkpoint folder is written)",
+    "train": "train a model (a checkpoint folder is written); train --recipe NAME: a shipped model's recipe",
     "experiment": "run an experiment: train, evaluate, write a table and plots",
     "translate": "translate with a trained seq2seq checkpoint and show the alignment",
     "evaluate": "score a seq2seq checkpoint: exact match, BLEU, chrF, by source length",
@@ -34,6 +34,7 @@ VERBS = {
     "plot-run": "draw a training run's loss and validation curves (metrics.jsonl)",
     "interpret": "attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
     "check": "check your own attention function against the contract (masks, NaN, empty input, values)",
+    "pretrained": "the models that ship trained: list them, read a model card, its folder or its recipe",
 }
 
 
@@ -99,6 +100,14 @@ def _verb(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"] and any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
+        from ..pretrained import with_recipe  # train --recipe NAME: the shipped model's own command
+
+        try:
+            argv = with_recipe(argv[1:])
+        except ValueError as e:
+            print(f"attnlab train: error: {e}", file=sys.stderr)
+            return 2
     parser = build_parser(only=_verb(argv))
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))

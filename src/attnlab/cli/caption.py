@@ -33,6 +33,7 @@ from ..train.caption import caption_image, region_cells
 from ..train.load import load_model
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
+from ._source import add_model_source
 from ._threads import add_threads
 
 
@@ -43,8 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("image", help="a PNG (or other image Pillow reads)")
-    p.add_argument("--checkpoint", required=True, help="folder written by `attnlab train caption`")
+    p.add_argument("image", nargs="?", help="a PNG (or other image Pillow reads); default: the first held-out "
+                   "scene that ships with the checkpoint (test-scenes/000.png)")
+    add_model_source(p, "folder written by `attnlab train caption`")
     p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
     p.add_argument("--out", help="write the per-word overlays to this folder (default: print only, write nothing)")
     p.add_argument("--no-overlays", action="store_true", help="print the caption only, even with --out")
@@ -96,7 +98,11 @@ def run_caption(args: argparse.Namespace) -> int:
             f"the checkpoint captions in {lang!r}, not {args.lang!r}; train one with "
             f"`attnlab train caption --lang {args.lang} --out DIR`"
         )
-    path = Path(args.image)
+    path = Path(args.image) if args.image else Path(loaded.path) / "test-scenes" / "000.png"
+    if not args.image:
+        if not path.is_file():
+            raise UsageError(f"{loaded.path} ships no held-out scene (test-scenes/000.png): name an image to caption")
+        print(f"image: {path} (a held-out scene that ships with the model)")
     if not path.is_file():
         raise UsageError(f"no image file at {args.image}")
     image = read_image(path, model.config.image_size)

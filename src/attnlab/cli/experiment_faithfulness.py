@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
 def measure_run(args: argparse.Namespace, cfg, measure) -> dict:
     import time
 
+    from ..train.heldout import translation_split
     from ..train.load import load_model
-    from .evaluate import split_examples
 
     if args.data or args.steps:
         raise UsageError("--data and --steps are for training; with --run the run's own data and weights are used")
@@ -86,7 +86,7 @@ def measure_run(args: argparse.Namespace, cfg, measure) -> dict:
     decoder = loaded.model.config.decoder
     if decoder == "none":
         raise UsageError(f"{args.run} has no attention (decoder 'none'); train one with --attention bahdanau or luong")
-    ds, examples = split_examples(loaded, "test", args.data_path)
+    ds, examples = translation_split(loaded, "test", args.data_path)
     if not examples:
         raise UsageError(f"{ds.name} has no test sentences")
     cfg = replace(cfg, data=ds.name, decoders=(decoder,))

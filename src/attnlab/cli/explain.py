@@ -17,7 +17,9 @@ from ..explain import builtin_names, document, load, render, render_markdown, ru
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS, canonical
 from . import VERBS, UsageError
+from ._source import pretrained_folder
 from ._threads import add_threads
+from ._types import positive_int
 
 FORMATS = {
     "text": lambda ex, t, v, a: render(ex, t, v, digits=a.digits, lang=a.lang),
@@ -39,6 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
+    src.add_argument("--checkpoint", metavar="DIR", help="a translator with additive attention (attnlab train "
+                     "seq2seq --attention bahdanau): one real decoder step, with --text and --step")
+    src.add_argument("--pretrained", dest="checkpoint", type=pretrained_folder, metavar="NAME",
+                     help="a shipped translator (de-en, zh-en-numbers): one real decoder step, with --text and --step")
+    p.add_argument("--text", help="with --checkpoint or --pretrained: the sentence to translate")
+    p.add_argument("--step", type=positive_int, default=1, help="with --checkpoint or --pretrained: the decoder "
+                   "step to walk through, counted from 1 (default 1: the first output word)")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
     p.add_argument("--lang", choices=LANGS, default="en", help="language of the walkthrough (default en)")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
@@ -58,7 +67,11 @@ def run_explain(args: argparse.Namespace) -> int:
     mechanism = canonical(args.mechanism) if args.mechanism else None
     if mechanism is not None and mechanism not in MECHANISMS:
         raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
-    if args.file:
+    if (args.text is not None) != bool(args.checkpoint):
+        raise UsageError("--text goes with --checkpoint DIR or --pretrained NAME, and they need it")
+    if args.checkpoint:
+        ex = translator_step(args.checkpoint, args.text, args.step)
+    elif args.file:
         path = Path(args.file)
         if not path.is_file():
             raise UsageError(f"--file {args.file}: " + ("is a folder, not a file" if path.is_dir() else "no such file"))
@@ -77,3 +90,51 @@ def run_explain(args: argparse.Namespace) -> int:
     trace = run(ex)
     print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
     return 0
+
+
+def translator_step(checkpoint: str, text: str, step: int):
+    """One decoder step of a trained additive-attention translator as a worked example: the query is
+    the decoder's state s_{t-1}, the keys and values the encoder's states h_j, the parameters the
+    model's own W_q, W_k and v. The walkthrough recomputes with them the weights α_t the model used."""
+    import torch
+
+    from ..data import source_batch
+    from ..data.vocab import BOS, EOS, tokenize
+    from ..explain import Example
+    from ..train.load import load_model
+
+    loaded = load_model(checkpoint, kind="seq2seq")
+    model, sv, tv = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
+    if model.config.decoder != "bahdanau":
+        raise UsageError(f"{checkpoint} has a {model.config.decoder!r} decoder; the walkthrough needs "
+                         "additive (Bahdanau) attention")
+    if not text.strip():
+        raise UsageError("--text must not be empty")
+    ids = sv.encode(text.strip(), strict=True)
+    src, mask = source_batch([ids])
+    out: list[int] = []
+    with torch.no_grad():
+        memory, state = model.start(src, mask)
+        y = torch.tensor([BOS])
+        for t in range(1, step + 1):
+            query = state["h"][0]  # s_{t-1}, the state before step t
+            logits, state, weights = model.step(memory, state, y)
+            y = logits.argmax(-1)
+            if t < step and int(y) == EOS:
+                raise UsageError(f"the translation ends after {t} steps; --step must be 1 to {t}")
+            out.append(int(y))
+    att, keys = model.attention, memory["keys"][0]  # (s, d_e)
+    words = tv.tokens(out[:-1]) + ["</s>" if out[-1] == EOS else tv.tokens(out[-1:])[0]]
+    before = " ".join(words[:-1]) or "(nothing yet)"
+    title = (f"A real decoder step of the trained translator: step {step} of “{text.strip()}”; "
+             f"written so far: {before}; this step writes “{words[-1]}”")
+    title_zh = (f"训练好的翻译模型的真实解码一步：“{text.strip()}”的第 {step} 步；"
+                f"已写出：{before}；这一步写出“{words[-1]}”")
+    return Example(
+        name=f"{Path(checkpoint).name}-step-{step}", mechanism="bahdanau", title=title, title_zh=title_zh,
+        inputs={"query": query.double().tolist(), "keys": keys.double().tolist()},
+        params={"w_q": att.w_q.weight.double().tolist(), "w_k": att.w_k.weight.double().tolist(),
+                "v": att.v.double().tolist()},
+        tokens=[words[-1]], key_tokens=tokenize(text.strip(), sv.level),
+        # The weights the model itself used at this step, written as a claim the walkthrough checks.
+        claims=[{"step": "weights", "value": [round(float(w), 4) for w in weights[0]]}])

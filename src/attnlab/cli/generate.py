@@ -17,6 +17,7 @@ import torch
 from .._limits import check_value
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
+from ._source import add_model_source
 from ._threads import add_threads
 
 
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=VERBS["generate"],
         description="Sample text from a language-model checkpoint, with the key/value cache.",
     )
-    p.add_argument("--checkpoint", required=True, help="a folder written by 'attnlab train lm'")
+    add_model_source(p, "a folder written by 'attnlab train lm'")
     p.add_argument("--prompt", default="\n", help="text to start from (default: a newline)")
     p.add_argument("--tokens", type=int, default=300, help="characters to generate (default 300)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")

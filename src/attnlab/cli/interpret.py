@@ -28,6 +28,7 @@ from pathlib import Path
 from ..viz.heatmap import save as save_figure
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
+from ._source import add_model_source
 from ._threads import add_threads, apply_threads
 from ._types import Span, positive_int, token_span
 
@@ -42,8 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("method", choices=["rollout", "flow", "heads"],
                    help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")
     p.add_argument("--json", help='rollout/flow: the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
-    p.add_argument("--run", help="heads: a checkpoint folder of a Transformer translator or a GPT")
-    p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on")
+    add_model_source(p, "heads: a checkpoint folder of a Transformer translator or a GPT", flag="--run", dest="run",
+                     required=False)
+    p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on (default for "
+                   "a GPT trained on Shakespeare, such as --pretrained char-gpt: the plays its training held out)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="heads on a translator: the split")
     p.add_argument("--limit", type=positive_int, default=64, help="heads: sentences or text windows (default 64)")
     p.add_argument("--plot", help="heads: draw the loss against heads removed as a PNG here")
@@ -147,31 +150,45 @@ def draw(m, labels: list[str], path: str, title: str) -> None:
     save_figure(fig, path)  # written whole, then renamed
 
 
+def gpt_text(args: argparse.Namespace, loaded):
+    """(character ids, what they are) to measure a GPT's loss on: --text FILE, or for a GPT trained on
+    Shakespeare's plays (the shipped char-gpt) the part of the plays its training held out."""
+    vocab = loaded.vocabs["vocab"]
+    if args.text:
+        if not Path(args.text).is_file():
+            raise UsageError(f"no such file: {args.text}")
+        return vocab.encode_tensor(Path(args.text).read_text(encoding="utf-8")), args.text
+    if (loaded.config.get("data") or {}).get("name") != "shakespeare":
+        raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on)")
+    from ..data import shakespeare
+    from ..train.lm import split
+
+    val_fraction = float(loaded.config.get("train", {}).get("val_fraction", 0.1))
+    _, held_out = split(vocab.encode_tensor(shakespeare.load_text()), val_fraction, loaded.model.config.block_size)
+    return held_out, "the held-out plays"
+
+
 def heads_loss(args: argparse.Namespace, loaded, device="cpu"):
     """(loss(model) -> scalar, what it is measured on) for ``interpret heads``; the data on ``device``."""
     import torch
 
     if loaded.kind == "gpt":
-        if not args.text:
-            raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on)")
-        if not Path(args.text).is_file():
-            raise UsageError(f"no such file: {args.text}")
-        ids = loaded.vocabs["vocab"].encode_tensor(Path(args.text).read_text(encoding="utf-8"))
+        ids, source = gpt_text(args, loaded)
         n = min(loaded.model.config.block_size, len(ids) - 1)
         if n < 1:
-            raise UsageError(f"{args.text} needs at least 2 characters; got {len(ids)}")
+            raise UsageError(f"{source} needs at least 2 characters; got {len(ids)}")
         starts = range(0, len(ids) - n, n)[: args.limit]  # non-overlapping windows of n + 1 characters
         tokens = torch.stack([ids[i:i + n] for i in starts])  # (windows, n)
         targets = torch.stack([ids[i + 1:i + n + 1] for i in starts])
         tokens, targets = tokens.to(device), targets.to(device)
-        return (lambda m: m.loss(tokens, targets)), f"{len(starts)} windows of {n} characters of {args.text}"
+        return (lambda m: m.loss(tokens, targets)), f"{len(starts)} windows of {n} characters of {source}"
     from ..data.batching import collate
+    from ..train.heldout import translation_split
     from ..train.loop import loss_on
-    from .evaluate import split_examples
 
     if args.text:
         raise UsageError("--text is for GPT runs; a translator run is measured on its own --split")
-    ds, examples = split_examples(loaded, args.split, args.data_path)
+    ds, examples = translation_split(loaded, args.split, args.data_path)
     examples = examples[: args.limit]
     if not examples:
         raise UsageError(f"{ds.name} has no {args.split} sentences to measure the loss on")
@@ -184,7 +201,8 @@ def run_heads(args: argparse.Namespace) -> int:
     from ..train.load import load_model
 
     if not args.run:
-        raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint)")
+        raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint) "
+                         "or --pretrained NAME")
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot must be a .png file; got {args.plot!r}")
     rt = inference_runtime(args)

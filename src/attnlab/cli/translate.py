@@ -26,6 +26,7 @@ import argparse
 
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
+from ._source import add_model_source
 from ._threads import add_threads
 
 SHADES = " ·░▒▓█"
@@ -35,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("translate", help=VERBS["translate"],
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("texts", nargs="+", help="source sentences")
-    p.add_argument("--checkpoint", required=True, help="a folder written by attnlab train seq2seq")
+    add_model_source(p, "a folder written by attnlab train seq2seq")
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
     p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")

@@ -6,6 +6,7 @@
     attnlab view --example seed-001-multi-head -o heads.html --focus 2     # opens on the 2nd token
     attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --screenshot-view matrix --focus 2
     attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model (safetensors)
+    attnlab view --pretrained de-en --text "Das Wetter ist sehr schön." -o page.html   # a shipped model
 
 The page has all its script inline and needs no network. Numbers count from 1, as the page shows them.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
+from ._source import pretrained_folder
 from ._threads import add_threads
 
 
@@ -35,7 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
     src.add_argument("--hf", metavar="MODEL_DIR", help="a local Hugging Face model folder (BERT-, GPT-2- or T5-style; "
                      "needs the hf extra); with --text")
-    p.add_argument("--text", help="with --hf: the text to run the model on")
+    src.add_argument("--checkpoint", metavar="DIR", help="an attnlab checkpoint folder (translator, GPT or "
+                     "captioner); with --text")
+    src.add_argument("--pretrained", dest="checkpoint", type=pretrained_folder, metavar="NAME",
+                     help="a trained model that ships with attnlab (attnlab pretrained list); with --text")
+    p.add_argument("--text", help="with --hf, --checkpoint or --pretrained: the text to run the model on "
+                   "(a captioner: an image file; default its first shipped held-out scene)")
     p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
     p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
@@ -45,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the view to photograph (default head)")
     p.add_argument("--focus", type=int, metavar="N", help="open the page with query token N chosen, counted from 1 "
                    "as the page numbers them (the first token is 1), in every view and in the --screenshot")
-    add_inference_device(p, what="run the --hf model")
+    add_inference_device(p, what="run the --hf, --checkpoint or --pretrained model")
     add_threads(p)
     p.set_defaults(func=run_view)
 
@@ -59,9 +66,16 @@ def run_view(args: argparse.Namespace) -> int:
         raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
     if args.focus is not None and args.focus < 1:
         raise UsageError(f"--focus counts from 1 (the first token is 1); got {args.focus}")
-    if (args.text is not None or args.target is not None) and not args.hf:
-        raise UsageError("--text and --target go with --hf MODEL_DIR")
-    if args.hf:
+    if args.target is not None and not args.hf:
+        raise UsageError("--target goes with --hf MODEL_DIR")
+    if args.text is not None and not (args.hf or args.checkpoint):
+        raise UsageError("--text goes with --hf MODEL_DIR, --checkpoint DIR or --pretrained NAME")
+    if args.checkpoint:
+        from ..viz.viewer import normalise
+        from ._model_pages import model_page
+
+        data = normalise(model_page(args.checkpoint, args.text, inference_runtime(args)))
+    elif args.hf:
         if args.text is None:
             raise UsageError("--hf needs --text: the text to run the model on")
         if not Path(args.hf).is_dir():

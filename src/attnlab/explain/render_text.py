@@ -29,20 +29,36 @@ def fmt_number(x: float, digits: int) -> str:
     return "0." + "0" * digits if s == "-0." + "0" * digits else ("0" if s == "-0" else s)
 
 
+# An axis longer than LONG (a trained model's 128 features) shows its first HEAD and last TAIL
+# entries around "…" (rows: "⋮"), as NumPy summarises, and says how long it is.
+LONG, HEAD, TAIL = 16, 6, 2
+
+
+def _shown(n: int) -> list[int | None]:
+    """The indices of an axis of length n to print; None where the elided entries go."""
+    return list(range(n)) if n <= LONG else [*range(HEAD), None, *range(n - TAIL, n)]
+
+
 def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=None) -> str:
     """A 0-d tensor as a number, 1-d as a row, 2-d as an aligned matrix, more as stacked matrices.
 
-    ``slice_label(i)`` names the i-th (1-based) matrix of a 3-d or larger tensor.
+    ``slice_label(i)`` names the i-th (1-based) matrix of a 3-d or larger tensor. An axis longer
+    than ``LONG`` is summarised (its first and last entries) and its size is written after it.
     """
     if t.dim() == 0:
         return indent + fmt_number(float(t), digits)
     if t.dim() == 1:
-        return indent + "[" + "  ".join(fmt_number(float(x), digits) for x in t) + "]"
+        row = "  ".join("…" if j is None else fmt_number(float(t[j]), digits) for j in _shown(len(t)))
+        return indent + "[" + row + "]" + (f"  ({len(t)} numbers)" if len(t) > LONG else "")
     if t.dim() == 2:
-        cells = [[fmt_number(float(x), digits) for x in row] for row in t]
-        width = max((len(c) for row in cells for c in row), default=1)
-        lines = ["  ".join(c.rjust(width) for c in row) for row in cells]
-        return "\n".join(indent + "│ " + line + " │" for line in lines)
+        cols = _shown(t.shape[1])
+        cells = [None if i is None else ["…" if j is None else fmt_number(float(t[i, j]), digits) for j in cols]
+                 for i in _shown(t.shape[0])]
+        width = max((len(c) for row in cells if row for c in row), default=1)
+        lines = ["  ".join(("⋮" if j is not None else " ").rjust(width) for j in cols) if row is None
+                 else "  ".join(c.rjust(width) for c in row) for row in cells]
+        size = f"{indent}  ({t.shape[0]} × {t.shape[1]})" if max(t.shape) > LONG else None
+        return "\n".join([indent + "│ " + line + " │" for line in lines] + ([size] if size else []))
     name = slice_label or (lambda i: f"[{i}]")
     return "\n".join(f"{indent}{name(i + 1)}\n" + fmt_array(sub, digits, indent + "  ") for i, sub in enumerate(t))
 

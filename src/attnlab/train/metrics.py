@@ -40,6 +40,32 @@ def scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
     }
 
 
+def intervals(hyps: Sequence[str], refs: Sequence[str], *, resamples: int = 1000, seed: int = 0,
+              level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals of ``scores``: {"exact" | "bleu" | "chrf": (low, high)}.
+
+    Each resample draws ``len(refs)`` sentences with replacement (seeded) and scores them as a
+    corpus, from sacrebleu's per-sentence statistics summed with the resample's counts (the way
+    ``sacrebleu --confidence`` does, without scoring the text again).
+    """
+    import numpy as np
+
+    sb = _sacrebleu()
+    hyps, refs = list(hyps), list(refs)
+    if len(hyps) != len(refs) or not refs:
+        raise ValueError(f"intervals need as many hypotheses as references, at least one; got {len(hyps)} and {len(refs)}")
+    rng = np.random.default_rng(seed)
+    counts = np.stack([np.bincount(rng.integers(0, len(refs), len(refs)), minlength=len(refs))
+                       for _ in range(resamples)]).astype(np.float64)  # (resamples, n)
+    tail = 100 * (1 - level) / 2
+    out = {"exact": counts @ np.array([100.0 * (h == r) for h, r in zip(hyps, refs)]) / len(refs)}
+    for key, metric in (("bleu", sb.BLEU()), ("chrf", sb.CHRF())):
+        stats = np.asarray(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.float64)  # (n, statistics)
+        out[key] = np.array([metric._compute_score_from_stats([int(round(x)) for x in row]).score
+                             for row in counts @ stats])
+    return {k: (float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))) for k, v in out.items()}
+
+
 def length_buckets(lengths: Sequence[int], n_buckets: int = 5) -> list[tuple[int, int]]:
     """Edges [lo, hi] that split the observed lengths into about equal-count buckets."""
     xs = sorted(lengths)
@@ -66,4 +92,4 @@ def by_length(
     return rows
 
 
-__all__ = ["exact_match", "scores", "by_length", "length_buckets"]
+__all__ = ["exact_match", "scores", "intervals", "by_length", "length_buckets"]

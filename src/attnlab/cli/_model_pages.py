@@ -1,0 +1,72 @@
+"""The viewer's JSON of a trained attnlab model on one input: what ``view --pretrained NAME --text T``
+(or ``view --checkpoint DIR --text T``) shows: one builder per model kind, in ``PAGES``, each
+running the model once and writing its weights with the builders ``translate`` and ``caption``
+use for ``--attention-out``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import UsageError
+
+
+def translator_page(loaded, text: str | None, rt) -> dict:
+    """The translation of ``text`` and its attention (RNN: α_t; Transformer: every layer and head)."""
+    from ..data import source_batch
+    from ..data.vocab import tokenize
+    from ..train.decode import greedy
+    from .translate import attention_document
+
+    if not text or not text.strip():
+        raise UsageError("a translator needs --text: the sentence to translate")
+    sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
+    ids = sv.encode(text.strip(), strict=True)
+    src, mask = rt.to(*source_batch([ids]))
+    model = loaded.model.to(rt.device)
+    with rt.autocast():
+        hyp = greedy(model, src, mask, max_len=2 * len(ids) + 10)[0]
+        out_tokens = tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else [])
+        return attention_document(model, src, mask, tokenize(text.strip(), sv.level), out_tokens, hyp,
+                                  title=f"{text.strip()} → {tv.decode(hyp.tokens)}")
+
+
+def gpt_page(loaded, text: str | None, rt) -> dict:
+    """Every layer's and head's causal self-attention over the characters of ``text`` (the last block)."""
+    from ..models.gpt import attention_maps
+    from ..viz.viewer import attention_json
+
+    if not text:
+        raise UsageError("a GPT needs --text: the characters to read")
+    model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
+    ids = vocab.encode_tensor(text)[-model.config.block_size:]
+    with rt.autocast():
+        maps = attention_maps(model, ids.to(rt.device)).float().cpu()  # (layers, h, n, n)
+    return {"title": text, "sections": [attention_json([vocab.itos[i] for i in ids.tolist()], maps,
+                                                       name="causal self-attention")]}
+
+
+def captioner_page(loaded, text: str | None, rt) -> dict:
+    """The caption of an image (``text``: its path; default the first held-out scene shipped with the model)."""
+    from ..data.emoji import read_image
+    from ..train.caption import caption_image
+    from .caption import attention_document
+
+    path = Path(text) if text else Path(loaded.path) / "test-scenes" / "000.png"
+    if not path.is_file():
+        raise UsageError(f"a captioner needs --text IMAGE.png (the image to caption); no image at {path}")
+    model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
+    with rt.autocast():
+        cap = caption_image(model, vocab, read_image(path, model.config.image_size), loaded.config.get("lang", "en"))
+    return attention_document(cap, model.config.grid)
+
+
+PAGES = {"seq2seq": translator_page, "transformer": translator_page, "gpt": gpt_page, "captioner": captioner_page}
+
+
+def model_page(checkpoint: str, text: str | None, rt) -> dict:
+    """The viewer's JSON of any attnlab checkpoint on ``text``."""
+    from ..train.load import load_model
+
+    loaded = load_model(checkpoint, kind=tuple(PAGES))
+    return PAGES[loaded.kind](loaded, text, rt)

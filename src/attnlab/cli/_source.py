@@ -1,0 +1,29 @@
+"""Where a verb's trained model comes from: ``--checkpoint DIR`` or ``--pretrained NAME``.
+
+Every verb that runs a trained model takes either; ``--pretrained`` names a model that
+ships inside attnlab (``attnlab pretrained list``) and stands for its folder, so the verb
+reads ``args.checkpoint`` (or its ``dest``) the same way for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def pretrained_folder(name: str) -> str:
+    """``--pretrained NAME`` → the shipped model's folder; an unknown name lists the names."""
+    from ..pretrained import UnknownModel, folder
+
+    try:
+        return str(folder(name))
+    except UnknownModel as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_model_source(p: argparse.ArgumentParser, what: str, *, flag: str = "--checkpoint", dest: str = "checkpoint",
+                     required: bool = True) -> None:
+    """``flag DIR`` (what: the folder it expects) or ``--pretrained NAME``, one of them."""
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument(flag, dest=dest, metavar="DIR", help=what)
+    g.add_argument("--pretrained", dest=dest, type=pretrained_folder, metavar="NAME",
+                   help="a trained model that ships with attnlab instead (attnlab pretrained list)")

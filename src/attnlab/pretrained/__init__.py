@@ -1,0 +1,150 @@
+"""Trained models that ship inside attnlab: load them by name, offline, in a second.
+
+    >>> from attnlab import pretrained
+    >>> pretrained.names()
+    ['de-en', 'zh-en-numbers', 'char-gpt', 'caption']
+    >>> loaded = pretrained.load("zh-en-numbers")      # a train.load.LoadedModel
+    >>> loaded.kind
+    'seq2seq'
+    >>> pretrained.translate("zh-en-numbers", "三千零五").text
+    'three thousand and five'
+
+Each model is a checkpoint folder in this package (``attnlab/pretrained/NAME/``): the
+weights (``model.safetensors``, no optimizer state), ``config.json`` (model, training
+recipe, data), its vocabularies, and ``card.json``, the model card: data and licence, the
+command that trained it, how long that took and on what, the held-out scores with 95 %
+bootstrap intervals, known failure modes and the seed. ``attnlab pretrained info NAME``
+prints the card; everywhere a command takes ``--checkpoint DIR`` it takes
+``--pretrained NAME`` too.
+
+``attnlab train --recipe NAME [--out DIR] [overrides]`` runs the card's recipe again;
+``python -m attnlab.pretrained.make`` turns a finished run into a shipped folder and
+measures its card.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+# The shipped models, in the order `attnlab pretrained list` prints them.
+NAMES = ("de-en", "zh-en-numbers", "char-gpt", "caption")
+
+
+class UnknownModel(ValueError):
+    """A name that is not a shipped model."""
+
+
+def names() -> list[str]:
+    """The shipped models' names."""
+    return list(NAMES)
+
+
+def folder(name: str) -> Path:
+    """The checkpoint folder of a shipped model; ``UnknownModel`` names the choices."""
+    if name not in NAMES:
+        raise UnknownModel(f"no pretrained model {name!r}; the shipped models are {', '.join(NAMES)}")
+    path = HERE / name
+    if not (path / "model.safetensors").is_file():
+        raise UnknownModel(f"pretrained model {name!r} is not installed ({path} has no model.safetensors); "
+                           "reinstall attnlab")
+    return path
+
+
+def card(name: str) -> dict[str, Any]:
+    """The model card of a shipped model, as a dict (``card.json``)."""
+    return json.loads((folder(name) / "card.json").read_text(encoding="utf-8"))
+
+
+def load(name: str, *, device: str | None = None):
+    """A shipped model as ``train.load.LoadedModel`` (model in eval mode, vocabularies, config)."""
+    from ..train.load import load_model
+
+    loaded = load_model(folder(name))
+    if device is not None:
+        loaded.model.to(device)
+    return loaded
+
+
+@dataclass
+class Translation:
+    """A greedy translation and its attention: ``weights[i, j]`` is how much output token ``i``
+    attended to source token ``j`` (for a Transformer, the last layer's cross-attention, mean over heads)."""
+
+    text: str
+    tokens: list[str]
+    source_tokens: list[str]
+    weights: Any
+
+
+def translate(name: str, text: str) -> Translation:
+    """Translate ``text`` greedily with a shipped translator (``de-en``, ``zh-en-numbers``)."""
+    from ..data import source_batch
+    from ..data.vocab import tokenize
+    from ..train.decode import greedy
+
+    loaded = _cached(name)
+    if loaded.kind not in ("seq2seq", "transformer"):
+        raise ValueError(f"{name} is a {loaded.kind} model, not a translator")
+    sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
+    ids = sv.encode(text.strip(), strict=True)
+    hyp = greedy(loaded.model, *source_batch([ids]), max_len=2 * len(ids) + 10)[0]
+    return Translation(tv.decode(hyp.tokens), tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else []),
+                       tokenize(text.strip(), sv.level), hyp.weights)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached(name: str):
+    return load(name)
+
+
+def recipe(name: str) -> list[str]:
+    """The arguments of ``attnlab`` that trained the shipped model (``["train", "seq2seq", ...]``)."""
+    return list(card(name)["recipe"])
+
+
+def with_recipe(args: list[str]) -> list[str]:
+    """``attnlab train`` arguments holding ``--recipe NAME`` → the recipe's arguments, then the rest
+    (argparse keeps the last value of a flag, so the rest overrides the recipe)."""
+    rest, name = list(args), ""
+    for i, a in enumerate(rest):
+        if a == "--recipe" or a.startswith("--recipe="):
+            name = a.split("=", 1)[1] if "=" in a else (rest[i + 1] if i + 1 < len(rest) else "")
+            del rest[i: i + (1 if "=" in a else 2)]
+            break
+    if name not in NAMES:
+        raise UnknownModel(f"--recipe needs a shipped model's name ({', '.join(NAMES)}); got {name!r}")
+    return recipe(name) + rest
+
+
+def _interval(score: dict[str, Any]) -> str:
+    low, high = score.get("low"), score.get("high")
+    return f"{score['value']:.{score.get('digits', 1)}f}" + (
+        f" (95% interval {low:.{score.get('digits', 1)}f}–{high:.{score.get('digits', 1)}f})" if low is not None else "")
+
+
+def info_text(name: str) -> str:
+    """The model card as text: what ``attnlab pretrained info NAME`` prints."""
+    c = card(name)
+    lines = [f"{name}: {c['title']}", "", c["summary"], "",
+             f"model       {c['model']}",
+             f"parameters  {c['parameters']:,} (shipped as {c['dtype']}, {c['size_bytes'] / 1e6:.1f} MB)",
+             f"data        {c['data']}",
+             f"licence     {c['licence']}",
+             f"seed        {c['seed']}",
+             f"trained     {c['train_seconds'] / 60:.1f} min on {c['machine']}",
+             f"recipe      attnlab {' '.join(c['recipe'])}",
+             "", f"held-out scores ({c['held_out']}):"]
+    lines += [f"  {metric:<22}{_interval(s)}" for metric, s in c["scores"].items()]
+    lines += ["", "known failure modes:"] + [f"  - {m}" for m in c["failure_modes"]]
+    if c.get("try"):
+        lines += ["", "try:"] + [f"  attnlab {t}" for t in c["try"]]
+    return "\n".join(lines)
+
+
+__all__ = ["NAMES", "UnknownModel", "names", "folder", "card", "load", "recipe", "with_recipe", "info_text", "translate", "Translation"]

