@@ -4,7 +4,7 @@
 
 The model of ``attnlab train seq2seq``'s defaults (emb 64, hidden 128,
 BiGRU encoder, attn_dim 128, batch 64); the Bahdanau model is the figure quoted
-in the README, the none decoder (no attention) is the reference measured in the
+in docs/classic.md, the none decoder (no attention) is the reference measured in the
 same run, interleaved, median.
 """
 

@@ -1,4 +1,4 @@
-"""The README's language-model journey end to end: train lm → generate --attention-out → view, and
+"""The language-model journey of docs/transformer.md end to end: train lm → generate --attention-out → view, and
 interpret rollout / flow on what generate wrote (a window longer than flow's 64 tokens: --last crops)."""
 
 from __future__ import annotations

@@ -58,9 +58,10 @@ def test_q_k_v_must_be_shards_of_one_sequence():
         context_parallel_attention(q, q[:, :, :3], q[:, :, :3])
 
 
-def test_readme_example_is_the_script_and_runs_under_torchrun():
+def test_docs_example_is_the_script_and_runs_under_torchrun():
     script = (ROOT / "examples" / "context_parallel.py").read_text()
-    assert script.strip() in (ROOT / "README.md").read_text(), "README's context-parallel block differs from the script"
+    page = (ROOT / "docs" / "distributed.md").read_text()
+    assert script.strip() in page, "docs/distributed.md's context-parallel block differs from the script"
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "examples/context_parallel.py"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
