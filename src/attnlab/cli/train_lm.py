@@ -53,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            help="a step whose gradients are NaN or infinite: stop the run (default; the last "
                                 "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
         elif f.name == "max_seconds":
-            p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds")
+            p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds of wall time, "
+                           "the closing validation and checkpoint included (default: no limit)")
         else:
             p.add_argument(flag, type=type(default), default=SUPPRESS, help=f"(default {default})")
     add_threads(p)

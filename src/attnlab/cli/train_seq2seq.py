@@ -82,6 +82,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(t, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
                  help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
                       "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
+    field_option(t, C, "max_seconds", type=float, help="stop after this many seconds of wall time, the closing "
+                 "validation and checkpoint included (default: no limit)")
     t.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -165,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data import build_corpus
     from ..train.checkpoint import check_out_dir
     from ..train.load import load_model
-    from ..train.loop import TrainConfig, train, train_config_from
+    from ..train.loop import TrainConfig, train, train_config_from, valid_words
 
     _check_flags(args)
     rt = runtime_from(args)
@@ -186,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         corpus = build_corpus(ds, sv, tv)
         model = loaded.model.train()
         cfg = train_config_from(config["train"], f"{out}/config.json")
-        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite") if getattr(args, k) is not None}
+        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite", "max_seconds") if getattr(args, k) is not None}
         cfg = replace(cfg, **given)  # checked again as it is built
         extra = {k: config[k] for k in ("data", "max_src_len") if k in config}
     else:
@@ -217,6 +219,6 @@ def run(args: argparse.Namespace) -> int:
         result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
                        files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
     if rt.is_main:
-        print(f"saved {out} at step {result.step}: valid {result.valid}")
+        print(f"saved {out} at step {result.step}: {valid_words(result.valid)}")
     rt.world.close()
     return 0
