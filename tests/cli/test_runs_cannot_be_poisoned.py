@@ -211,7 +211,7 @@ def _numeric_flags() -> list[tuple[tuple[str, ...], str, type]]:
             sub = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
         for a in sub._actions:
             kind = {int: int, float: float}.get(a.type, int if getattr(a.type, "__name__", "") == "positive_int" else None)
-            if a.option_strings and kind is not None:
+            if a.option_strings and kind is not None and a.help is not argparse.SUPPRESS:  # not an old spelling
                 out.append((verb, a.option_strings[-1], kind))
     return out
 
