@@ -51,7 +51,7 @@ NOTEBOOKS = {
             "      '--steps', str(STEPS), '--eval-every', str(STEPS), '--out', run, '--quiet'])"
         ),
         new_code_cell(
-            "main(['translate', '--checkpoint', run, 'dreihundertzwölf', '--plot', run + '/alignment.png'])"
+            "main(['translate', '--checkpoint', run, 'dreihundertzwölf', '--picture', run + '/alignment.png'])"
         ),
         new_code_cell(
             "from IPython.display import Image\nImage(run + '/alignment.png')"

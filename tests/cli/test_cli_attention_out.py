@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 SEQ2SEQ = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "100", "--max-digits", "2", "--batch-size", "16",
            "--eval-every", "0", "--save-every", "0", "--quiet", "--steps", "2"]
 RNN = ["--emb", "8", "--hidden", "8", "--attn-dim", "8"]
-TRANSFORMER = ["--model", "transformer", "--layers", "1", "--heads", "2", "--dim", "16", "--ff", "32"]
+TRANSFORMER = ["--model", "transformer", "--num-layers", "1", "--num-heads", "2", "--dim", "16", "--ff", "32"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
     assert main([*SEQ2SEQ, *RNN, "--out", str(d / "rnn")]) == 0
     assert main([*SEQ2SEQ, *TRANSFORMER, "--out", str(d / "tf")]) == 0
     assert main(["train", "caption", "--out", str(d / "cap"), "--n-train", "16", "--n-test", "2", "--epochs", "1",
-                 "--d-model", "16", "--heads", "2", "--pool", "4", "--max-objects", "1", "--cells", "2"]) == 0
+                 "--dim", "16", "--num-heads", "2", "--pool", "4", "--max-objects", "1", "--cells", "2"]) == 0
     return d
 
 

@@ -14,7 +14,7 @@ from attnlab.cli import main
 pytestmark = pytest.mark.usefixtures("one_thread")
 TRAIN = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "200", "--max-digits", "3", "--batch-size", "16",
          "--eval-every", "0", "--save-every", "0", "--quiet", "--steps", "3"]
-TF = ["--model", "transformer", "--layers", "1", "--heads", "2", "--dim", "16", "--ff", "32"]
+TF = ["--model", "transformer", "--num-layers", "1", "--num-heads", "2", "--dim", "16", "--ff", "32"]
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_translator_heads_table_curve_and_plot(tf_run, tmp_path, capsys):
 
     png = tmp_path / "abl.png"
     capsys.readouterr()
-    assert main(["interpret", "heads", "--run", str(tf_run), "--limit", "8", "--plot", str(png)]) == 0
+    assert main(["interpret", "heads", "--run", str(tf_run), "--limit", "8", "--picture", str(png)]) == 0
     out = capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = re.findall(r"^(transformer\.\S+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)  # module, h0, h1
@@ -83,5 +83,5 @@ def test_rnn_run_and_bad_plot_are_refused(tf_run, tmp_path, capsys):
     capsys.readouterr()
     assert main(["interpret", "heads", "--run", str(rnn)]) == 2
     assert "'seq2seq'" in capsys.readouterr().err
-    assert main(["interpret", "heads", "--run", str(tf_run), "--plot", "x.jpg"]) == 2
+    assert main(["interpret", "heads", "--run", str(tf_run), "--picture", "x.jpg"]) == 2
     assert ".png" in capsys.readouterr().err

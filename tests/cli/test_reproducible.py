@@ -17,7 +17,7 @@ RUNS = {
                 "--hidden", "8", "--attn-dim", "8", "--eval-every", "3", "--quiet"],
     "lm": ["train", "lm", "--steps", "3", "--dim", "16", "--num-layers", "1", "--num-heads", "2", "--block-size", "16",
            "--batch-size", "4", "--eval-every", "3", "--plays", "1"],
-    "caption": ["train", "caption", "--n-train", "16", "--n-test", "4", "--epochs", "1", "--d-model", "16",
+    "caption": ["train", "caption", "--n-train", "16", "--n-test", "4", "--epochs", "1", "--dim", "16",
                 "--batch-size", "8"],
 }
 

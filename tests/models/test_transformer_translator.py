@@ -183,7 +183,7 @@ def test_resume_gives_the_same_weights(tmp_path):
 # -- the command line ---------------------------------------------------------------------------
 
 TRAIN = ["train", "seq2seq", "--model", "transformer", "--data", "numbers-de-en", "--n", "300", "--max-digits", "3",
-         "--layers", "1", "--heads", "2", "--dim", "16", "--ff", "32", "--batch-size", "16", "--eval-every", "10",
+         "--num-layers", "1", "--num-heads", "2", "--dim", "16", "--ff", "32", "--batch-size", "16", "--eval-every", "10",
          "--save-every", "10", "--quiet"]
 ALIGNMENT = "(alignment: cross-attention of the last decoder layer, averaged over heads)"
 
@@ -191,7 +191,7 @@ ALIGNMENT = "(alignment: cross-attention of the last decoder layer, averaged ove
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tf") / "run"
-    assert main([*TRAIN, "--steps", "20", "--pos", "learned", "--out", str(out)]) == 0
+    assert main([*TRAIN, "--steps", "20", "--positional", "learned", "--out", str(out)]) == 0
     return out
 
 
@@ -201,7 +201,7 @@ def test_cli_train_translate_evaluate(run_dir, capsys, tmp_path):
     assert cfg["model"]["dim"] == 16 and cfg["model"]["num_heads"] == 2 and cfg["model"]["ffn_dim"] == 32
     assert cfg["state"]["step"] == 20 and cfg["data"]["name"] == "numbers-de-en"
     png = tmp_path / "a.png"
-    assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--plot", str(png)]) == 0
+    assert main(["translate", "--checkpoint", str(run_dir), "vierhundertzwei", "--max-len", "4", "--picture", str(png)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("vierhundertzwei → ") and ALIGNMENT in out and "   vierhundertzwei" in out and "←" in out
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -231,13 +231,13 @@ def test_cli_bad_input(run_dir, tmp_path, capsys):
         main([*TRAIN, "--model", "nonsense", "--out", str(tmp_path / "x")])
     assert e.value.code == 2 and "invalid choice: 'nonsense'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main([*TRAIN, "--pos", "alibi", "--out", str(tmp_path / "x")])
+        main([*TRAIN, "--positional", "alibi", "--out", str(tmp_path / "x")])
     assert e.value.code == 2
     capsys.readouterr()
-    err = _err(capsys, [*TRAIN, "--heads", "3", "--out", str(tmp_path / "x")])
-    assert "--dim=16" in err and "--heads=3" in err
+    err = _err(capsys, [*TRAIN, "--num-heads", "3", "--out", str(tmp_path / "x")])
+    assert "--dim=16" in err and "--num-heads=3" in err
     assert "--dropout" in _err(capsys, [*TRAIN, "--dropout", "1.5", "--out", str(tmp_path / "x")])
-    assert "--layers must be >= 1" in _err(capsys, [*TRAIN, "--layers", "0", "--out", str(tmp_path / "x")])
+    assert "--num-layers must be >= 1" in _err(capsys, [*TRAIN, "--num-layers", "0", "--out", str(tmp_path / "x")])
     assert not (tmp_path / "x").exists()
     assert "'X'" in _err(capsys, ["translate", "--checkpoint", str(run_dir), "vierXhundert"])
     assert "empty" in _err(capsys, ["translate", "--checkpoint", str(run_dir), "  "])

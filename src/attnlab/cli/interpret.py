@@ -5,7 +5,7 @@
     attnlab interpret flow --json attention.json --last 64           # the last 64 tokens only
     attnlab interpret rollout --json attention.json --tokens 1:20    # tokens 1 to 20 only
     attnlab interpret rollout --json attention.json --head-fusion max --no-residual
-    attnlab interpret heads --run runs/tf --plot ablation.png        # a translator run (its test split)
+    attnlab interpret heads --run runs/tf --picture ablation.png     # a translator run (its test split)
     attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
 
 The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k} (what
@@ -15,7 +15,7 @@ whole matrix is printed; beyond, each row's 5 largest entries (``--picture`` dra
 
 ``heads`` (Michel et al. 2019) prints every head's importance |∂L/∂ξ| (the loss's derivative in
 a gate on the head) for each attention module of the run's model, then the loss as heads are
-removed, least important first; ``--plot`` draws that curve. The loss is the mean cross-entropy
+removed, least important first; ``--picture`` draws that curve. The loss is the mean cross-entropy
 on ``--limit`` test sentences (a translator run) or text windows (a GPT run, ``--text``).
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
 from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads, apply_threads
@@ -49,7 +50,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "a GPT trained on Shakespeare, such as --pretrained char-gpt: the plays its training held out)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="heads on a translator: the split")
     p.add_argument("--limit", type=positive_int, default=64, help="heads: sentences or text windows (default 64)")
-    p.add_argument("--plot", help="heads: draw the loss against heads removed as a PNG here")
     p.add_argument("--data-path", help="heads on a translator: the Ding file, if not where training found it")
     p.add_argument("--head-fusion", default="mean", choices=["mean", "max", "min"], help="how heads combine (default mean)")
     p.add_argument("--no-residual", action="store_true", help="use the raw weights, without 0.5·A + 0.5·I per layer")
@@ -59,7 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "last 64); each row's weights renormalised over the kept tokens")
     crop.add_argument("--last", type=positive_int, metavar="N", help="rollout/flow: only the last N tokens "
                       "(--tokens=-N:)")
-    p.add_argument("--picture", help="also draw the matrix as a PNG here, labelled with the tokens (needs matplotlib)")
+    p.add_argument("--picture", help="rollout/flow: also draw the matrix as a PNG here, labelled with the tokens; "
+                   "heads: draw the loss against heads removed as a PNG here (needs matplotlib)")
+    deprecated_alias(p, "--plot", "--picture")
     add_inference_device(p, what="run the model (heads; rollout and flow read a JSON file)")
     add_threads(p)
     p.set_defaults(func=run_interpret)
@@ -203,8 +205,8 @@ def run_heads(args: argparse.Namespace) -> int:
     if not args.run:
         raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint) "
                          "or --pretrained NAME")
-    if args.plot and not args.plot.endswith(".png"):
-        raise UsageError(f"--plot must be a .png file; got {args.plot!r}")
+    if args.picture and not args.picture.endswith(".png"):
+        raise UsageError(f"--picture must be a .png file; got {args.picture!r}")
     rt = inference_runtime(args)
     loaded = load_model(args.run, kind=("transformer", "gpt"))
     loaded.model.to(rt.device)
@@ -221,9 +223,9 @@ def run_heads(args: argparse.Namespace) -> int:
     print(f"{'removed':>7}  {'head':<44} loss")
     for k, ((m, h), value) in enumerate(zip(order, losses[1:]), 1):
         print(f"{k:>7}  {names[m] + ' h' + str(h + 1):<44} {value:.4f}")
-    if args.plot:
-        plot_ablation(losses, args.plot, labels=[f"{m + 1}.{h + 1}" for m, h in order],
+    if args.picture:
+        plot_ablation(losses, args.picture, labels=[f"{m + 1}.{h + 1}" for m, h in order],
                       title=f"head ablation, {loaded.kind} ({len(names)} attention modules × "
                             f"{importance.shape[1]} heads), loss on {what}")
-        print(f"wrote {args.plot}")
+        print(f"wrote {args.picture}")
     return 0

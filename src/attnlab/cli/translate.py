@@ -1,7 +1,7 @@
 """``attnlab translate --checkpoint DIR TEXT...``: translate, and show the alignment.
 
     attnlab translate --checkpoint runs/de-en "vierhundertzwei"
-    attnlab translate --checkpoint runs/de-en "vierhundertzwei" --plot align.png
+    attnlab translate --checkpoint runs/de-en "vierhundertzwei" --picture align.png
     attnlab translate --checkpoint runs/de-en "vierhundertzwei" --attention-out attn.json
     attnlab view --json attn.json -o attn.html
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 
 from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
@@ -39,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_source(p, "a folder written by attnlab train seq2seq")
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
-    p.add_argument("--plot", help="write the alignment heatmap of the first text to this PNG file")
+    p.add_argument("--picture", help="write the alignment heatmap of the first text to this PNG file")
+    deprecated_alias(p, "--plot", "--picture")
     p.add_argument("--no-alignment", action="store_true", help="print the translations only")
     p.add_argument("--attention-out", metavar="FILE.json",
                    help="write the first text's attention weights as the viewer's JSON (attnlab view --json)")
@@ -74,7 +76,7 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("--plot needs matplotlib: pip install 'attnlab[viz]'") from None
+        raise UsageError("--picture needs matplotlib: pip install 'attnlab[viz]'") from None
     fig, ax = plt.subplots(figsize=(max(4, 0.3 * len(src_tokens) + 2), max(3, 0.3 * len(out_tokens) + 1.5)))
     ax.imshow(weights.numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(src_tokens)), [t if t != " " else "␣" for t in src_tokens], rotation=90)
@@ -152,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
             if getattr(model, "alignment", None):
                 print(f"(alignment: {model.alignment})")
             print(alignment_text(tokenize(text.strip(), sv.level), out_tokens, h.weights))
-        if args.plot and n == 0:
+        if args.picture and n == 0:
             if h.weights is None:
                 raise UsageError("this model has no attention (decoder 'none'): there is no alignment to plot")
-            plot_alignment(args.plot, tokenize(text.strip(), sv.level), out_tokens, h.weights,
+            plot_alignment(args.picture, tokenize(text.strip(), sv.level), out_tokens, h.weights,
                            title=getattr(model, "alignment", None))
-            print(f"wrote {args.plot}")
+            print(f"wrote {args.picture}")
     if args.attention_out:
         import json
 

@@ -17,7 +17,7 @@ bootstrap intervals, known failure modes and the seed. ``attnlab pretrained info
 prints the card; everywhere a command takes ``--checkpoint DIR`` it takes
 ``--pretrained NAME`` too.
 
-``attnlab train --recipe NAME [--out DIR] [overrides]`` runs the card's recipe again;
+``attnlab train --recipe NAME --out DIR [overrides]`` runs the card's recipe again;
 ``python -m attnlab.pretrained.make`` turns a finished run into a shipped folder and
 measures its card.
 """

@@ -44,7 +44,14 @@ from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .finite import FiniteGuard, check_mode
-from .runtime import Progress, Runtime, device_of, restore_training, training_tensors
+from .runtime import (
+    Progress,
+    Runtime,
+    device_of,
+    first_step_line,
+    restore_training,
+    training_tensors,
+)
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -183,7 +190,12 @@ def fit(
             rows, real = rt.world.shard_or_stand_in(list(range(len(idx))))  # this rank's part of the global batch
             idx = idx[rows]
             x, a, y = rt.to(images[idx], inp[idx], tgt[idx])
+            t_step = time.perf_counter()
             loss_sum, k = rt.step(net, guard, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0, real=real)
+            if log and rt.is_main and epoch == first and i == 0:  # a line within seconds, not after an epoch
+                msg = "  " + first_step_line(first * per_epoch + 1, epochs * per_epoch, float(loss_sum) / max(1, k),
+                                             time.perf_counter() - t_step)
+                bar.line(msg) if bar.tty else log(msg)
             sched.step()
             total, n = total + guard.keep(loss_sum, 0.0), n + k * guard.ok  # tensors: read once per epoch
             bar.update(epoch * per_epoch + i // batch_size + 1)

@@ -26,7 +26,16 @@ from ..models.gpt import GPT, GPTConfig
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
 from .finite import FiniteGuard, check_mode
-from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
+from .runtime import (
+    Deadline,
+    Progress,
+    RunLog,
+    Runtime,
+    device_of,
+    first_step_line,
+    restore_training,
+    training_tensors,
+)
 
 
 @dataclass
@@ -117,6 +126,17 @@ def evaluate(model: GPT, ids: torch.Tensor, cfg: LMTrainConfig, generator: torch
     return sum(losses) / len(losses)
 
 
+@torch.no_grad()
+def _forward_seconds(model: GPT, x: torch.Tensor, y: torch.Tensor, rt: Runtime) -> float:
+    """How long the loss of one batch takes in evaluation mode (no random number is drawn)."""
+    t = time.perf_counter()
+    model.eval()
+    with rt.autocast():
+        model.loss(x, y).item()
+    model.train()
+    return time.perf_counter() - t
+
+
 def _lr(step: int, cfg: LMTrainConfig) -> float:
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
@@ -165,6 +185,8 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
     bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
     rows, real = rt.world.shard_or_stand_in(list(range(cfg.batch_size)))  # this rank's rows of each global batch
     start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
+    deadline = Deadline(cfg.max_seconds, start)
+    say = (lambda msg: bar.line(msg) if bar.tty else log(msg)) if log is not None and rt.is_main else None
     model.train()
     step, killed = first - 1, False
     for step in range(first, cfg.steps):
@@ -177,7 +199,10 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
         x, y = rt.to(x[rows], y[rows])
         total, _ = rt.step(net, guard, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0, real=real)
-        train_time += time.perf_counter() - t0
+        step_s = time.perf_counter() - t0
+        train_time += step_s
+        if step == first and say is not None:  # a line within seconds, not at the first evaluation (one read)
+            say(first_step_line(step + 1, cfg.steps, float(total) / y.numel(), time.perf_counter() - t0))
         # the running loss stays a tensor on the device (no read, no collective per step); each rank's
         # is its sum over the global token count times the world size, so that the mean of the ranks'
         # running losses is the running global loss even when their shares differ (a batch of 5 on 2)
@@ -185,11 +210,15 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
         loss_ema = guard.keep(ema, torch.zeros_like(loss) if loss_ema is None else loss_ema)  # a skipped step: unchanged
         bar.update(step + 1)
-        last = step == cfg.steps - 1 or (cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds)
+        if step == first and cfg.max_seconds is not None:  # until an evaluation is timed: one batch's, times its batches
+            deadline.took("eval", cfg.eval_batches * _forward_seconds(model, x, y, rt))
+        last = step == cfg.steps - 1 or deadline.due(step_s, rt.world)  # --max-seconds: stop while the end fits
         if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
             skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
+            t_eval = time.perf_counter()
             with rt.autocast():
                 val = evaluate(model, val_ids, cfg, gen)  # every rank, so that the generators stay equal
+            deadline.took("eval", time.perf_counter() - t_eval)
             guard.check_loss(val)
             train_loss = rt.world.mean(float(loss_ema))
             tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
@@ -197,14 +226,15 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
                          "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3),
                          **({"skipped": skipped} if skipped else {})})
             bar.update(step + 1, loss=train_loss)
-            if log is not None and rt.is_main:
-                msg = f"step {step + 1:>5}  train {train_loss:.4f}  val {val:.4f}  {tps:,.0f} tokens/s"
-                bar.line(msg) if bar.tty else log(msg)
+            if say is not None:
+                say(f"step {step + 1:>5}  train {train_loss:.4f}  val {val:.4f}  {tps:,.0f} tokens/s")
         if out is not None and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
             state = {"step": step + 1, "loss_ema": rt.world.mean(float(loss_ema)), "train_time": train_time}
             guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             if rt.is_main:
+                t_save = time.perf_counter()
                 save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
+                deadline.took("save", time.perf_counter() - t_save)
         if last:
             break
     bar.close()

@@ -35,7 +35,16 @@ from ..data.vocab import PAD
 from . import runlog
 from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
 from .finite import FiniteGuard, check_mode
-from .runtime import Progress, RunLog, Runtime, device_of, restore_training, training_tensors
+from .runtime import (
+    Deadline,
+    Progress,
+    RunLog,
+    Runtime,
+    device_of,
+    first_step_line,
+    restore_training,
+    training_tensors,
+)
 
 
 @dataclass
@@ -51,6 +60,7 @@ class TrainConfig:
     valid_decode: int = 200  # validation sentences decoded greedily for exact match
     max_len: int = 200  # decoding guard
     on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
+    max_seconds: float | None = None  # wall-time budget, the closing validation and checkpoint included
 
     def __post_init__(self):
         check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
@@ -110,6 +120,23 @@ def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Calla
         out["exact"] = 100.0 * hits / len(sub)
     model.train(was)
     return out
+
+
+def _validation_seconds(model, examples: Sequence[Example], cfg: TrainConfig, rt: Runtime) -> float:
+    """About how long ``validate`` takes: the time of its first batch, times its batches (until a
+    whole one is timed). Draws no random number."""
+    t = time.perf_counter()
+    with rt.autocast():
+        validate(model, examples[: cfg.batch_size], cfg)
+    return (time.perf_counter() - t) * -(-len(examples) // cfg.batch_size)
+
+
+def valid_words(valid: dict) -> str:
+    """A validation in words: ``valid loss 6.604, exact match 0.0%``."""
+    words = [f"valid loss {valid['loss']:.3f}" if "loss" in valid else "not validated"]
+    if "exact" in valid:
+        words.append(f"exact match {valid['exact']:.1f}%")
+    return ", ".join(words)
 
 
 def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict,
@@ -178,6 +205,7 @@ def train(
     order, order_epoch = None, -1
     bar = Progress(cfg.steps, initial=step, desc=desc, enabled=progress and rt.is_main, stream=stream)
     train_loss = float("nan")
+    deadline, first = Deadline(cfg.max_seconds, wall0), step
     while step < cfg.steps:
         if stop_after is not None and step >= stop_after:
             break
@@ -186,11 +214,17 @@ def train(
             order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
         # every rank draws the same global batch, then trains on its shard
         mine, real = rt.world.shard_or_stand_in(order[pos])
+        t_step = time.perf_counter()
         batch = collate([train_examples[i] for i in mine]).to(rt.device)
         total, n = rt.step(net, guard, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip, real=real)
-        step += 1
+        step, step_s = step + 1, time.perf_counter() - t_step
+        if step == first + 1 and cfg.max_seconds is not None and rt.is_main and valid_examples:
+            deadline.took("eval", _validation_seconds(model, valid_examples, cfg, rt))
+        last = step == cfg.steps or deadline.due(step_s, rt.world)  # --max-seconds: stop while the end fits
+        if step == first + 1 and step % cfg.log_every and not last and bar.enabled:  # a line within seconds (one read)
+            bar.line(f"{desc}: " + first_step_line(step, cfg.steps, float(total) / max(1, n), time.perf_counter() - t_step))
         loss_sum, loss_n, tok = loss_sum + guard.keep(total, 0.0), loss_n + n * guard.ok, tok + n
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        if step % cfg.log_every == 0 or last:
             skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
             train_loss = rt.mean(float(loss_sum), int(loss_n))  # the one host read of the interval
             rate = rt.world.sum(tok) / max(1e-9, time.perf_counter() - t0)
@@ -200,23 +234,25 @@ def train(
             if not bar.tty:
                 bar.line(f"{desc}: step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s")
             loss_sum, loss_n = torch.zeros((), device=rt.device), 0
-        last = step == cfg.steps
         if rt.is_main and valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
             guard.read()
             t_eval = time.perf_counter()
             with rt.autocast():
                 valid = validate(model, valid_examples, cfg)
             guard.check_loss(valid["loss"])
+            deadline.took("eval", time.perf_counter() - t_eval)
             t0 += time.perf_counter() - t_eval  # the rate counts training time only
             log.add({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
                      "wall_s": round(time.perf_counter() - wall0, 3)})
-            ex = f"  exact {valid['exact']:.1f}%" if "exact" in valid else ""
-            bar.line(f"{desc}: step {step}: valid loss {valid['loss']:.4f}{ex}")
+            bar.line(f"{desc}: step {step}: {valid_words(valid)}")
         if rt.is_main and out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
             t_save = time.perf_counter()
             guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             save(out, model, opt, cfg, step, extra, files, valid, log.records)
+            deadline.took("save", time.perf_counter() - t_save)
             t0 += time.perf_counter() - t_save
+        if last:
+            break
     bar.close()
     log.close()
     rt.world.barrier()  # the checkpoint is complete before any rank returns
@@ -240,4 +276,4 @@ def train_config_from(d: dict, where: str = "config.json") -> TrainConfig:
 
 
 
-__all__ = ["TrainConfig", "TrainResult", "train", "validate", "loss_on", "loss_sum_on", "train_config_from"]
+__all__ = ["TrainConfig", "TrainResult", "train", "validate", "valid_words", "loss_on", "loss_sum_on", "train_config_from"]

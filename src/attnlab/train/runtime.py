@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,35 @@ class Progress:
             self.bar = None
 
 
+def first_step_line(step: int, total: int, loss: float, seconds: float) -> str:
+    """The line a run prints after its first step, so that it says it is alive within seconds."""
+    return f"step {step}/{total}  loss {loss:.4f}  (first step {seconds:.1f} s)"
+
+
+class Deadline:
+    """A wall-time budget of ``max_seconds`` (None: none) from ``start`` (a ``time.perf_counter()``).
+
+    ``due(step_s)`` after a step of ``step_s`` seconds: True when one more step and the closing
+    work (the evaluation and the checkpoint, as long as the latest ones took: ``took``) would end
+    past the budget, so that the run stops now and ends within it. Reads the clock only."""
+
+    def __init__(self, max_seconds: float | None, start: float):
+        self.max_seconds, self.start = max_seconds, start
+        self.tail: dict[str, float] = {}
+
+    def took(self, what: str, seconds: float) -> None:
+        """The latest ``what`` ("eval", "save") took ``seconds``."""
+        self.tail[what] = seconds
+
+    def due(self, step_s: float, world: World | None = None) -> bool:
+        """With ``world`` of several processes, True on all when on any (one collective per step,
+        only under a budget), so that they stop at the same step."""
+        if self.max_seconds is None:
+            return False
+        due = time.perf_counter() - self.start + step_s + sum(self.tail.values()) > self.max_seconds
+        return world.sum(int(due)) > 0 if world is not None and world.size > 1 else due
+
+
 def progress_iter(items, *, desc: str, enabled: bool = True, stream=None, total: int | None = None) -> Iterator:
     """``items`` with a tqdm bar when ``stream`` (stderr) is a terminal; the items alone otherwise."""
     stream = stream or sys.stderr
@@ -273,5 +303,5 @@ class Runtime:
         return self.world.sum(local_sum) / max(1.0, self.world.sum(local_n))
 
 
-__all__ = ["DEVICES", "PRECISIONS", "Runtime", "device_of", "Progress", "RunLog", "progress_iter", "resolve_device",
+__all__ = ["DEVICES", "PRECISIONS", "Runtime", "device_of", "Progress", "Deadline", "first_step_line", "RunLog", "progress_iter", "resolve_device",
            "rng_tensors", "restore_rng", "training_tensors", "restore_training"]

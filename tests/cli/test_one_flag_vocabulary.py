@@ -1,0 +1,111 @@
+"""One flag vocabulary across the verbs: --num-layers, --num-heads, --dim, --positional, --out, --picture;
+the old spellings parse to the same value for one release, with one note on stderr, and are hidden from help."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from attnlab.cli import build_parser
+
+CANONICAL = ["--num-layers", "3", "--num-heads", "2", "--dim", "16", "--out", "runs/x"]
+# per train verb: its canonical flags, the namespace values they give, and the old spelling of each
+TRAIN = {
+    "seq2seq": ([*CANONICAL, "--positional", "rope"],
+                {"num_layers": 3, "num_heads": 2, "dim": 16, "positional": "rope", "out": "runs/x"},
+                {"--num-layers": "--layers", "--num-heads": "--heads", "--positional": "--pos"}),
+    "lm": ([*CANONICAL, "--positional", "rope"],
+           {"num_layers": 3, "num_heads": 2, "dim": 16, "positional": "rope", "out": "runs/x"}, {}),
+    "caption": (CANONICAL, {"layers": 3, "num_heads": 2, "d_model": 16, "out": "runs/x"},
+                {"--num-layers": "--layers", "--num-heads": "--heads", "--dim": "--d-model"}),
+}
+# spellings of the canonical flags that no verb may show (written here, not taken from attnlab)
+SYNONYMS = {"--layers", "--n-layers", "--nlayers", "--heads", "--n-heads", "--nheads", "--pos", "--pos-encoding",
+            "--d-model", "--width", "--plot", "--png", "--out-dir"}  # view and plot-run: -o/--output is a file
+
+
+def _parse(task: str, argv: list[str]) -> argparse.Namespace:
+    return build_parser(only="train").parse_args(["train", task, *argv])
+
+
+@pytest.mark.parametrize("task", sorted(TRAIN))
+def test_every_train_verb_takes_the_canonical_spellings(task, capsys):
+    argv, want, _ = TRAIN[task]
+    args = _parse(task, argv)
+    assert {k: getattr(args, k) for k in want} == want
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("task", sorted(TRAIN))
+def test_every_train_verb_requires_out(task, capsys):
+    argv, _, _ = TRAIN[task]
+    i = argv.index("--out")
+    with pytest.raises(SystemExit) as e:
+        _parse(task, argv[:i] + argv[i + 2:])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("task, new, old", [(t, n, o) for t in sorted(TRAIN) for n, o in TRAIN[t][2].items()])
+def test_an_old_spelling_gives_the_same_value_and_one_note(task, new, old, capsys):
+    argv, _, _ = TRAIN[task]
+    i = argv.index(new)
+    canonical = _parse(task, argv)
+    capsys.readouterr()
+    args = _parse(task, [*argv[:i], old, argv[i + 1], *argv[i + 2:]])
+    assert vars(args).keys() == vars(canonical).keys()
+    assert {k: v for k, v in vars(args).items() if k != "func"} == {k: v for k, v in vars(canonical).items() if k != "func"}
+    assert capsys.readouterr().err == f"attnlab train {task}: note: {old} is deprecated; use {new}\n"
+
+
+@pytest.mark.parametrize("verb", ["translate", "interpret"])
+def test_plot_is_an_old_spelling_of_picture(verb, capsys):
+    lead = [verb, "hallo" if verb == "translate" else "heads", "--checkpoint" if verb == "translate" else "--run", "r"]
+    args = build_parser(only=verb).parse_args([*lead, "--plot", "a.png"])
+    assert args.picture == "a.png" and not hasattr(args, "plot")
+    assert capsys.readouterr().err == f"attnlab {verb}: note: --plot is deprecated; use --picture\n"
+
+
+def test_an_old_spelling_is_checked_as_the_new_one(capsys):
+    with pytest.raises(SystemExit) as e:
+        _parse("seq2seq", ["--pos", "alibi", "--out", "never"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "alibi" in err and "Traceback" not in err
+
+
+def _parsers(parser: argparse.ArgumentParser, name: str = "attnlab"):
+    """Every (name, parser) under ``parser``: each verb and each task of a verb."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, p in action.choices.items():
+                yield from _parsers(p, f"{name} {sub}")
+
+
+def test_no_verb_shows_a_synonym_of_a_canonical_flag():
+    seen = 0
+    for name, parser in _parsers(build_parser()):
+        usage, listed = parser.format_usage(), parser.format_help().split("options:", 1)[-1]
+        for action in parser._actions:
+            shown = action.help is not argparse.SUPPRESS
+            for flag in action.option_strings:
+                if flag in SYNONYMS:
+                    assert not shown, f"{name} shows {flag}"
+                    assert f"{flag} " not in usage and f"{flag} " not in listed.replace(f"use {flag}", ""), name
+            seen += bool(action.option_strings)
+    assert seen > 100  # every verb was walked, not only the top level
+
+
+def test_the_old_spellings_are_hidden_but_accepted_where_they_were():
+    hidden = {}
+    for name, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            for flag in action.option_strings:
+                if flag in SYNONYMS:
+                    hidden.setdefault(name, set()).add(flag)
+    assert hidden == {"attnlab train seq2seq": {"--layers", "--heads", "--pos"},
+                      "attnlab train caption": {"--layers", "--heads", "--d-model"},
+                      "attnlab translate": {"--plot"}, "attnlab interpret": {"--plot"}}
