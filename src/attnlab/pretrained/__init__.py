@@ -140,7 +140,7 @@ def info_text(name: str) -> str:
              f"trained     {c['train_seconds'] / 60:.1f} min on {c['machine']}",
              f"recipe      attnlab {' '.join(c['recipe'])}",
              "", f"held-out scores ({c['held_out']}):"]
-    lines += [f"  {metric:<22}{_interval(s)}" for metric, s in c["scores"].items()]
+    lines += [f"  {metric:<24} {_interval(s)}" for metric, s in c["scores"].items()]
     lines += ["", "known failure modes:"] + [f"  - {m}" for m in c["failure_modes"]]
     if c.get("try"):
         lines += ["", "try:"] + [f"  attnlab {t}" for t in c["try"]]
