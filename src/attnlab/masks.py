@@ -19,6 +19,7 @@ after the cached keys) the last query sees every key.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -123,7 +124,8 @@ def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
     """Combine masks (``None`` entries are ignored).
 
     All bool: logical AND (a key may be attended only if every mask allows it).
-    Any float: bool masks become ``0 / -inf`` biases and all are added.
+    Any float: bool masks become ``0 / -inf`` biases and all are added, in the widest
+    floating dtype given (float16 + float64 biases add in float64, as PyTorch promotes).
     The result broadcasts the inputs; shapes that do not broadcast raise ``ValueError``.
     """
     given = [m for m in masks if m is not None]
@@ -143,11 +145,31 @@ def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
         for m in given[1:]:
             out = out & m
         return out
-    dtype = next(m.dtype for m in given if m.is_floating_point())
+    dtype = functools.reduce(torch.promote_types, (m.dtype for m in given if m.is_floating_point()))
     out = to_bias(given[0], dtype)
     for m in given[1:]:
         out = out + to_bias(m, dtype)
     return out
+
+
+def in_dtype(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A module's mask in the scores' ``dtype``: a float mask (additive bias) of another floating dtype is
+    converted (a float16 bias with float64 queries, as ``torch.nn.MultiheadAttention`` converts it);
+    bool masks and None pass through."""
+    if mask is None or not mask.is_floating_point() or mask.dtype == dtype:
+        return mask
+    return mask.to(dtype)
+
+
+def append_keys(mask: torch.Tensor | None, k_len: int, n: int) -> torch.Tensor | None:
+    """A mask broadcastable to (..., q, k) → (..., q, k + n): ``n`` key columns appended that every query may
+    attend (True, or a 0 bias), for keys added after the real ones (``add_bias_kv``, ``add_zero_attn``)."""
+    if mask is None:
+        return None
+    mask = mask.expand(*mask.shape[:-1], k_len)
+    fill = torch.ones((), dtype=torch.bool, device=mask.device) if mask.dtype == torch.bool else \
+        torch.zeros((), dtype=mask.dtype, device=mask.device)
+    return torch.cat([mask, fill.expand(*mask.shape[:-1], n)], dim=-1)
 
 
 def allowed(mask: torch.Tensor) -> torch.Tensor:
@@ -155,4 +177,4 @@ def allowed(mask: torch.Tensor) -> torch.Tensor:
     return mask if mask.dtype == torch.bool else mask > float("-inf")
 
 
-__all__ = ["padding", "as_key_mask", "score_mask", "causal", "combine", "to_bias", "allowed"]
+__all__ = ["padding", "as_key_mask", "score_mask", "causal", "combine", "to_bias", "in_dtype", "append_keys", "allowed"]

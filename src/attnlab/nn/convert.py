@@ -11,10 +11,14 @@ Weights copy one to one (both use the ``nn.Linear`` layout and the same packed
 | ``batch_first=False`` by default: (n, b, d)          | always batch-first (b, n, d)              |
 | weights averaged over heads by default               | per-head weights (b, h, q, k)             |
 | ``bias`` for in- and output projections              | ``qkv_bias`` and ``proj_bias``            |
+| ``add_bias_kv`` (``bias_k``, ``bias_v`` (1, 1, E))   | ``add_bias_kv`` (same parameters)         |
+| ``add_zero_attn``                                    | ``add_zero_attn``                         |
+| unbatched (L, E) inputs, ``key_padding_mask`` (S,)   | unbatched (L, E) inputs, ``mask`` (S,)    |
 
-Caveats: ``add_bias_kv`` and ``add_zero_attn`` have no counterpart (raise
-``ValueError``); grouped-query modules (``num_kv_heads < num_heads``) and rotary
-or ALiBi modules cannot become a ``torch.nn.MultiheadAttention``.
+With ``add_bias_kv``/``add_zero_attn`` the appended key columns are never masked, in both
+modules, so no query row is ever fully masked and the outputs are torch's. Caveats:
+grouped-query modules (``num_kv_heads < num_heads``) and rotary or ALiBi modules cannot
+become a ``torch.nn.MultiheadAttention``.
 """
 
 from __future__ import annotations
@@ -35,8 +39,6 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
     """A ``MultiHeadAttention`` with ``mha``'s weights (copied); batch-first whatever ``mha.batch_first``."""
     if not isinstance(mha, nn.MultiheadAttention):
         raise ValueError(f"from_torch expects a torch.nn.MultiheadAttention; got {type(mha).__name__}")
-    if mha.bias_k is not None or mha.add_zero_attn:
-        raise ValueError("add_bias_kv and add_zero_attn have no attnlab counterpart; build the module without them")
     has_bias = mha.in_proj_bias is not None
     out = MultiHeadAttention(
         mha.embed_dim,
@@ -46,6 +48,8 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
         qkv_bias=has_bias,
         proj_bias=mha.out_proj.bias is not None,
         attn_drop=mha.dropout,
+        add_bias_kv=mha.bias_k is not None,
+        add_zero_attn=mha.add_zero_attn,
     )
     p = mha.in_proj_weight
     ref = p if p is not None else mha.q_proj_weight
@@ -65,6 +69,9 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
         out.out_proj.weight.copy_(mha.out_proj.weight)
         if mha.out_proj.bias is not None:
             _present(out.out_proj.bias).copy_(mha.out_proj.bias)
+        if mha.bias_k is not None:
+            _present(out.bias_k).copy_(mha.bias_k)
+            _present(out.bias_v).copy_(mha.bias_v)
     return out.train(mha.training)
 
 
@@ -95,6 +102,8 @@ def to_torch(module: MultiHeadAttention, *, batch_first: bool = True) -> nn.Mult
         kdim=module.kdim,
         vdim=module.vdim,
         batch_first=batch_first,
+        add_bias_kv=module.bias_k is not None,
+        add_zero_attn=module.add_zero_attn,
         device=ref.device,
         dtype=ref.dtype,
     )
@@ -109,6 +118,9 @@ def to_torch(module: MultiHeadAttention, *, batch_first: bool = True) -> nn.Mult
             mha.in_proj_bias.copy_(_present(module.in_proj_bias))
             mha.out_proj.bias.copy_(_present(module.out_proj.bias))
         mha.out_proj.weight.copy_(module.out_proj.weight)
+        if module.bias_k is not None:
+            _present(mha.bias_k).copy_(module.bias_k)
+            _present(mha.bias_v).copy_(_present(module.bias_v))
     return mha.train(module.training)
 
 
@@ -121,7 +133,8 @@ def mask_from_torch(
     """PyTorch's masks → one attnlab mask broadcastable to (b, h, q, k).
 
     attn_mask: (q, k) or (b·h, q, k) (give ``num_heads`` for the latter); bool True = forbidden,
-    or float bias. key_padding_mask: (b, k); bool True = padding, or float bias.
+    or float bias. key_padding_mask: (b, k), or (k,) for unbatched inputs; bool True = padding, or
+    float bias. Float masks of different dtypes add in the widest one, as torch adds them.
     """
     from .. import masks
 
@@ -135,7 +148,7 @@ def mask_from_torch(
         out.append(m)
     if key_padding_mask is not None:
         m = ~key_padding_mask if key_padding_mask.dtype == torch.bool else key_padding_mask
-        out.append(m[:, None, None, :])  # (b, 1, 1, k)
+        out.append(m.reshape(-1, 1, 1, m.shape[-1]))  # (b, 1, 1, k); (k,) unbatched → (1, 1, 1, k)
     return masks.combine(*out)
 
 

@@ -97,6 +97,28 @@ class ProjectionWeights(TypedDict):
     b_v: torch.Tensor | None
 
 
+def _unbatched(query: object, key: object, value: object) -> bool:
+    """Are query, key and value unbatched (2-D)? All of them or none (a mix raises ``ValueError``)."""
+    given = [(n, t) for n, t in (("query", query), ("key", key), ("value", value)) if isinstance(t, torch.Tensor)]
+    flat = [t.dim() == 2 for _, t in given]
+    if any(flat) and not all(flat):
+        shapes = ", ".join(f"{n} {_checks.shape(t)}" for n, t in given)
+        raise ValueError(f"query, key and value must all be batched (b, n, d) or all unbatched (n, d); got {shapes}")
+    return bool(flat) and flat[0] and given[0][0] == "query"
+
+
+def _batched(
+    query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, dim: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Unbatched (n, d) query, key and value → (1, n, d), keeping self-attention's ``key is query``."""
+    if query.shape[-1] != dim:
+        raise ValueError(f"query must be (b, q, dim) or unbatched (q, dim) with dim={dim}; got shape {_checks.shape(query)}")
+    q = query.unsqueeze(0)
+    k = None if key is None else q if key is query else key.unsqueeze(0)
+    v = None if value is None else q if value is query else k if value is key else value.unsqueeze(0)
+    return q, k, v
+
+
 @register("multi-head")
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; self-attention when ``key`` is None, cross-attention otherwise."""
@@ -128,6 +150,8 @@ class MultiHeadAttention(nn.Module):
         cp_mode: str = "ring",
         cp_layout: str = "contiguous",
         scale: float | None = None,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
     ):
         super().__init__()
         if dim < 1 or num_heads < 1 or dim % num_heads:
@@ -146,6 +170,10 @@ class MultiHeadAttention(nn.Module):
         if context_parallel is not None and (alibi or (rope and cp_layout != "contiguous")):
             raise ValueError("context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
                              f"(global positions rank·n/W + i); got alibi={alibi}, rope={rope}, cp_layout={cp_layout!r}")
+        if (add_bias_kv or add_zero_attn) and (pattern is not None or context_parallel is not None or rope or alibi):
+            raise ValueError("add_bias_kv and add_zero_attn (torch.nn.MultiheadAttention's extra keys) work without "
+                             f"pattern=, context_parallel, rope and alibi; got pattern={pattern!r}, "
+                             f"context_parallel={context_parallel!r}, rope={rope}, alibi={alibi}")
         # the scores' factor: None for 1/√d_h; T5 uses 1.0 (its relative bias carries the scale)
         self.scale = None if scale is None else _checks.scale(scale)
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
@@ -166,6 +194,11 @@ class MultiHeadAttention(nn.Module):
             self.v_proj_weight = nn.Parameter(torch.empty(kv_out, self.vdim))
         self.in_proj_bias = nn.Parameter(torch.zeros(q_out + 2 * kv_out)) if qkv_bias else None
         self.out_proj = nn.Linear(dim, dim, bias=proj_bias)
+        # torch.nn.MultiheadAttention's extra keys: a learned key/value row (1, 1, h_kv·d_h) and/or a zero row,
+        # appended after the projected keys and values, that every query may attend
+        self.bias_k = nn.Parameter(torch.empty(1, 1, kv_out)) if add_bias_kv else None
+        self.bias_v = nn.Parameter(torch.empty(1, 1, kv_out)) if add_bias_kv else None
+        self.add_zero_attn = add_zero_attn
         self.proj_drop = nn.Dropout(proj_drop)
         self.rotary = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
         self.alibi = ALiBi(num_heads) if alibi else None
@@ -183,6 +216,9 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.in_proj_bias)
         if self.out_proj.bias is not None:
             nn.init.zeros_(self.out_proj.bias)
+        for w in (self.bias_k, self.bias_v):
+            if w is not None:
+                nn.init.xavier_normal_(w)
 
     def projection_weights(self) -> ProjectionWeights:
         """W_q, W_k, W_v and their biases as separate tensors (views of the packed ones)."""
@@ -214,7 +250,28 @@ class MultiHeadAttention(nn.Module):
         memory tensor is passed).
 
         Returns ``(output (b, q, dim), weights (b, h, q, k) or None)``.
+
+        Unbatched inputs, as ``torch.nn.MultiheadAttention`` takes them: query (q, dim), key (k, kdim),
+        value (k, vdim) (all 2-D, or none) → ``(output (q, dim), weights (h, q, k) or None)``; the mask
+        is then (k,) for every query or (q, k) (attnlab's polarity: True = may attend, float = bias).
+
+        A float mask (additive bias) of another floating dtype than the scores is converted to theirs
+        (a float16 bias with float64 queries), as torch converts it. With ``add_bias_kv`` and/or
+        ``add_zero_attn`` the keys (and the weights' k) grow by one column each, appended after the
+        real keys, that every query may attend: no row is ever fully masked then (a row whose real
+        keys are all masked attends only those columns, as in torch).
         """
+        if _unbatched(query, key, value):
+            query, key, value = _batched(query, key, value, self.dim)
+            out, weights = self._forward(query, key, value, mask, causal, need_weights, cache)
+            return out[0], None if weights is None else weights[0]
+        return self._forward(query, key, value, mask, causal, need_weights, cache)
+
+    def _forward(
+        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, mask: torch.Tensor | None,
+        causal: bool, need_weights: bool, cache: LayerCache | MemoryCache | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``forward`` on batched inputs (b, q, dim)."""
         key, value, self_attention, cache, memory_cache = self._check_call(query, key, value, cache)
         if self.context_parallel is not None:
             return self._context_parallel(query, key, value, self_attention, mask, causal, need_weights, cache)
@@ -229,6 +286,10 @@ class MultiHeadAttention(nn.Module):
         qh, kh, vh = self._heads(query, key, value, smask, self_attention, cache, memory_cache, need_weights)
         if causal and q_len == 1:
             causal = False  # one query at the end of the keys (bottom-right) may attend every key
+        if self.bias_k is not None or self.add_zero_attn:
+            kh, vh, smask = self._extra_keys(kh, vh, masks.combine(smask, masks.causal(q_len, kh.shape[2],
+                                                                           device=kh.device) if causal else None))
+            causal = False  # the causal mask covers the real keys only: the extra ones are open to every query
         # decoding one token over a cache with a padding mask: the padded positions' keys and values were
         # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
         # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
@@ -315,6 +376,21 @@ class MultiHeadAttention(nn.Module):
             kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
         return qh, kh, vh
 
+    def _extra_keys(
+        self, kh: torch.Tensor, vh: torch.Tensor, smask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """torch's ``add_bias_kv`` (a learned row) then ``add_zero_attn`` (a zero row) appended to the keys and
+        values (b, h_kv, k, d_h) → (b, h_kv, k + n, d_h), and to the mask as n columns every query may attend."""
+        b, h_kv, k_len, d_h = kh.shape
+        ks, vs = [kh], [vh]
+        if self.bias_k is not None and self.bias_v is not None:
+            ks.append(self.bias_k.to(kh.dtype).view(1, h_kv, 1, d_h).expand(b, -1, -1, -1))
+            vs.append(self.bias_v.to(vh.dtype).view(1, h_kv, 1, d_h).expand(b, -1, -1, -1))
+        if self.add_zero_attn:
+            ks.append(kh.new_zeros(b, h_kv, 1, d_h))
+            vs.append(vh.new_zeros(b, h_kv, 1, d_h))
+        return torch.cat(ks, dim=2), torch.cat(vs, dim=2), masks.append_keys(smask, k_len, len(ks) - 1)
+
     def _attend(
         self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, smask: torch.Tensor | None, causal: bool,
         need_weights: bool, kv_finite: bool,
@@ -323,6 +399,7 @@ class MultiHeadAttention(nn.Module):
         b, h, q_len, d_h = qh.shape
         h_kv = kh.shape[1]
         groups = h // h_kv
+        smask = masks.in_dtype(smask, qh.dtype)  # a float16 bias with float64 queries: in the scores' dtype
         # one query per head (decoding) with grouped heads: each group's queries attend their key/value head
         # together as (b, h_kv, groups, d_h), so the cache is never copied per step
         fold = (groups > 1 and q_len == 1 and not need_weights and self.alibi is None and self.pattern is None
@@ -428,6 +505,10 @@ class MultiHeadAttention(nn.Module):
             extra.append(f"scale={self.scale:g}")
         if self.pattern is not None:
             extra.append(f"pattern={self.pattern!r}, block={self.block}")
+        if self.bias_k is not None:
+            extra.append("add_bias_kv=True")
+        if self.add_zero_attn:
+            extra.append("add_zero_attn=True")
         return ", ".join([f"dim={self.dim}, num_heads={self.num_heads}", *extra])
 
 
