@@ -62,3 +62,24 @@ def test_masked_softmax_input_checks():
     assert str(e.value) == "scores must have at least 1 dimensions; got shape ()"
     with pytest.raises(ValueError, match="^scores must be a torch.Tensor; got list$"):
         masked_softmax([1.0, 2.0])
+
+
+def test_combine_adds_biases_of_different_dtypes_in_the_widest():
+    """float16 + float64 biases add in float64 (PyTorch's promotion), whichever comes first: 0.5 + 0.25 by hand."""
+    half = torch.tensor([[0.5, float("-inf")]], dtype=torch.float16)
+    wide = torch.tensor([[0.25, 1.0]], dtype=torch.float64)
+    for args in ((half, wide), (wide, half)):
+        out = masks.combine(*args)
+        assert out.dtype == torch.float64 and out.tolist() == [[0.75, float("-inf")]]
+
+
+def test_in_dtype_converts_float_masks_only_and_append_keys_opens_the_new_columns():
+    bias = torch.tensor([[0.5, -1.0]], dtype=torch.float16)
+    assert masks.in_dtype(bias, torch.float64).dtype == torch.float64
+    keep = torch.tensor([[True, False]])
+    assert masks.in_dtype(keep, torch.float64) is keep and masks.in_dtype(None, torch.float64) is None
+    assert masks.append_keys(keep, 2, 1).tolist() == [[True, False, True]]
+    assert masks.append_keys(bias, 2, 2).tolist() == [[0.5, -1.0, 0.0, 0.0]]
+    assert masks.append_keys(torch.tensor([[True], [False]]), 2, 1).tolist() == [[True, True, True],
+                                                                                [False, False, True]]
+    assert masks.append_keys(None, 2, 1) is None

@@ -272,8 +272,10 @@ def test_bad_construction_raises(kwargs, match):
 
 def test_bad_inputs_raise_value_error():
     m = MultiHeadAttention(16, 4)
-    with pytest.raises(ValueError, match=r"\(b, q, dim\) with dim=16; got shape \(5, 16\)"):
-        m(torch.randn(5, 16))
+    with pytest.raises(ValueError, match=r"\(b, q, dim\) with dim=16; got shape \(5,\)"):
+        m(torch.randn(5))  # (q, dim) is an unbatched input, as in torch; (dim,) is nothing
+    with pytest.raises(ValueError, match=r"\(b, q, dim\) or unbatched \(q, dim\) with dim=16; got shape \(5, 12\)"):
+        m(torch.randn(5, 12))
     with pytest.raises(ValueError, match=r"dim=16; got shape \(2, 5, 12\)"):
         m(torch.randn(2, 5, 12))
     with pytest.raises(ValueError, match=r"\(b, n, d\)"):  # the functional form checks too

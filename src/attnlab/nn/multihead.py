@@ -42,6 +42,12 @@ weights (b, h, q, k). Masks (``attnlab.masks.score_mask``): (k,) for every query
 2-D (b, k) padding or (q, k) for every sequence (read by the shape; when b = q it is
 ambiguous and raises ``ValueError``: pass (b, 1, 1, k) or (1, 1, q, k)), 3-D (b, q, k),
 or 4-D, broadcastable to (b, h, q, k). With a ``cache`` the mask's k counts the cached keys too.
+Unbatched, as torch takes them: query (q, dim), key (k, kdim), value (k, vdim) → (q, dim), weights
+(h, q, k), masks (k,) or (q, k). A float mask of another floating dtype is converted to the scores'.
+
+torch's ``add_bias_kv`` (parameters ``bias_k``, ``bias_v`` (1, 1, dim)) and ``add_zero_attn`` append a
+learned and/or a zero key/value row after the projected keys: k grows by one per option, and those
+columns are never masked, so with them no row is fully masked (torch's numbers, not the zero row).
 
 The paper's steps are the functions of ``attnlab.functional.multihead``
 (``project``, ``split_heads``, the core ``attention``, ``merge_heads``,
