@@ -27,21 +27,24 @@ class Dataset:
 
 
 DING = {"ding-de-en": False, "ding-en-de": True}
+# The same sentences, the training split joined by the dictionary's word and phrase pairs.
+DING_PHRASES = {"ding-phrases-de-en": False, "ding-phrases-en-de": True}
 
 
 def dataset_names() -> list[str]:
-    return [f"numbers-{a}-{b}" for a in LANGS for b in LANGS if a != b] + list(DING)
+    return [f"numbers-{a}-{b}" for a in LANGS for b in LANGS if a != b] + list(DING) + list(DING_PHRASES)
 
 
 def load_dataset(name: str, *, n: int = 20000, seed: int = 0, max_digits: int = 13, path: str | None = None) -> Dataset:
     """Train / valid / test pairs of a named dataset (``n``, ``max_digits`` apply to numbers-*)."""
-    if name in DING:
-        splits = ding_splits(path or DEFAULT_PATH, seed=seed, reverse=DING[name])
+    if name in DING or name in DING_PHRASES:
+        reverse = DING.get(name, DING_PHRASES.get(name))
+        splits = ding_splits(path or DEFAULT_PATH, seed=seed, reverse=reverse, phrases=name in DING_PHRASES)
         return Dataset(name, splits, "word", "word")
     if name.startswith("numbers-"):
         src, tgt = parse_name(name)
         return Dataset(name, number_pairs(src, tgt, n, seed=seed, max_digits=max_digits), DEFAULT_LEVEL[src], DEFAULT_LEVEL[tgt])
-    raise ValueError(f"unknown dataset {name!r}; use numbers-SRC-TGT (e.g. numbers-de-en) or one of {', '.join(DING)}")
+    raise ValueError(f"unknown dataset {name!r}; use numbers-SRC-TGT (e.g. numbers-de-en) or one of {', '.join([*DING, *DING_PHRASES])}")
 
 
 @dataclass

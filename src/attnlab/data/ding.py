@@ -65,18 +65,53 @@ def load_pairs(path: str | Path = DEFAULT_PATH, *, min_words: int = 3, max_words
     return pairs
 
 
+def load_phrases(path: str | Path = DEFAULT_PATH, *, max_words: int = 4) -> list[tuple[str, str]]:
+    """The dictionary's word and phrase pairs: the senses that are not sentences, cleaned like
+    ``load_pairs`` (first ``;`` alternative each side), 1–``max_words`` words a side, without duplicates."""
+    pairs, seen = [], set()
+    with open(Path(path), encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith("#") or " :: " not in line:
+                continue
+            de, en = line.rstrip("\n").split(" :: ", 1)
+            de_senses, en_senses = de.split(" | "), en.split(" | ")
+            if len(de_senses) != len(en_senses):
+                continue
+            for d, e in zip(de_senses, en_senses):
+                d, e = _clean(d), _clean(e)
+                if d and e and not _END.search(d) and 1 <= len(d.split()) <= max_words \
+                        and 1 <= len(e.split()) <= max_words and (d, e) not in seen:
+                    seen.add((d, e))
+                    pairs.append((d, e))
+    return pairs
+
+
 def ding_splits(
     path: str | Path = DEFAULT_PATH, *, seed: int = 0, valid_frac: float = 0.05, test_frac: float = 0.05,
-    reverse: bool = False,
+    reverse: bool = False, phrases: bool = False,
 ) -> Splits:
-    """Shuffled train / valid / test splits of ``load_pairs`` (de → en, or en → de with ``reverse``)."""
+    """Shuffled train / valid / test splits of ``load_pairs`` (de → en, or en → de with ``reverse``).
+
+    ``phrases``: the training split also gets the dictionary's word and phrase pairs
+    (``load_phrases``) whose words all occur in the training sentences, so the vocabulary stays
+    the sentences' and the valid and test sentences stay exactly those without ``phrases``."""
+    from .vocab import tokenize
+
     pairs = load_pairs(path)
     if reverse:
         pairs = [(e, d) for d, e in pairs]
     random.Random(seed).shuffle(pairs)
     n = len(pairs)
     n_valid, n_test = max(1, int(n * valid_frac)), max(1, int(n * test_frac))
-    return Splits(pairs[n_valid + n_test :], pairs[:n_valid], pairs[n_valid : n_valid + n_test])
+    train = pairs[n_valid + n_test :]
+    if phrases:
+        src_words = {t for s, _ in train for t in tokenize(s, "word")}
+        tgt_words = {t for _, t_ in train for t in tokenize(t_, "word")}
+        extra = [(e, d) if reverse else (d, e) for d, e in load_phrases(path)]
+        extra = [(s, t) for s, t in extra if set(tokenize(s, "word")) <= src_words and set(tokenize(t, "word")) <= tgt_words]
+        train = train + extra
+        random.Random(seed + 1).shuffle(train)
+    return Splits(train, pairs[:n_valid], pairs[n_valid : n_valid + n_test])
 
 
-__all__ = ["load_pairs", "ding_splits", "DEFAULT_PATH"]
+__all__ = ["load_pairs", "load_phrases", "ding_splits", "DEFAULT_PATH"]

@@ -44,6 +44,13 @@ CARDS: dict[str, dict[str, Any]] = {
                    "--steps", "6000", "--batch-size", "64", "--eval-every", "1000", "--save-every", "1000",
                    *_SEQ2SEQ_LOG],
         "dtype": "float16",
+        "failure_modes": [
+            "a word that is not among the German words of its training sentences is refused with an error "
+            "naming it (a word-level vocabulary; no subwords)",
+            "76 % of the German words of its training sentences occur there once or twice: beyond everyday "
+            "sentences it often writes a frequent phrase in place of the right one, fluent but wrong "
+            "(Wo ist der Bahnhof? → Where's the milk of the men?)",
+        ],
         "try": ["translate --pretrained de-en \"Das Wetter ist sehr schön.\"",
                 "view --pretrained de-en --text \"Das Wetter ist sehr schön.\" -o page.html",
                 "explain --pretrained de-en --text \"Das Wetter ist sehr schön.\" --step 3"],
