@@ -8,7 +8,7 @@ import torch
 
 from attnlab.data import Vocab, build_corpus, collate, load_dataset
 from attnlab.data.batching import batch_order
-from attnlab.data.ding import DEFAULT_PATH, load_pairs
+from attnlab.data.ding import DEFAULT_PATH, ding_splits, load_pairs, load_phrases
 from attnlab.data.numbers import number_pairs, sample_numbers, spell
 from attnlab.data.vocab import tokenize
 
@@ -76,6 +76,7 @@ Er kommt morgen zurück. [ugs.] :: He will be back tomorrow. [coll.]
 Wir gehen (heute) nach Hause. | Zu kurz. :: We are going home (today). | Too short.
 Das ist eins; Das ist zwei. :: That is one; That is two.
 Ungleich | Ein Satz hier. :: uneven
+morgen {adv} :: tomorrow
 """
 
 
@@ -93,6 +94,23 @@ def test_ding_loader_on_a_fixture(tmp_path):
     (tmp_path / "empty").write_text("# nothing\n", encoding="utf-8")
     with pytest.raises(ValueError, match="no sentence pairs"):
         load_pairs(tmp_path / "empty")
+
+
+def test_ding_phrases_on_a_fixture_join_training_only(tmp_path):
+    f = tmp_path / "de-en"
+    f.write_text(FIXTURE, encoding="utf-8")
+    assert load_phrases(f) == [("Haus", "house"), ("Häuser", "houses"), ("Das ist eins", "That is one"),
+                               ("morgen", "tomorrow")]
+    plain, joined = ding_splits(f, valid_frac=0.34, test_frac=0.34), ding_splits(f, valid_frac=0.34, test_frac=0.34,
+                                                                                  phrases=True)
+    assert (joined.valid, joined.test) == (plain.valid, plain.test)  # the held-out sentences do not move
+    words = {w for s, _ in plain.train for w in re.findall(r"\w+", s)}
+    added = sorted(set(joined.train) - set(plain.train))
+    assert set(plain.train) <= set(joined.train)
+    assert plain.train == [("Er kommt morgen zurück.", "He will be back tomorrow.")]
+    assert added == [("morgen", "tomorrow")]  # Haus, Häuser and "Das ist eins" have words training never saw
+    assert added == sorted(p for p in load_phrases(f) if set(re.findall(r"\w+", p[0])) <= words
+                           and set(re.findall(r"\w+", p[1])) <= {w for _, t in plain.train for w in re.findall(r"\w+", t)})
 
 
 @pytest.mark.skipif(not Path(DEFAULT_PATH).is_file(), reason="the Ding dictionary is absent: apt-get install trans-de-en")

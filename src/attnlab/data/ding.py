@@ -16,6 +16,7 @@ tests write a small one).
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from pathlib import Path
@@ -38,28 +39,39 @@ def _is_sentence(text: str, min_words: int, max_words: int) -> bool:
     return bool(text) and text[0].isupper() and bool(_END.search(text)) and min_words <= len(text.split()) <= max_words
 
 
-def load_pairs(path: str | Path = DEFAULT_PATH, *, min_words: int = 3, max_words: int = 15) -> list[tuple[str, str]]:
-    """(German, English) sentence pairs, in file order, without duplicates."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no Ding dictionary at {path}; install the Debian package trans-de-en "
-            "(apt-get install trans-de-en) or pass the path of a file in its format"
-        )
-    pairs, seen = [], set()
+@functools.lru_cache(maxsize=2)
+def _senses(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    """Every cleaned (German, English) sense pair of the file, in file order (read once per file version)."""
+    out = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if line.startswith("#") or " :: " not in line:
                 continue
             de, en = line.rstrip("\n").split(" :: ", 1)
             de_senses, en_senses = de.split(" | "), en.split(" | ")
-            if len(de_senses) != len(en_senses):
-                continue
-            for d, e in zip(de_senses, en_senses):
-                d, e = _clean(d), _clean(e)
-                if _is_sentence(d, min_words, max_words) and _is_sentence(e, min_words, max_words) and d not in seen:
-                    seen.add(d)
-                    pairs.append((d, e))
+            if len(de_senses) == len(en_senses):
+                out += [(_clean(d), _clean(e)) for d, e in zip(de_senses, en_senses)]
+    return tuple(out)
+
+
+def _read(path: str | Path) -> tuple[tuple[str, str], ...]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no Ding dictionary at {path}; install the Debian package trans-de-en "
+            "(apt-get install trans-de-en) or pass the path of a file in its format"
+        )
+    st = path.stat()
+    return _senses(str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+def load_pairs(path: str | Path = DEFAULT_PATH, *, min_words: int = 3, max_words: int = 15) -> list[tuple[str, str]]:
+    """(German, English) sentence pairs, in file order, without duplicates."""
+    pairs, seen = [], set()
+    for d, e in _read(path):
+        if _is_sentence(d, min_words, max_words) and _is_sentence(e, min_words, max_words) and d not in seen:
+            seen.add(d)
+            pairs.append((d, e))
     if not pairs:
         raise ValueError(f"{path} holds no sentence pairs in the Ding format (German :: English, senses split by ' | ')")
     return pairs
@@ -69,20 +81,11 @@ def load_phrases(path: str | Path = DEFAULT_PATH, *, max_words: int = 4) -> list
     """The dictionary's word and phrase pairs: the senses that are not sentences, cleaned like
     ``load_pairs`` (first ``;`` alternative each side), 1–``max_words`` words a side, without duplicates."""
     pairs, seen = [], set()
-    with open(Path(path), encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if line.startswith("#") or " :: " not in line:
-                continue
-            de, en = line.rstrip("\n").split(" :: ", 1)
-            de_senses, en_senses = de.split(" | "), en.split(" | ")
-            if len(de_senses) != len(en_senses):
-                continue
-            for d, e in zip(de_senses, en_senses):
-                d, e = _clean(d), _clean(e)
-                if d and e and not _END.search(d) and 1 <= len(d.split()) <= max_words \
-                        and 1 <= len(e.split()) <= max_words and (d, e) not in seen:
-                    seen.add((d, e))
-                    pairs.append((d, e))
+    for d, e in _read(path):
+        if d and e and not _END.search(d) and 1 <= len(d.split()) <= max_words \
+                and 1 <= len(e.split()) <= max_words and (d, e) not in seen:
+            seen.add((d, e))
+            pairs.append((d, e))
     return pairs
 
 
