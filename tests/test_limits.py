@@ -134,6 +134,21 @@ def test_model_size_is_counted_before_anything_is_allocated():
         check_parameters(count_parameters(big), "the GPT model")
 
 
+def test_counting_parameters_imports_no_compiler():
+    """Counting runs before every model is built (each load): it must not pull in torch's compiler
+    (meta-device arithmetic and normal_ do, seconds on first use)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from attnlab.models import GPTConfig, Seq2SeqConfig, count_parameters; "
+            "n = count_parameters(GPTConfig(vocab_size=80, block_size=128, dim=128, num_layers=4, num_heads=4, "
+            "num_kv_heads=2, positional='rope')); m = count_parameters(Seq2SeqConfig(src_vocab=20000, tgt_vocab=14000)); "
+            "print(n, m, 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[2] == "False"
+    assert int(out[0]) > 700_000 and int(out[1]) > 4_000_000
+
+
 def test_every_registered_model_has_every_numeric_field_in_the_table():
     import typing
 

@@ -70,9 +70,50 @@ def _model_class(cfg: object) -> type[nn.Module]:
 DEPTHS = ("num_layers", "num_encoder_layers", "num_decoder_layers", "layers")
 
 
+class _Shapes(torch.overrides.TorchFunctionMode):
+    """Build a model for its shapes only: a tensor made with more than ``SMALL`` numbers (the
+    weights) goes to the meta device, nothing allocated; smaller ones (tables computed in
+    ``__init__``, such as RoPE's frequencies) are made on the CPU, for real and cheaply. The random
+    initialisers leave a meta tensor as it is. Why not all on meta: meta arithmetic and ``normal_``
+    are Python references that import torch's compiler on first use, seconds that every command
+    loading a model would pay."""
+
+    SMALL = 1 << 16
+    MAKE = {torch.empty, torch.zeros, torch.ones, torch.full, torch.randn, torch.rand}
+    FILL = {torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.trunc_normal_, torch.nn.init.xavier_normal_,
+            torch.nn.init.xavier_uniform_, torch.nn.init.kaiming_normal_, torch.nn.init.kaiming_uniform_,
+            torch.nn.init.orthogonal_, torch.Tensor.normal_, torch.Tensor.uniform_}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in self.FILL:  # the tensor to fill: the first argument (torch.nn.init names it "tensor")
+            t = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if t.is_meta:
+                return t
+        elif func in self.MAKE and kwargs.get("device") is None:
+            if not args and "size" in kwargs:
+                args = (kwargs.pop("size"), *((kwargs.pop("fill_value"),) if "fill_value" in kwargs else ()))
+            size = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else \
+                args[: 1 if func is torch.full else len(args)]
+            size = size[0] if func is torch.full else size
+            numel = 1
+            for n in size:
+                numel *= int(n)
+            if numel > self.SMALL:
+                kwargs.pop("generator", None)
+                made = torch.empty if func in (torch.randn, torch.rand) else func
+                args = (tuple(size),) if made is torch.empty else args
+                return made(*args, **{**kwargs, "device": "meta"})
+        return func(*args, **kwargs)
+
+
 def _count(cfg: object) -> int:
-    with torch.device("meta"):  # shapes only: nothing is allocated
-        model = _model_class(cfg)(cfg)
+    try:
+        with _Shapes():  # the weights on the meta device, nothing allocated for them, nothing drawn
+            model = _model_class(cfg)(cfg)
+    except (RuntimeError, NotImplementedError):  # a model mixing a big and a small table: all on meta
+        with torch.device("meta"):
+            model = _model_class(cfg)(cfg)
     return sum(t.numel() for t in (*model.parameters(), *model.buffers()))
 
 
