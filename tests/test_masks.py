@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnlab import masks
 
@@ -52,3 +54,17 @@ def test_as_key_mask():
     assert masks.as_key_mask(pad).shape == (2, 1, 1, 2)
     with pytest.raises(ValueError, match=r"\(b, k\)"):
         masks.as_key_mask(torch.ones(2, 3, 4, dtype=torch.bool))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([0, 1, 2, 3]), max_size=4), min_size=1, max_size=3))
+def test_broadcast_shapes_is_torchs_without_its_import(shapes):
+    from attnlab import _checks
+
+    try:
+        want = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match="do not broadcast"):
+            _checks.broadcast_shapes(*shapes)
+        return
+    assert _checks.broadcast_shapes(*shapes) == want

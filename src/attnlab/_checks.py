@@ -132,13 +132,35 @@ def param(name: str, t: object, expected: tuple[int, ...], meaning: str) -> torc
     return t
 
 
+def broadcast_shapes(*shapes) -> torch.Size:
+    """``torch.broadcast_shapes`` in plain Python, with the same result and the same
+    ``RuntimeError`` when the shapes do not broadcast. Torch's imports its symbolic-shape
+    machinery (about a second) the first time it runs, which every short command would pay;
+    while compiling, torch's own runs (it knows symbolic sizes)."""
+    if torch.compiler.is_compiling():
+        return torch.broadcast_shapes(*shapes)
+    n = max((len(s) for s in shapes), default=0)
+    out = [1] * n
+    for s in shapes:
+        for i, d in enumerate(s, start=n - len(s)):
+            d = int(d)
+            if d < 0:
+                raise RuntimeError(f"shapes cannot have negative sizes; got {tuple(s)}")
+            if d != 1:
+                if out[i] not in (1, d):
+                    raise RuntimeError(f"shapes {[tuple(x) for x in shapes]} do not broadcast: "
+                                       f"{out[i]} against {d} at dimension {i}")
+                out[i] = d
+    return torch.Size(out)
+
+
 def leading_broadcast(names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> torch.Size:
     """The broadcast of the batch dimensions (all but the last two)."""
     leads = [t.shape[:-2] for t in tensors]
     if all(lead == leads[0] for lead in leads[1:]):
-        return leads[0]  # the common case, without torch.broadcast_shapes' Python overhead
+        return leads[0]  # the common case, without a broadcast's Python overhead
     try:
-        return torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+        return broadcast_shapes(*(t.shape[:-2] for t in tensors))
     except RuntimeError:
         given = ", ".join(f"{n} {shape(t)}" for n, t in zip(names, tensors))
         raise ValueError(
@@ -162,7 +184,7 @@ def mask(m: object, scores_shape: torch.Size | tuple[int, ...], dtype: torch.dty
         )
     target = tuple(scores_shape)
     try:
-        ok = tuple(torch.broadcast_shapes(m.shape, target)) == target
+        ok = tuple(broadcast_shapes(m.shape, target)) == target
     except RuntimeError:
         ok = False
     if not ok:

@@ -135,7 +135,7 @@ def combine(*masks: torch.Tensor | None) -> torch.Tensor | None:
         if m.dtype != torch.bool and not m.is_floating_point():
             raise ValueError(f"masks must be bool or floating; got dtype {m.dtype}")
     try:
-        torch.broadcast_shapes(*(m.shape for m in given))
+        _checks.broadcast_shapes(*(m.shape for m in given))
     except RuntimeError:
         raise ValueError(
             "masks do not broadcast together: " + ", ".join(_checks.shape(m) for m in given)

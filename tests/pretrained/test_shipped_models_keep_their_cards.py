@@ -104,3 +104,16 @@ def test_the_captioner_scores_its_cards_accuracies_on_held_out_scenes():
     assert 100 * s["exact_match"] == pytest.approx(card["exact match %"]["value"], abs=0.05)
     assert 100 * s["attention_accuracy"] == pytest.approx(card["attention accuracy %"]["value"], abs=0.05)
     assert s["attention_accuracy"] > 2 * s["chance"]  # it looks at its emoji, far above a blind map
+
+
+def test_loading_and_translating_imports_neither_the_compiler_nor_sympy():
+    """What keeps `attnlab translate --pretrained ...` within seconds: no import of torch's
+    compiler (meta-device arithmetic) nor of its symbolic shapes (torch.broadcast_shapes)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from attnlab import pretrained; t = pretrained.translate('zh-en-numbers', '三千零五'); "
+            "pretrained.load('char-gpt'); print(t.text); print(sorted(m for m in ('torch._dynamo', 'sympy') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["three thousand and five", "[]"]

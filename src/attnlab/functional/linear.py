@@ -133,7 +133,7 @@ def linear_attention(
     if mask is not None:
         if _checks.tensor("mask", mask, 0).dtype != torch.bool:
             raise TypeError(f"linear attention takes a bool mask (True = may attend); got dtype {mask.dtype} (an additive bias needs a softmax)")
-        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        lead = _checks.broadcast_shapes(query.shape[:-2], key.shape[:-2])
         _checks.mask(mask, torch.Size((*lead, query.shape[-2], key.shape[-2])))
     q_len, k_len = query.shape[-2], key.shape[-2]
     if need_weights or causal or not _is_key_mask(mask):
@@ -173,7 +173,7 @@ def linear_attention_step(
     if query.shape[-2] != key.shape[-2]:
         raise ValueError(f"the recurrent form takes one key per query; got q={query.shape[-2]}, k={key.shape[-2]}")
     fq, fk = feature_map(query), feature_map(key)
-    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    lead = _checks.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     if state is None:
         s = query.new_zeros(*lead, query.shape[-1], value.shape[-1])
         z = query.new_zeros(*lead, query.shape[-1])

@@ -120,7 +120,7 @@ def _key_padding(m: object, lead: tuple[int, ...], n: int) -> torch.Tensor | Non
     elif m.dim() == 2 and len(lead) >= 2 and m.shape[0] in (1, lead[0]):
         m = m.view(m.shape[0], *([1] * (len(lead) - 1)), m.shape[-1])  # (b, n) → (b, 1, …, n)
     try:
-        ok = m.dim() == len(lead) + 1 and tuple(torch.broadcast_shapes(m.shape, (*lead, n))) == (*lead, n)
+        ok = m.dim() == len(lead) + 1 and tuple(_checks.broadcast_shapes(m.shape, (*lead, n))) == (*lead, n)
     except RuntimeError:
         ok = False
     if not ok:
@@ -149,7 +149,7 @@ def topk_indices(
     n, d = key.shape[-2], query.shape[-1]
     scale = default_scale(d) if scale is None else float(scale)
     kk = min(topk.k, n)
-    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+    lead = _checks.broadcast_shapes(query.shape[:-2], key.shape[:-2])
     rows = max(1, _ROW_BUDGET // max(1, n * math.prod(lead)))
     idx, ok = [], []
     cols = torch.arange(n, device=key.device)
@@ -185,7 +185,7 @@ def topk_attention(
     scale, key_padding_mask = _validate(query, key, value, scale, key_padding_mask)
     d = query.shape[-1]
     if query.shape[-2] == 0 or key.shape[-2] == 0:  # nothing to choose from: an empty (or all-zero) output
-        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        lead = _checks.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         # keeps the graph without reading a value (a NaN/inf or an overflowing sum must not reach a row
         # with no key): zero, zero gradients
         zero = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()

@@ -55,7 +55,7 @@ def prepare(
         if mask.dim() == 2:
             mask = mask.unsqueeze(1)  # (b, 1, k)
         if mask.dtype != torch.bool or mask.shape not in ((b, 1, k), (b, q, k)):  # else: valid, skip the general check
-            _checks.mask(mask, (b, q, k))  # (it costs a torch.broadcast_shapes call, at every decoding step)
+            _checks.mask(mask, (b, q, k))  # (it costs a broadcast check, at every decoding step)
     return query, values, mask, single
 
 
