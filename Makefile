@@ -42,6 +42,8 @@ system-deps:
 	fi
 
 demo: $(STAMP)
+	@echo "== 0/4  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
+	$(BIN)/attnlab translate --pretrained zh-en-numbers 三千零五
 	@echo "== 1/4  Seed 000's additive (Bahdanau) attention, step by step, each written claim checked"
 	$(BIN)/attnlab explain --example seed-000-additive
 	@echo "== 2/4  Seed 001's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
