@@ -42,13 +42,20 @@ def field_option(group, cls: type, name: str, *flags: str, help: str = "", **kw)
     group.add_argument(*flags, dest=name, default=default, help=(help + shown).strip(), **kw)
 
 
-def config_from(args: argparse.Namespace, cls: type, **extra: Any):
+def config_from(args: argparse.Namespace, cls: type, *, flags: dict[str, str] | None = None, **extra: Any):
     """``cls`` built from the options ``args`` holds for its fields (and ``extra``); an option left
     at None takes the dataclass's default. Every value is checked first (``attnlab._limits``: types,
-    finiteness, ranges): a ValueError naming the field, the value and what it must be."""
+    finiteness, ranges): a ValueError naming the flag (``flags``: field → flag where the two are
+    spelled otherwise, e.g. ``d_model`` → ``--dim``), the value and what it must be."""
     names = {f.name for f in fields(cls)} - set(extra)
     values = {**{k: v for k, v in vars(args).items() if k in names and v is not None}, **extra}
-    check_values(cls, values)
+    try:
+        check_values(cls, values)
+    except ValueError as e:
+        field = next((f for f in (flags or {}) if str(e).startswith(f + " ")), None)
+        if field is None:
+            raise
+        raise ValueError(flags[field] + str(e)[len(field):]) from None
     return cls(**values)
 
 

@@ -85,7 +85,7 @@ def run_train_caption(args: argparse.Namespace) -> int:
             raise UsageError(f"{FLAGS.get(name, '--' + name.replace('_', '-'))} must be >= 1; got {v}")
     if not args.lr > 0:
         raise UsageError(f"--lr must be > 0; got {args.lr}")
-    given = config_from(args, CaptionTrainConfig)  # every flag checked (finite, in range), resumed or not
+    given = config_from(args, CaptionTrainConfig, flags=FLAGS)  # every flag checked (finite, in range), resumed or not
     if args.resume:
         cfg = saved_config(args.out, CaptionTrainConfig)
         cfg = replace(cfg, on_nonfinite=args.on_nonfinite) if args.on_nonfinite else cfg

@@ -71,7 +71,7 @@ def from_torch(mha: nn.MultiheadAttention) -> MultiHeadAttention:
             _present(out.out_proj.bias).copy_(mha.out_proj.bias)
         if mha.bias_k is not None:
             _present(out.bias_k).copy_(mha.bias_k)
-            _present(out.bias_v).copy_(mha.bias_v)
+            _present(out.bias_v).copy_(_present(mha.bias_v))
     return out.train(mha.training)
 
 
