@@ -259,7 +259,7 @@ def make_target(normalise: str):
         x = {"candidate": _leaf(b, DIM, dtype=dtype, device=device), "history": _leaf(b, k, DIM, dtype=dtype, device=device)}
 
         def run(path, pad, causal):
-            return _traced(path, lambda: m(x["candidate"], x["history"], pad, need_weights=_need(path)))
+            return _traced(path, lambda: m(x["candidate"], x["history"], mask=pad, need_weights=_need(path)))
 
         return Case(x, run, list(m.parameters()))
     return make
@@ -270,8 +270,8 @@ def _bad_target():
     c, h = torch.randn(2, DIM), torch.randn(2, 5, DIM)
     return {"history of another feature size": lambda: m(c, h[..., :3]),
             "integer history": lambda: m(c, h.long()),
-            "mask of another length": lambda: m(c, h, torch.ones(2, 4, dtype=torch.bool)),
-            "float mask": lambda: m(c, h, torch.ones(2, 5)),
+            "mask of another length": lambda: m(c, h, mask=torch.ones(2, 4, dtype=torch.bool)),
+            "float mask": lambda: m(c, h, mask=torch.ones(2, 5)),
             "unknown normalise": lambda: attnlab.create("target-attention", dim=DIM, normalise="sum")}
 
 

@@ -80,7 +80,7 @@ def _padding(mask: torch.Tensor | None, b: int, n: int, device: torch.device) ->
 class TargetAttention(nn.Module):
     """DIN's target attention: ``TargetAttention(dim, hidden_dim=36, normalise="softmax")``.
 
-    forward(candidate (b, d), history (b, n, d), mask (b, n) bool or None, need_weights=False)
+    forward(candidate (b, d), history (b, n, d), *, mask=(b, n) bool or None, need_weights=False)
     → pooled (b, d) [, weights (b, n)].
     """
 
@@ -109,8 +109,8 @@ class TargetAttention(nn.Module):
         self,
         candidate: torch.Tensor,
         history: torch.Tensor,
-        mask: torch.Tensor | None = None,
         *,
+        mask: torch.Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         self._check(candidate, history)
