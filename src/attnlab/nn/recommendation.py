@@ -184,6 +184,8 @@ class SASRec(nn.Module):
         self.num_items = _checks.integer("num_items", num_items)
         self.max_len = _checks.integer("max_len", max_len)
         self.item_embedding = nn.Embedding(num_items + 1, dim, padding_idx=0)
+        with torch.no_grad():  # entries of scale d^-1/2: the input M·√d has unit entries
+            self.item_embedding.weight.normal_(0.0, dim ** -0.5)[0].zero_()
         self.position_embedding = nn.Embedding(max_len, dim)
         self.blocks = nn.ModuleList(SASRecBlock(dim, num_heads, dropout=dropout) for _ in range(num_layers))
         self.norm = nn.LayerNorm(dim)
@@ -196,17 +198,22 @@ class SASRec(nn.Module):
             raise ValueError(f"item ids must be in [0, {self.num_items}] (0 = padding); "
                              f"got [{int(items.min())}, {int(items.max())}]")
 
-    def forward(self, items: torch.Tensor) -> torch.Tensor:
+    def forward(self, items: torch.Tensor, *, need_weights: bool = False
+                ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
+        """items (b, n) → states (b, n, d); with ``need_weights``, also each block's weights (b, h, n, n)."""
         self._check_items(items)
         if items.dim() != 2 or items.shape[1] > self.max_len:
             raise ValueError(f"items must be (b, n) with n ≤ max_len = {self.max_len}; got {tuple(items.shape)}")
         mask = items != 0  # (b, n) True = a real item
         pos = torch.arange(items.shape[1], device=items.device)
         x = self.dropout(self.item_embedding(items) * self.item_embedding.embedding_dim ** 0.5 + self.position_embedding(pos))
+        weights = []
         for block in self.blocks:
-            x, _ = block(x, mask=mask, causal=True)
+            x, w = block(x, mask=mask, causal=True, need_weights=need_weights)
+            weights.append(w)
         out = self.norm(x)
-        return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+        out = torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+        return (out, weights) if need_weights else out
 
     def score(self, states: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """r = F · M_i: states (b, d), items (b, m) long → (b, m)."""
