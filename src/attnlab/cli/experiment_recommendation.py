@@ -1,7 +1,7 @@
 """``attnlab experiment recommendation``: mean pooling, a GRU, DIN's target attention and SASRec
 on next-item recommendation (generated histories whose cause of each item is known).
 
-    attnlab experiment recommendation            # the default size (2,000 users, 3 seeds)
+    attnlab experiment recommendation            # the default size (2,000 users, 3 seeds; about 36 min)
     attnlab experiment recommendation --quick    # under a minute on one thread
 """
 
