@@ -249,6 +249,32 @@ def make_keyed(name: str):
     return make
 
 
+# ---- recommendation: DIN's target attention ------------------------------------------------
+
+def make_target(normalise: str):
+    """The candidate (b, d) attends over the history (b, k, d); q is unused (one query per user)."""
+    def make(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
+        torch.manual_seed(0)
+        m = _module(attnlab.create("target-attention", dim=DIM, hidden_dim=5, normalise=normalise), dtype, device)
+        x = {"candidate": _leaf(b, DIM, dtype=dtype, device=device), "history": _leaf(b, k, DIM, dtype=dtype, device=device)}
+
+        def run(path, pad, causal):
+            return _traced(path, lambda: m(x["candidate"], x["history"], mask=pad, need_weights=_need(path)))
+
+        return Case(x, run, list(m.parameters()))
+    return make
+
+
+def _bad_target():
+    m = attnlab.create("target-attention", dim=DIM)
+    c, h = torch.randn(2, DIM), torch.randn(2, 5, DIM)
+    return {"history of another feature size": lambda: m(c, h[..., :3]),
+            "integer history": lambda: m(c, h.long()),
+            "mask of another length": lambda: m(c, h, mask=torch.ones(2, 4, dtype=torch.bool)),
+            "float mask": lambda: m(c, h, mask=torch.ones(2, 5)),
+            "unknown normalise": lambda: attnlab.create("target-attention", dim=DIM, normalise="sum")}
+
+
 # ---- sparse ---------------------------------------------------------------------------------
 
 SPARSE_KW = {
@@ -413,6 +439,13 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("linear", make_mha("linear"), **_SELF, context_is_output=False),
     Entry("differential", make_mha("differential"), **_SELF, context_is_output=False),
     Entry("mla", make_mha("mla", kv_latent_dim=4, rope_dim=2), **_SELF, context_is_output=False),
+    Entry("target-attention", make_target("softmax"), kv=("history",), sizes=("b", "k"), bad=_bad_target(),
+          notes="DIN's candidate over the history, softmax through the core"),
+    Entry("target-attention[none]", make_target("none"), kv=("history",), sizes=("b", "k"),
+          notes="DIN's own sum pooling: raw scores times the mask, no softmax"),
+    Entry("sasrec-block", make_mha("sasrec-block"), **_SELF,
+          bad={"integer input": lambda: attnlab.create("sasrec-block", dim=DIM, num_heads=HEADS)(
+              torch.ones(1, 3, DIM, dtype=torch.long))}),
     Entry("neighborhood-2d", make_neighborhood, **{**_V,
           "notes": "(b, C, H, W) maps without a mask; through the block-sparse kernel"}),
     Entry("channel", make_vision("channel", channels=4, reduction=2), **_V),

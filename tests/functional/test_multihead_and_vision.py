@@ -112,6 +112,8 @@ REGISTERED = {
     "differential": ("DifferentialAttention", {}, {"dim": 8, "num_heads": 2}, (SEQ,)),
     "mla": ("MultiHeadLatentAttention", {}, {"dim": 8, "num_heads": 2, "kv_latent_dim": 4, "rope_dim": 2}, (SEQ,)),
     "neighborhood-2d": ("NeighborhoodAttention2D", {}, {"dim": 8, "num_heads": 2, "kernel_size": 3}, (IMG,)),
+    "target-attention": ("TargetAttention", {}, {"dim": 8}, (SEQ[:, 0], SEQ)),
+    "sasrec-block": ("SASRecBlock", {}, {"dim": 8, "num_heads": 2}, (SEQ,)),
 }
 
 

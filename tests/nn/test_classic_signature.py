@@ -46,6 +46,8 @@ def _small(name):
         return {"channels": 8}
     if name == "spatial":
         return {}
+    if name == "target-attention":
+        return {"dim": 8}
     extra = {"mla": {"kv_latent_dim": 4}, "neighborhood-2d": {"kernel_size": 3}, "gqa": {"num_kv_heads": 1},
              "local": {"window": 2}, "longformer": {"window": 1, "global_indices": [0]},
              "bigbird": {"window": 1, "global_indices": [0], "random_per_row": 1},

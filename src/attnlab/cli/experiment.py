@@ -3,7 +3,8 @@
 from . import VERBS
 from ._group import add_group
 
-EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment", "length", "rope-scaling", "faithfulness"]
+EXPERIMENTS = ["bottleneck", "vision", "scaling", "distance", "alignment", "length", "rope-scaling", "faithfulness",
+               "recommendation"]
 
 
 def add_parser(sub) -> None:

@@ -26,6 +26,7 @@ from .positional import (
     SinusoidalPositionalEncoding,
     T5RelativePositionBias,
 )
+from .recommendation import SASRec, SASRecBlock, TargetAttention
 from .registry import available, create, register
 from .se import SqueezeExcite
 from .softcap import SoftcapAttention  # noqa: E402
@@ -65,6 +66,9 @@ __all__ = [
     "MultiHeadLatentAttention",
     "LatentCache",
     "NeighborhoodAttention2D",
+    "TargetAttention",
+    "SASRecBlock",
+    "SASRec",
     "available",
     "create",
     "register",
