@@ -4,6 +4,7 @@ the same windows, writes its table, JSON and plot whole, and restores the model'
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -34,9 +35,24 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
 
 def test_set_rotary_swaps_the_scaling_of_every_layer():
     model = GPT(GPTConfig(vocab_size=10, block_size=8, dim=16, num_layers=2, num_heads=2, positional="rope"))
-    _set_rotary(model, {"type": "linear", "factor": 2.0})
+    cfg = RopeScalingConfig(block_size=8, factor=2.0)
+    theta = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)  # d_h = 8: θ_i = 10000^(-2i/8)
+    _set_rotary(model, "linear", cfg)
     for block in model.blocks:
-        torch.testing.assert_close(block.self_attn.rotary.inv_freq, 10000.0 ** (-torch.arange(0, 8, 2) / 8) / 2)
+        torch.testing.assert_close(block.self_attn.rotary.inv_freq.double(), theta / 2)
+    # llama3 (low 1, high 4, L = 8): γ_i = clamp((L/λ_i − 1) / (4 − 1), 0, 1) with λ_i = 2π/θ_i;
+    # θ'_i = (1 − γ_i) θ_i / s + γ_i θ_i
+    _set_rotary(model, "llama3", cfg)
+    gamma = ((8 * theta / (2 * math.pi) - 1) / 3).clamp(0, 1)
+    for block in model.blocks:
+        torch.testing.assert_close(block.self_attn.rotary.inv_freq.double(), (1 - gamma) * theta / 2 + gamma * theta)
+    # longrope beyond L: factors ramp 1, 4/3, 5/3, 2 over the four frequencies
+    _set_rotary(model, "longrope", cfg)
+    rotary = model.blocks[0].self_attn.rotary
+    assert rotary.scaling["short_factor"] == [1.0] * 4
+    assert rotary.scaling["long_factor"] == pytest.approx([1.0, 4 / 3, 5 / 3, 2.0])
+    _set_rotary(model, None)
+    assert model.blocks[0].self_attn.rotary.scaling is None
 
 
 def test_cli_rejects_bad_methods(capsys):

@@ -3,7 +3,8 @@
 Claim (Chen et al. 2023, https://arxiv.org/abs/2306.15595; Peng et al. 2023, YaRN,
 https://arxiv.org/abs/2309.00071; Press et al. 2021, ALiBi, https://arxiv.org/abs/2108.12409):
 a model trained with rotary positions at L tokens degrades sharply beyond L; rescaling the
-rotary frequencies at inference (linear interpolation, NTK-aware, dynamic NTK, YaRN) keeps the
+rotary frequencies at inference (linear interpolation, NTK-aware, dynamic NTK, YaRN, Llama 3's
+band, LongRoPE's per-frequency factors) keeps the
 loss lower without retraining; ALiBi extrapolates by construction.
 
 Method: the character GPT (``attnlab.models.gpt``) is trained twice on Shakespeare
@@ -35,7 +36,7 @@ from ..train.lm import LMTrainConfig, split, train_lm
 from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
 
-METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "alibi")
+METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "alibi")
 
 
 @dataclass
@@ -69,15 +70,25 @@ class RopeScalingConfig:
         return replace(cls(), **{**base, **kw})
 
 
-def _scaling(method: str, cfg: RopeScalingConfig) -> dict | None:
+def _scaling(method: str, cfg: RopeScalingConfig, head_dim: int) -> dict | None:
+    """The ``RotaryEmbedding`` scaling of a method. llama3 takes Llama 3's band (low 1, high 4).
+    LongRoPE searches its per-frequency factors; no search runs here: within L every frequency
+    is kept (short factors 1), beyond L the factors ramp from 1 (the fastest frequency) to s (the
+    slowest), a hand-set stand-in for a searched set."""
     if method == "rope":
         return None
-    return {"type": method, "factor": cfg.factor, "original_max_position": cfg.block_size}
+    sc = {"type": method, "factor": cfg.factor, "original_max_position": cfg.block_size}
+    if method == "longrope":
+        half = head_dim // 2
+        sc["short_factor"] = [1.0] * half
+        sc["long_factor"] = [1.0 + (cfg.factor - 1.0) * i / max(1, half - 1) for i in range(half)]
+    return sc
 
 
-def _set_rotary(model: GPT, scaling: dict | None) -> None:
+def _set_rotary(model: GPT, method: str | None, cfg: RopeScalingConfig | None = None) -> None:
     for block in model.blocks:
         attn = block.self_attn
+        scaling = None if method is None or cfg is None else _scaling(method, cfg, attn.head_dim)
         attn.rotary = RotaryEmbedding(attn.head_dim, base=attn.rotary.base, scaling=scaling)
 
 
@@ -123,7 +134,7 @@ def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | No
     for method in cfg.methods:
         model = models["alibi" if method == "alibi" else "rope"]
         if method != "alibi":
-            _set_rotary(model, _scaling(method, cfg))
+            _set_rotary(model, method, cfg)
         row = {}
         for n in cfg.lengths:
             loss, count = _val_loss(model, val_ids, n, cfg)
