@@ -1,5 +1,5 @@
 # attnlab: the two commands.
-#   make demo   set up .venv (first run only) and run the main job
+#   make demo   set up .venv with what the demo needs (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
 #   make docs   the documentation site into site/
 #   make mutation  mutation testing (mutmut) of the core packages; long, not part of make test
@@ -10,6 +10,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
+# make demo needs only the core, the lab and the pictures: a lighter venv than make test's.
+DEMO_STAMP := $(VENV)/.attnlab-demo-installed
 # The torch requirement the venv was built with: a changed TORCH_SPEC rewrites this file,
 # which makes the stamp stale, so the next make reinstalls torch.
 SPEC_FILE := $(VENV)/.torch-spec
@@ -29,7 +31,13 @@ $(STAMP): pyproject.toml Makefile $(SPEC_FILE)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@if [ -n "$(NODEPS_PACKAGES)" ]; then $(BIN)/python -m pip install --quiet --no-deps $(NODEPS_PACKAGES); fi
 	@$(MAKE) --no-print-directory system-deps
-	@touch $(STAMP)
+	@touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml Makefile $(SPEC_FILE)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[lab,viz]"
+	@touch $(DEMO_STAMP)
 
 # Optional data from Debian packages: best effort, never fatal.
 system-deps:
@@ -41,7 +49,7 @@ system-deps:
 	  fi; \
 	fi
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@echo "== 0/4  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
 	$(BIN)/attnlab translate --pretrained zh-en-numbers 三千零五
 	@echo "== 1/4  Seed 000's additive (Bahdanau) attention, step by step, each written claim checked"
