@@ -21,9 +21,10 @@ def pretrained_folder(name: str) -> str:
 
 
 def add_model_source(p: argparse.ArgumentParser, what: str, *, flag: str = "--checkpoint", dest: str = "checkpoint",
-                     required: bool = True) -> None:
-    """``flag DIR`` (what: the folder it expects) or ``--pretrained NAME``, one of them."""
-    g = p.add_mutually_exclusive_group(required=required)
+                     required: bool = True, group=None, pretrained: str = "") -> None:
+    """``flag DIR`` (what: the folder it expects) or ``--pretrained NAME``, one of them; in ``group``
+    (a verb's own mutually exclusive sources) when given. ``pretrained``: its help, if not the default."""
+    g = group if group is not None else p.add_mutually_exclusive_group(required=required)
     g.add_argument(flag, dest=dest, metavar="DIR", help=what)
     g.add_argument("--pretrained", dest=dest, type=pretrained_folder, metavar="NAME",
-                   help="a trained model that ships with attnlab instead (attnlab pretrained list)")
+                   help=pretrained or "a trained model that ships with attnlab instead (attnlab pretrained list)")

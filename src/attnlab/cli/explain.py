@@ -17,7 +17,7 @@ from ..explain import builtin_names, document, load, render, render_markdown, ru
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS, canonical
 from . import VERBS, UsageError
-from ._source import pretrained_folder
+from ._source import add_model_source
 from ._threads import add_threads
 from ._types import positive_int
 
@@ -41,10 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
-    src.add_argument("--checkpoint", metavar="DIR", help="a translator with additive attention (attnlab train "
-                     "seq2seq --attention bahdanau): one real decoder step, with --text and --step")
-    src.add_argument("--pretrained", dest="checkpoint", type=pretrained_folder, metavar="NAME",
-                     help="a shipped translator (de-en, zh-en-numbers): one real decoder step, with --text and --step")
+    add_model_source(p, "a translator with additive attention (attnlab train seq2seq --attention bahdanau): one "
+                     "real decoder step, with --text and --step", group=src,
+                     pretrained="a shipped translator (de-en, zh-en-numbers): one real decoder step, with --text and --step")
     p.add_argument("--text", help="with --checkpoint or --pretrained: the sentence to translate")
     p.add_argument("--step", type=positive_int, default=1, help="with --checkpoint or --pretrained: the decoder "
                    "step to walk through, counted from 1 (default 1: the first output word)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
-from ._source import pretrained_folder
+from ._source import add_model_source
 from ._threads import add_threads
 
 
@@ -37,10 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--json", help="a JSON file of weights or an explain --format json document")
     src.add_argument("--hf", metavar="MODEL_DIR", help="a local Hugging Face model folder (BERT-, GPT-2- or T5-style; "
                      "needs the hf extra); with --text")
-    src.add_argument("--checkpoint", metavar="DIR", help="an attnlab checkpoint folder (translator, GPT or "
-                     "captioner); with --text")
-    src.add_argument("--pretrained", dest="checkpoint", type=pretrained_folder, metavar="NAME",
-                     help="a trained model that ships with attnlab (attnlab pretrained list); with --text")
+    add_model_source(p, "an attnlab checkpoint folder (translator, GPT or captioner); with --text", group=src,
+                     pretrained="a trained model that ships with attnlab (attnlab pretrained list); with --text")
     p.add_argument("--text", help="with --hf, --checkpoint or --pretrained: the text to run the model on "
                    "(a captioner: an image file; default its first shipped held-out scene)")
     p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
