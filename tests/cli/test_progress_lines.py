@@ -60,14 +60,15 @@ def test_train_seq2seq_quiet_prints_no_progress(tmp_path, capsys):
 
 
 def test_train_lm_max_seconds_includes_its_closing_evaluation(text, tmp_path):
-    # an evaluation of 3000 batches takes about a second here: a run that checks the clock only
-    # after each step starts it at the deadline and ends far past it
-    budget = 3.0
+    # an evaluation of 6000 batches takes about two seconds here: a run that checks the clock only
+    # after each step starts it at the deadline and ends a third past it (the margin allows for a
+    # busy machine, where the closing evaluation's estimate from one batch is rougher)
+    budget = 6.0
     run = tmp_path / "lm"
-    assert main([*LM, "--text", text, "--steps", "1000000", "--eval-every", "0", "--eval-batches", "3000",
+    assert main([*LM, "--text", text, "--steps", "1000000", "--eval-every", "0", "--eval-batches", "6000",
                  "--max-seconds", str(budget), "--out", str(run)]) == 0
     last = _records(run)[-1]
-    assert last["wall_s"] <= 1.1 * budget
+    assert last["wall_s"] <= 1.2 * budget
     assert last["step"] > 10 and last["wall_s"] > 0.3 * budget  # it trained, it did not stop at once
 
 

@@ -191,7 +191,7 @@ def test_generate_at_the_ends_of_the_temperature_range(lm_run, temperature):
       "--num-heads", "4096"], "parameters"),
     (["train", "caption", "--lr", "inf"], "lr must be a finite number"),
     (["train", "caption", "--image-size", "100000000000"], "image_size must be <= 8192"),
-    (["train", "caption", "--dim", "100000000000"], "d_model must be <= 65536"),
+    (["train", "caption", "--dim", "100000000000"], "--dim must be <= 65536"),
     (["train", "lm", "--dim", "100000000000"], "dim must be <= 65536"),
     (["train", "lm", "--threads", "100000"], "--threads must be <= 1024"),
 ])
