@@ -50,16 +50,16 @@ system-deps:
 	fi
 
 demo: $(DEMO_STAMP)
-	@echo "== 0/4  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
+	@echo "== 1/5  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
 	$(BIN)/attnlab translate --pretrained zh-en-numbers 三千零五
-	@echo "== 1/4  Seed 000's additive (Bahdanau) attention, step by step, each written claim checked"
+	@echo "== 2/5  Seed 000's additive (Bahdanau) attention, step by step, each written claim checked"
 	$(BIN)/attnlab explain --example seed-000-additive
-	@echo "== 2/4  Seed 001's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
+	@echo "== 3/5  Seed 001's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
 	$(BIN)/attnlab explain --example seed-001-self-attention
 	$(BIN)/attnlab explain --example seed-001-multi-head --lang zh
-	@echo "== 3/4  Every built-in worked example verified claim by claim"
+	@echo "== 4/5  Every built-in worked example verified claim by claim"
 	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the seeds' wrong claims are counted above)"
-	@echo "== 4/4  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"
+	@echo "== 5/5  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"
 	@echo "         anything into (the full run, its figures and their reading: benchmarks/RESULTS.md)"
 	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
 
