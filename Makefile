@@ -52,9 +52,9 @@ system-deps:
 demo: $(DEMO_STAMP)
 	@echo "== 1/5  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
 	$(BIN)/attnlab translate --pretrained zh-en-numbers 三千零五
-	@echo "== 2/5  Seed 000's additive (Bahdanau) attention, step by step, each written claim checked"
+	@echo "== 2/5  The first tutorial's additive (Bahdanau) attention, step by step, each written claim checked"
 	$(BIN)/attnlab explain --example seed-000-additive
-	@echo "== 3/5  Seed 001's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
+	@echo "== 3/5  The second tutorial's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
 	$(BIN)/attnlab explain --example seed-001-self-attention
 	$(BIN)/attnlab explain --example seed-001-multi-head --lang zh
 	@echo "== 4/5  Every built-in worked example verified claim by claim"
