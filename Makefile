@@ -58,7 +58,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/attnlab explain --example seed-001-self-attention
 	$(BIN)/attnlab explain --example seed-001-multi-head --lang zh
 	@echo "== 4/5  Every built-in worked example verified claim by claim"
-	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the seeds' wrong claims are counted above)"
+	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the tutorials' wrong claims are counted above)"
 	@echo "== 5/5  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"
 	@echo "         anything into (the full run, its figures and their reading: benchmarks/RESULTS.md)"
 	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
