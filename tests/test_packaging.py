@@ -32,6 +32,23 @@ def test_torch_floor_is_the_tested_version():
     )
 
 
+def test_optional_integrations_take_ranges_and_dev_pins_the_tested_versions():
+    import tomllib
+
+    extras = tomllib.loads(_pyproject())["project"]["optional-dependencies"]
+    for name in ("lab", "viz", "vision", "onnx", "hf", "tensorboard"):
+        pinned = [r for r in extras[name] if "==" in r]
+        assert not pinned, f"[{name}] pins {pinned}: a user's other packages may need another version"
+    assert "transformers==5.23.0" in extras["dev"] and "tensorboard==2.21.0" in extras["dev"]
+
+
+def test_make_demo_installs_only_what_the_demo_needs():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    demo = re.search(r"^demo: (\S+)$", makefile, re.M).group(1)
+    recipe = re.search(rf"^{re.escape(demo)}: .*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert '-e ".[lab,viz]"' in recipe and "[dev]" not in recipe
+
+
 def test_license_is_spdx_and_ships():
     assert re.search(r'^license = "MIT"$', _pyproject(), re.M)
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
