@@ -3,6 +3,7 @@ and bad input (exit 2, one line). The printed unablated loss is checked against 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -62,7 +63,12 @@ def test_gpt_heads_on_a_text(tmp_path, capsys):
     # heads are counted from 1, as the viewer counts them: 2 blocks × heads h1 and h2, each removed once
     assert re.search(r"^module\s+h1\s+h2$", out, re.M)
     assert sorted(re.findall(r"self_attn (h\d)", out)) == ["h1", "h1", "h2", "h2"]
-    assert main(["interpret", "heads", "--run", str(ck)]) == 2  # a GPT run needs --text
+    # without --text: the part of its training text that training held out (its last 10 %, 17 characters)
+    assert main(["interpret", "heads", "--run", str(ck)]) == 0
+    assert f"1 windows of 16 characters of the held-out part of {text.resolve()}" in capsys.readouterr().out
+    assert json.loads((ck / "config.json").read_text())["data"] == {"name": "text", "path": str(text.resolve())}
+    text.unlink()  # the training text is gone: then --text is needed
+    assert main(["interpret", "heads", "--run", str(ck)]) == 2
     assert "--text" in capsys.readouterr().err
 
 

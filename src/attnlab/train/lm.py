@@ -153,8 +153,10 @@ def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
 
 def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None,
              runtime: Runtime | None = None, progress: bool = False, tensorboard: bool = False,
-             resume: bool = False, stop_after: int | None = None) -> tuple[GPT, Vocab, TrainResult]:
-    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given.
+             resume: bool = False, stop_after: int | None = None, data: dict | None = None
+             ) -> tuple[GPT, Vocab, TrainResult]:
+    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given (``data``: where
+    the text came from, kept in its config so that later commands find the held-out part again).
 
     ``runtime``: device, precision and torchrun's processes (``train.runtime``; default one CPU
     process in float32): every rank draws the same global batch and trains on its rows; rank 0
@@ -233,7 +235,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
             guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
             if rt.is_main:
                 t_save = time.perf_counter()
-                save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state))
+                save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state), data=data)
                 deadline.took("save", time.perf_counter() - t_save)
         if last:
             break
@@ -253,7 +255,7 @@ def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *
         guard.check_weights(model)
         ema = None if loss_ema is None else rt.world.mean(float(loss_ema))  # every rank: a collective
         if rt.is_main:
-            save_lm(out, model, vocab, cfg, result, training=(opt, gen, {"step": steps_done, "loss_ema": ema,
+            save_lm(out, model, vocab, cfg, result, data=data, training=(opt, gen, {"step": steps_done, "loss_ema": ema,
                                                                           "train_time": train_time}))
     rt.world.barrier()
     return model, vocab, result
@@ -286,10 +288,13 @@ def _resume(out: Path | None, model: GPT, opt, gen: torch.Generator, vocab: Voca
 
 
 def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None,
-            *, history: list[dict] | None = None, training: tuple | None = None) -> Path:
+            *, history: list[dict] | None = None, training: tuple | None = None, data: dict | None = None) -> Path:
     """The checkpoint folder: the weights, ``config.json``, ``vocab.json`` and ``metrics.jsonl``;
-    with ``training=(optimizer, batch generator, state)`` also what ``resume`` needs."""
+    with ``training=(optimizer, batch generator, state)`` also what ``resume`` needs; ``data``: the
+    text's source (``{"name": "shakespeare", "plays": N}`` or ``{"name": "text", "path": ...}``)."""
     config = {"kind": "char-lm", "model": model_config(model), "train": asdict(cfg)}
+    if data is not None:
+        config["data"] = data
     if result is not None:
         config["result"] = asdict(result)
     files = {"vocab.json": vocab.to_json()}
