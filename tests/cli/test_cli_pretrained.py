@@ -179,3 +179,13 @@ def test_the_caption_recipe_trains_again_and_learns(tmp_path):
                  "--out", str(out)]) == 0
     losses = _losses(out)
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_evaluate_writes_the_first_sentences_attention_as_translate_does(tmp_path, capsys):
+    ev, tr = tmp_path / "evaluate.json", tmp_path / "translate.json"
+    assert main(["evaluate", "--pretrained", "zh-en-numbers", "--limit", "3", "--attention-out", str(ev)]) == 0
+    first = json.loads(ev.read_text(encoding="utf-8"))
+    source = first["title"].split(" → ")[0]
+    assert main(["translate", "--pretrained", "zh-en-numbers", source, "--attention-out", str(tr)]) == 0
+    assert first == json.loads(tr.read_text(encoding="utf-8"))
+    assert first["sections"][0]["name"] == "cross-attention (α_t)"

@@ -13,22 +13,28 @@ from . import UsageError
 
 def translator_page(loaded, text: str | None, rt) -> dict:
     """The translation of ``text`` and its attention (RNN: α_t; Transformer: every layer and head)."""
-    from ..data import source_batch
     from ..data.vocab import tokenize
-    from ..train.decode import greedy
-    from .translate import attention_document
 
     if not text or not text.strip():
         raise UsageError("a translator needs --text: the sentence to translate")
+    sv = loaded.vocabs["src_vocab"]
+    return translation_page(loaded, sv.encode(text.strip(), strict=True), tokenize(text.strip(), sv.level), rt)
+
+
+def translation_page(loaded, ids: list[int], src_tokens: list[str], rt) -> dict:
+    """The greedy translation of the source ``ids`` (shown as ``src_tokens``) and its attention."""
+    from ..data import source_batch
+    from ..train.decode import greedy
+    from .translate import attention_document
+
     sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
-    ids = sv.encode(text.strip(), strict=True)
     src, mask = rt.to(*source_batch([ids]))
     model = loaded.model.to(rt.device)
     with rt.autocast():
         hyp = greedy(model, src, mask, max_len=2 * len(ids) + 10)[0]
         out_tokens = tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else [])
-        return attention_document(model, src, mask, tokenize(text.strip(), sv.level), out_tokens, hyp,
-                                  title=f"{text.strip()} → {tv.decode(hyp.tokens)}")
+        return attention_document(model, src, mask, src_tokens, out_tokens, hyp,
+                                  title=f"{sv.decode(ids)} → {tv.decode(hyp.tokens)}")
 
 
 def gpt_page(loaded, text: str | None, rt) -> dict:

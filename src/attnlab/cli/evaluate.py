@@ -1,7 +1,9 @@
 """``attnlab evaluate --checkpoint DIR``: exact match, BLEU and chrF on a split, and by source length.
 
 The split is rebuilt from the dataset recorded in the checkpoint (same name,
-seed and size), so the test sentences are those the training never saw.
+seed and size), so the test sentences are those the training never saw. Each figure
+comes with a 95 % bootstrap interval over the sentences. ``--attention-out FILE.json``
+writes the first scored sentence's attention as the viewer's JSON, as ``translate`` does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="score only the first N sentences")
     p.add_argument("--buckets", type=int, default=4, help="source-length buckets (default 4)")
     p.add_argument("--data-path", help="the Ding file, if not where training found it")
+    p.add_argument("--attention-out", metavar="FILE.json", help="write the first scored sentence's attention as the "
+                   "viewer's JSON (attnlab view --json FILE.json -o page.html)")
     add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run)
@@ -47,4 +51,14 @@ def run(args: argparse.Namespace) -> int:
     print("\n| source length | n | exact % | BLEU | chrF |\n|---|---|---|---|---|")
     for row in metrics.by_length(hyps, refs, lengths, metrics.length_buckets(lengths, args.buckets)):
         print(f"| {row['lo']}–{row['hi']} | {row['n']} | {row['exact']:.1f} | {row['bleu']:.1f} | {row['chrf']:.1f} |")
+    if args.attention_out and examples:
+        import json
+
+        from .._files import write_text
+        from ._model_pages import translation_page
+
+        ids = list(examples[0][0])
+        doc = translation_page(loaded, ids, loaded.vocabs["src_vocab"].tokens(ids), rt)
+        write_text(args.attention_out, json.dumps(doc, ensure_ascii=False))
+        print(f"attention weights of the first sentence ({doc['title']}): {args.attention_out}")
     return 0
