@@ -57,8 +57,8 @@ import torch
 from torch import nn
 
 from .. import _checks
-from ..functional.attention import attention
 from ..functional.nonfinite import map_finite_rows
+from ..functional.target import din_features, target_attention
 from .multihead import MultiHeadAttention
 from .registry import register
 
@@ -95,8 +95,7 @@ class TargetAttention(nn.Module):
 
     def activation_unit(self, candidate: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
         """a_j = MLP([e_j, v_A, e_j − v_A, e_j ⊙ v_A]): candidate (..., 1 | n, d), history (..., n, d) → (..., n)."""
-        c = candidate.expand_as(history)
-        return self.unit(torch.cat([history, c, history - c, history * c], dim=-1)).squeeze(-1)
+        return self.unit(din_features(candidate, history)).squeeze(-1)
 
     def _check(self, candidate: torch.Tensor, history: torch.Tensor) -> None:
         _checks.floating(("candidate", "history"), (candidate, history))
@@ -116,18 +115,10 @@ class TargetAttention(nn.Module):
         self._check(candidate, history)
         b, n = history.shape[:2]
         mask = _padding(mask, b, n, history.device)
-        if self.normalise == "softmax":  # through the core: its masked softmax and non-finite rule
-            pooled, w = attention(candidate.unsqueeze(1), history, history,
-                                  score=lambda q, k: self.activation_unit(q, k).unsqueeze(-2),
-                                  mask=None if mask is None else mask.unsqueeze(1), need_weights=need_weights)
-            return pooled.squeeze(1), (None if w is None else w.squeeze(1))  # (b, d), (b, n)
-        if mask is not None:  # DIN's sum pooling: padded rows are zeros before any arithmetic
-            history = torch.where(mask.unsqueeze(-1), history, torch.zeros((), dtype=history.dtype, device=history.device))
-        a = self.activation_unit(candidate.unsqueeze(1), history)  # (b, n)
-        if mask is not None:
-            a = torch.where(mask, a, torch.zeros((), dtype=a.dtype, device=a.device))
-        pooled = (a.unsqueeze(-1) * history).sum(1)  # (b, d)
-        return pooled, (a if need_weights else None)
+        first, prelu, last = self.unit
+        pooled, w = target_attention(candidate, history, first.weight, first.bias, prelu.weight, last.weight, last.bias,
+                                     mask=mask, normalise=self.normalise)
+        return pooled, (w if need_weights else None)  # (b, d), (b, n)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, hidden_dim={self.hidden_dim}, normalise={self.normalise!r}"
