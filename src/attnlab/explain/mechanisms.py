@@ -29,6 +29,7 @@ from ..functional.linear import linear_attention
 from ..functional.multihead import multi_head_attention, repeat_kv, split_heads
 from ..functional.scores import additive, concat, general
 from ..functional.softcap import softcap_attention
+from ..functional.target import NORMALISE, target_attention
 from ..trace import Step, Trace, record, trace
 from . import inputs
 from .examples import Example, ExampleError
@@ -287,6 +288,32 @@ def _run_attentional(ex: Example) -> Trace:
     return t
 
 
+def normalise(ex: Example) -> str:
+    """[params] normalise: "softmax" (default) or "none" (DIN's sum pooling)."""
+    norm = ex.params.get("normalise", "softmax")
+    if norm not in NORMALISE:
+        raise ExampleError(f"{ex.at('params', 'normalise')} must be one of {', '.join(NORMALISE)}; got {norm!r}")
+    return norm
+
+
+def target_inputs(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The candidate (d,), the history (n, d) and the padding mask (n,) or None (True = a real item)."""
+    c, h = inputs.need(ex, "inputs", "candidate"), inputs.rows(ex, "history")
+    if c.dim() != 1:
+        raise ExampleError(f"{ex.at('inputs', 'candidate')} must be a vector (d,); got shape {tuple(c.shape)}")
+    m = inputs.mask(ex, 1, h.shape[0])
+    return c, h, None if m is None else m[0]
+
+
+def _run_target(ex: Example) -> Trace:
+    c, h, m = target_inputs(ex)
+    norm, p = normalise(ex), {n: inputs.optional(ex, "params", n) for n in ("b1", "b2")}
+    with trace() as t:
+        target_attention(c, h, inputs.need(ex, "params", "w1"), p["b1"], inputs.need(ex, "params", "prelu"),
+                         inputs.need(ex, "params", "w2"), p["b2"], mask=m, normalise=norm)
+    return t
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """How to run a mechanism's example, and how its steps are laid out for display.
@@ -348,6 +375,9 @@ MECHANISMS: dict[str, Mechanism] = {
                      ("x", "mask?"), ("num_heads", "num_kv_heads", *_PROJ), batched=True),
     "neighborhood-2d": Mechanism(_run_neighborhood, "2-D neighbourhood attention: a k × k window on an H × W grid",
                               "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?")),
+    "target-attention": Mechanism(_run_target, "DIN target attention: an MLP scores each history item against the candidate",
+                                  "zhou", ("candidate", "history", "mask?"),
+                                  ("w1", "b1?", "prelu", "w2", "b2?", "normalise?"), batched=True, squeeze=True),
 }
 
 

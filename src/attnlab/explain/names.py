@@ -33,6 +33,7 @@ NAMES: tuple[str, ...] = (
     "mla",
     "gqa",
     "neighborhood-2d",
+    "target-attention",
 )
 
 # Registered modules that compute what another walkthrough shows (not other spellings: modules of

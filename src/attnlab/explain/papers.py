@@ -26,6 +26,7 @@ PAPERS: dict[str, Paper] = {
     "deepseek": Paper("DeepSeek-AI", 2024, "https://arxiv.org/abs/2405.04434"),
     "ainslie": Paper("Ainslie et al.", 2023, "https://arxiv.org/abs/2305.13245"),
     "hassani": Paper("Hassani, Walton, Li, Li, Shi", 2023, "https://arxiv.org/abs/2204.07143"),
+    "zhou": Paper("Zhou et al.", 2018, "https://arxiv.org/abs/1706.06978"),
 }
 
 

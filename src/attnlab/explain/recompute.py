@@ -18,7 +18,7 @@ from ..functional.multihead import split_heads
 from ..functional.scores import default_scale
 from . import inputs
 from .examples import Example
-from .mechanisms import canonical, neighborhood_mask, num_heads
+from .mechanisms import canonical, neighborhood_mask, normalise, num_heads, target_inputs
 
 Env = dict[str, torch.Tensor]
 
@@ -148,6 +148,24 @@ def _neighborhood(ex: Example) -> tuple[Env, steps.Path]:
     return e, steps.PATHS["attention/scaled_dot"]
 
 
+def _target(ex: Example) -> tuple[Env, steps.Path]:
+    """The run's own batch of one: candidate (1, 1, d), history (1, n, d); the mask as each path reads it."""
+    c, h, m = target_inputs(ex)
+    e: Env = {"candidate": c[None, None], "history": h[None], "w1": inputs.need(ex, "params", "w1"),
+              "prelu": inputs.need(ex, "params", "prelu"), "w2": inputs.need(ex, "params", "w2")}
+    for name in ("b1", "b2"):
+        t = inputs.optional(ex, "params", name)
+        if t is not None:
+            e[name] = t
+    if normalise(ex) == "none":
+        if m is not None:  # padded rows are zeros before any arithmetic, as the run does
+            e["history"], e["mask"] = torch.where(m[:, None], h, torch.zeros((), dtype=h.dtype))[None], m[None]
+        return e, steps.TARGET_SUM
+    if m is not None:
+        e["mask"] = m[None, None]
+    return e, steps.TARGET_SOFTMAX
+
+
 PATHS = {
     "dot": _attention("dot"),
     "scaled-dot": _attention("scaled_dot"),
@@ -168,6 +186,7 @@ PATHS = {
     "mla": _latent,
     "gqa": _gqa,
     "neighborhood-2d": _neighborhood,
+    "target-attention": _target,
 }
 
 

@@ -48,6 +48,8 @@ INPUTS: dict[str, tuple[dict, str]] = {
     "query_rope": (_MAT, "q^R, the rotary part of the queries (q, h·d_R), already rotated"),
     "latents": (_MAT, "c^KV, the cached latent vectors (k, d_c)"),
     "key_rope": (_MAT, "k^R, the rotary key shared by the heads (k, d_R), already rotated"),
+    "candidate": (_VEC, "v_A, the candidate item (d,)"),
+    "history": (_MAT, "e_1 … e_n, the user's history items (n, d)"),
 }
 PARAMS: dict[str, tuple[dict, str]] = {
     "w_q": (_MAT, "W_q, acting on a column (W q)"),
@@ -59,9 +61,9 @@ PARAMS: dict[str, tuple[dict, str]] = {
     "bias": ({"anyOf": [_NUM, _VEC]}, "the spatial convolution's bias"),
     "w_c": (_MAT, "W_c of the attentional output"),
     "b_c": (_VEC, "b_c of the attentional output"),
-    "w1": (_MAT, "the shared MLP's first layer (C/r, C)"),
+    "w1": (_MAT, "the MLP's first layer: CBAM's (C/r, C), DIN's activation unit (h, 4d)"),
     "b1": (_VEC, "its bias"),
-    "w2": (_MAT, "the shared MLP's second layer (C, C/r)"),
+    "w2": (_MAT, "the MLP's second layer: CBAM's (C, C/r), DIN's activation unit (1, h)"),
     "b2": (_VEC, "its bias"),
     "num_heads": ({"type": "integer", "minimum": 1}, "number of heads"),
     "scale": ({"type": "number", "exclusiveMinimum": 0}, "the score's factor (default 1/√d)"),
@@ -79,6 +81,8 @@ PARAMS: dict[str, tuple[dict, str]] = {
     "width": ({"type": "integer", "minimum": 1}, "the grid's width W"),
     "kernel": ({"type": "integer", "minimum": 1}, "the window's side k (odd)"),
     "dilation": ({"type": "integer", "minimum": 1}, "every dilation-th position (default 1)"),
+    "prelu": ({"anyOf": [_NUM, _VEC]}, "the PReLU slope of DIN's activation unit: one, or one per hidden unit (h,)"),
+    "normalise": ({"enum": ["softmax", "none"]}, "DIN's scores: softmax (default) or none (raw sum pooling)"),
 }
 
 

@@ -16,6 +16,7 @@
 | ``differential`` | differential attention (Ye et al. 2024)                        |
 | ``latent``       | multi-head latent attention (DeepSeek-V2)                      |
 | ``neighborhood`` | 2-D neighbourhood attention (Hassani et al. 2023)              |
+| ``target``       | DIN's target attention (Zhou et al. 2018)                     |
 """
 
 from ..masks import as_key_mask, causal, combine, padding
@@ -33,6 +34,7 @@ from .scores import additive, concat, dot, general, scaled_dot
 from .se import se
 from .softcap import softcap, softcap_attention, softcapped  # noqa: E402
 from .softmax import masked_softmax
+from .target import target_attention
 
 __all__ = [
     "attention",
@@ -65,4 +67,5 @@ __all__ = [
     "linear_attention_step",
     "differential_attention",
     "latent_attention",
+    "target_attention",
 ]

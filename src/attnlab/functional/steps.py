@@ -20,6 +20,8 @@ is active:
                  latent (MLA): content_keys = W^UK c, value_heads = W^UV c, query_heads, key_heads = [·^C; ·^R], …core…;
                  gqa: multi-head with key_groups / value_groups = repeat_kv(key_heads / value_heads);
                  neighborhood: the core with the 2-D neighbourhood pattern as the mask
+    DIN target:  features = [e_j, v_A, e_j − v_A, e_j ⊙ v_A], hidden = W_1 x + b_1, activated = PReLU(·),
+                 scores = W_2 · + b_2, then the core (softmax) or weights = a_j, context = Σ_j a_j e_j (none)
 
 ``PATHS[name]`` maps each step name of a path to a ``StepFn``: the step's
 function and the names of the earlier steps (or inputs and parameters) it
@@ -56,6 +58,14 @@ from .multihead import merge_heads, repeat_kv, split_heads
 from .scores import dot, pair_sum, project, scale_scores, vector_scores
 from .softcap import softcap
 from .softmax import masked_softmax
+from .target import (
+    din_features,
+    sum_pool,
+    sum_pool_weights,
+    unit_activation,
+    unit_hidden,
+    unit_scores,
+)
 
 # --- the paths: step name → (function, names of what it reads) -------------------------
 
@@ -194,6 +204,26 @@ GQA: Path = {
     **_core("scaled_scores", "value_groups"),
 }
 
+_UNIT: Path = {
+    "features": StepFn(din_features, ("candidate", "history")),
+    "hidden": StepFn(unit_hidden, ("features", "w1", "b1?")),
+    "activated": StepFn(unit_activation, ("hidden", "prelu")),
+    "scores": StepFn(unit_scores, ("activated", "w2", "b2?")),
+}
+
+TARGET_SOFTMAX: Path = {  # the core on the scores as one query row (b, 1, n); mask (b, 1, n)
+    **_UNIT,
+    "masked_scores": StepFn(lambda e, m: mask_scores(e.unsqueeze(-2), m), ("scores", "mask")),
+    "weights": StepFn(lambda e, m: masked_softmax(e.unsqueeze(-2), m), ("scores", "mask?")),
+    "context": StepFn(combine_values, ("weights", "history")),
+}
+
+TARGET_SUM: Path = {  # DIN's sum pooling; mask (b, n), history with padded rows zero
+    **_UNIT,
+    "weights": StepFn(sum_pool_weights, ("scores", "mask?")),
+    "context": StepFn(sum_pool, ("weights", "history")),
+}
+
 PATHS: dict[str, Path] = {
     **{f"attention/{s}": attention_path(s) for s in SCORE_PATHS},
     "multi_head": MULTI_HEAD,
@@ -204,6 +234,8 @@ PATHS: dict[str, Path] = {
     "differential": DIFFERENTIAL,
     "latent": LATENT,
     "gqa": GQA,
+    "target/softmax": TARGET_SOFTMAX,
+    "target/none": TARGET_SUM,
 }
 
 
@@ -226,7 +258,7 @@ def evaluate(path: Path, env: dict[str, torch.Tensor], name: str) -> torch.Tenso
 
 __all__ = [
     "StepFn", "Path", "PATHS", "SCORE_PATHS", "ATTENTIONAL", "MULTI_HEAD", "CHANNEL", "SPATIAL",
-    "SOFTCAP", "LINEAR", "DIFFERENTIAL", "LATENT", "GQA",
+    "SOFTCAP", "LINEAR", "DIFFERENTIAL", "LATENT", "GQA", "TARGET_SOFTMAX", "TARGET_SUM",
     "attention_path", "evaluate", "project", "pair_sum", "vector_scores", "scale_scores", "mask_scores",
     "combine_values", "concat_features", "mean_pool", "max_pool", "shared_mlp", "channel_gate",
     "channel_pool", "same_conv", "gate",

@@ -49,8 +49,10 @@ def unit_hidden(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None) -> t
 
 
 def unit_activation(h: torch.Tensor, prelu: torch.Tensor) -> torch.Tensor:
-    """PReLU(h) = max(0, h) + p · min(0, h), p one slope or one per hidden unit."""
-    return F.prelu(h, prelu.reshape(-1))
+    """PReLU(h) = max(0, h) + p · min(0, h), p one slope or one per hidden unit (h's last axis)."""
+    if prelu.numel() == 1:
+        return F.prelu(h, prelu.reshape(1))
+    return F.prelu(h.movedim(-1, 1), prelu).movedim(1, -1)  # torch's PReLU reads its channels on axis 1
 
 
 def unit_scores(a: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
@@ -87,7 +89,7 @@ def _activation_unit(candidate, history, w1, b1, prelu, w2, b2) -> torch.Tensor:
     return s
 
 
-def _check(candidate, history, w1, w2, mask, normalise) -> None:
+def _check(candidate, history, w1, prelu, w2, mask, normalise) -> None:
     _checks.floating(("candidate", "history"), (candidate, history))
     if normalise not in NORMALISE:
         raise ValueError(f"normalise must be one of {NORMALISE}; got {normalise!r}")
@@ -99,6 +101,8 @@ def _check(candidate, history, w1, w2, mask, normalise) -> None:
     if w1.dim() != 2 or w1.shape[1] != 4 * d:
         raise ValueError(f"w1 must be (h, 4d) = (·, {4 * d}); got {_checks.shape(w1)}")
     _checks.param("w2", w2, (1, w1.shape[0]), "the activation unit's output layer, (1, h)")
+    if prelu.numel() != 1 and tuple(prelu.shape) != (w1.shape[0],):
+        raise ValueError(f"prelu must be one slope or one per hidden unit ({w1.shape[0]},); got {_checks.shape(prelu)}")
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(history.shape[:-1])):
         raise ValueError(f"mask must be a {tuple(history.shape[:-1])} bool tensor, True = a real item; "
                          f"got {_checks.shape(mask)} {mask.dtype}")
@@ -117,7 +121,7 @@ def target_attention(
     normalise: str = "softmax",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DIN's target attention → (context (b, d) or (d,), weights (b, n) or (n,)); see the module's docstring."""
-    _check(candidate, history, w1, w2, mask, normalise)
+    _check(candidate, history, w1, prelu, w2, mask, normalise)
     single = candidate.dim() == 1
     if single:
         candidate, history = candidate[None], history[None]
