@@ -13,7 +13,9 @@ import torch
 
 from attnlab.cli import main
 from attnlab.explain import document, load, parse, run, verify
+from attnlab.explain.recompute import path_for
 from attnlab.explain.verify import EXACT
+from attnlab.functional.steps import evaluate
 from attnlab.functional.target import target_attention
 from attnlab.nn.recommendation import TargetAttention
 
@@ -116,3 +118,16 @@ def test_a_bad_history_shape_is_refused():
     with pytest.raises(ValueError, match=r"candidate must be \(d,\) or \(b, d\).*history \(4, 3\)"):
         target_attention(torch.zeros(2), torch.zeros(4, 3), torch.zeros(2, 8), None, torch.tensor(0.25),
                          torch.zeros(1, 2), None)
+
+
+@pytest.mark.parametrize("normalise", ["softmax", "none"])
+def test_verify_recomputes_every_step_as_the_run_does(normalise):
+    """``attnlab verify`` recomputes a step from the earlier ones: its path gives the run's values exactly."""
+    ex = parse(_variant("mask = [1, 0, 1]\n", f'normalise = "{normalise}"\n'), "din.toml")
+    t = run(ex)
+    env, path = path_for(ex)
+    env = dict(env)
+    for step in t:
+        assert step.name in path, step.name
+        assert torch.equal(evaluate(path, env, step.name), step.value), step.name
+        env[step.name] = step.value
