@@ -75,7 +75,8 @@ def sum_pool(weights: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
 # --- the mechanism ------------------------------------------------------------------------------
 
 
-def _activation_unit(candidate, history, w1, b1, prelu, w2, b2) -> torch.Tensor:
+def _activation_unit(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
+                     prelu: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None) -> torch.Tensor:
     """The activation unit with its steps recorded: (b, 1, d), (b, n, d) → scores (b, n)."""
     x = din_features(candidate, history)
     record("features", "x_j = [e_j, v_A, e_j − v_A, e_j ⊙ v_A]", x,
@@ -89,7 +90,8 @@ def _activation_unit(candidate, history, w1, b1, prelu, w2, b2) -> torch.Tensor:
     return s
 
 
-def _check(candidate, history, w1, prelu, w2, mask, normalise) -> None:
+def _check(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, prelu: torch.Tensor, w2: torch.Tensor,
+           mask: torch.Tensor | None, normalise: str) -> None:
     _checks.floating(("candidate", "history"), (candidate, history))
     if normalise not in NORMALISE:
         raise ValueError(f"normalise must be one of {NORMALISE}; got {normalise!r}")
@@ -130,6 +132,7 @@ def target_attention(
         context, w = attention(candidate.unsqueeze(1), history, history,
                                score=lambda q, k: _activation_unit(q, k, w1, b1, prelu, w2, b2).unsqueeze(-2),
                                mask=None if mask is None else mask.unsqueeze(1), need_weights=True)
+        assert w is not None  # need_weights=True
         context, w = context.squeeze(1), w.squeeze(1)  # (b, d), (b, n)
     else:  # DIN's sum pooling: padded rows are zeros before any arithmetic
         if mask is not None:

@@ -116,6 +116,7 @@ class TargetAttention(nn.Module):
         b, n = history.shape[:2]
         mask = _padding(mask, b, n, history.device)
         first, prelu, last = self.unit
+        assert isinstance(first, nn.Linear) and isinstance(prelu, nn.PReLU) and isinstance(last, nn.Linear)
         pooled, w = target_attention(candidate, history, first.weight, first.bias, prelu.weight, last.weight, last.bias,
                                      mask=mask, normalise=self.normalise)
         return pooled, (w if need_weights else None)  # (b, d), (b, n)
