@@ -170,11 +170,9 @@ def gpt_text(args: argparse.Namespace, loaded):
     else:
         raise UsageError("interpret heads on a GPT run needs --text FILE (the text to measure the loss on): "
                          "its checkpoint does not say where its training text is")
-    from ..train.lm import split
+    from ..train.heldout import lm_held_out
 
-    val_fraction = float(loaded.config.get("train", {}).get("val_fraction", 0.1))
-    _, held_out = split(vocab.encode_tensor(text), val_fraction, loaded.model.config.block_size)
-    return held_out, what
+    return lm_held_out(loaded, text), what
 
 
 def heads_loss(args: argparse.Namespace, loaded, device="cpu"):

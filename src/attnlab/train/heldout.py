@@ -53,19 +53,23 @@ def translate_examples(model, examples, tgt_vocab, *, beam: int = 1, runtime: Ru
     return hyps, [tgt_vocab.decode(t) for _, t in examples], [len(s) for s, _ in examples]
 
 
+def lm_held_out(loaded: LoadedModel, text: str) -> torch.Tensor:
+    """The character ids of ``text`` that a GPT's training held out (its split, its validation share)."""
+    from .lm import split
+
+    val_fraction = float(loaded.config.get("train", {}).get("val_fraction", 0.1))
+    return split(loaded.vocabs["vocab"].encode_tensor(text), val_fraction, loaded.model.config.block_size)[1]
+
+
 def lm_perplexity(loaded: LoadedModel, text: str, *, resamples: int = 1000, seed: int = 0) -> dict:
     """Perplexity per character on the held-out tail of ``text`` (the split training used), over
     non-overlapping windows of the model's block size, each read from its own start; with a
     percentile bootstrap 95 % interval over the windows."""
     import numpy as np
 
-    from .lm import split
-
-    model, vocab = loaded.model, loaded.vocabs["vocab"]
+    model = loaded.model
     block = model.config.block_size
-    val_fraction = float(loaded.config.get("train", {}).get("val_fraction", 0.1))
-    ids = vocab.encode_tensor(text)
-    _, val = split(ids, val_fraction, block)
+    val = lm_held_out(loaded, text)
     n = (len(val) - 1) // block
     x = val[: n * block].view(n, block)
     y = val[1 : n * block + 1].view(n, block)
@@ -84,4 +88,4 @@ def lm_perplexity(loaded: LoadedModel, text: str, *, resamples: int = 1000, seed
             "characters": n * block, "windows": n}
 
 
-__all__ = ["translation_split", "translate_examples", "lm_perplexity"]
+__all__ = ["translation_split", "translate_examples", "lm_held_out", "lm_perplexity"]
