@@ -4,12 +4,15 @@ inf included), a fully masked row gives zeros with finite gradients, empty input
 and the weights path equals the fast path.
 
 ``fn(q, k, v, key_mask, need_weights) -> (out, weights or None)`` with q (b, q, d), k (b, k, d),
-v (b, k, d_v) and key_mask a bool (b, k) (True = may attend) or None.
+v (b, k, d_v) and key_mask a bool (b, k) (True = may attend) or None. The rules are
+``attnlab.testing.rules``' functions, the ones ``attnlab.testing.check`` applies.
 """
 
 from __future__ import annotations
 
 import torch
+
+from attnlab.testing.rules import finite_gradients, has_shape, rows_zero, untouched
 
 
 def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float64, seed=0, params=()):
@@ -31,16 +34,16 @@ def masked_keys_never_influence(fn, b=2, q=5, k=7, d=8, dv=8, dtype=torch.float6
     dirty_k[~mask] = float("nan")
     dirty_v[~mask] = float("inf")
     dirty = run(dirty_k, dirty_v)
-    torch.testing.assert_close(dirty[0], base[0])
-    torch.testing.assert_close(dirty[1], base[1])
+    planted, atol = "NaN in a masked key or inf in a masked value", 1e-5 if dtype == torch.float32 else 1e-7
+    untouched(planted, "the output", dirty[0], base[0], atol)
+    untouched(planted, "the gradient of q", dirty[1], base[1], atol)
     for i, (got, want) in enumerate(zip(dirty[4:], base[4:])):  # the weights' gradients
-        assert torch.isfinite(got).all(), f"the gradient of params[{i}] is not finite"
-        torch.testing.assert_close(got, want, msg=lambda m, i=i: f"params[{i}]: {m}")
-    for got, want in zip(dirty[2:4], base[2:4]):  # gradients of the allowed keys and values
+        untouched(planted, f"the gradient of params[{i}]", got, want, atol)
+    for name, got, want in zip("kv", dirty[2:4], base[2:4]):  # gradients of the allowed keys and values
         if got is None and want is None:  # an input the mechanism does not read
             continue
-        torch.testing.assert_close(got[mask], want[mask])
-        assert torch.isfinite(got).all()
+        untouched(planted, f"the gradient of {name}", got, None)
+        untouched(planted, f"the gradient of the allowed {name}", got[mask], want[mask], atol)
 
 
 def fully_masked_row_is_zero(fn, b=2, q=3, k=4, d=8, dv=8, dtype=torch.float64):
@@ -48,21 +51,20 @@ def fully_masked_row_is_zero(fn, b=2, q=3, k=4, d=8, dv=8, dtype=torch.float64):
     mask = torch.ones(b, k, dtype=torch.bool)
     mask[1] = False
     out, _ = fn(qx, kx, vx, mask, False)
-    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    rows_zero(out[1])
     out.sum().backward()
-    for t in (qx, kx, vx):
-        if t.grad is None:  # an input the mechanism does not read
-            continue
-        assert torch.isfinite(t.grad).all()
-        assert torch.equal(t.grad[1], torch.zeros_like(t.grad[1]))
+    grads = {name: t.grad for name, t in zip("qkv", (qx, kx, vx)) if t.grad is not None}  # inputs it reads
+    finite_gradients(grads, "fully masked row")
+    for name, g in grads.items():
+        rows_zero(g[1], what=f"the gradient of {name} in a fully masked row")
 
 
 def empty_input(fn, d=8, dv=8, dtype=torch.float64):
     for q, k in ((0, 4), (3, 0), (0, 0)):
         out, _ = fn(torch.randn(2, q, d, dtype=dtype), torch.randn(2, k, d, dtype=dtype), torch.randn(2, k, dv, dtype=dtype), None, False)
-        assert out.shape == (2, q, dv)
+        has_shape(out, (2, q, dv))
         if q:
-            assert torch.equal(out, torch.zeros_like(out))
+            rows_zero(out, what="a row with no keys")
 
 
 def weights_equal_fast(fn, b=2, q=5, k=6, d=8, dv=8, dtype=torch.float64, seed=1):

@@ -60,9 +60,7 @@ def mha(seed=0):
 
 def functional(m, xq, xk, mask):
     """``multi_head_attention`` with the module's weights."""
-    p = m.projection_weights()
-    return multi_head_attention(xq, xk, xk, num_heads=m.num_heads, w_o=m.out_proj.weight, b_o=m.out_proj.bias,
-                                mask=mask, **p)[0]
+    return multi_head_attention(xq, xk, xk, m.projection_weights(), num_heads=m.num_heads, mask=mask)[0]
 
 
 # --- the rule ----------------------------------------------------------------------------------------

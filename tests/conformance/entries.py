@@ -203,7 +203,7 @@ def make_fn_mha(dtype=torch.float64, device="cpu", b=2, q=4, k=6):
 
     def run(path, pad, causal):
         return _traced(path, lambda: AF.multi_head_attention(
-            x["query"], x["key"], x["value"], num_heads=HEADS, mask=pad, causal=causal, need_weights=_need(path), **w))
+            x["query"], x["key"], x["value"], w, num_heads=HEADS, mask=pad, causal=causal, need_weights=_need(path)))
 
     return Case(x, run, list(w.values()))
 
@@ -292,7 +292,27 @@ def make_block_sparse(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
 
     def run(path, pad, causal):
         pat = pattern & P.causal() if causal else pattern
-        return block_sparse_attention(x["query"], x["key"], x["value"], pat, block=4, key_padding_mask=pad)[0], None
+        return block_sparse_attention(x["query"], x["key"], x["value"], pat, block=4, mask=pad)[0], None
+
+    return Case(x, run, q_axis=2)
+
+
+def make_block_sparse_full_mask(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
+    """A pattern AND a full (b, 1, n, n) mask: the padding as a full mask, with the pair (4, 3) also
+    forbidden, so that every call takes the full-mask path over the pattern's tiles (plain torch ops
+    with a loop over the tile groups: not compiled as one graph)."""
+    torch.manual_seed(0)
+    x = {n: _leaf(b, HEADS, q, D, dtype=dtype, device=device) for n in ("query", "key", "value")}
+    pattern = P.sliding_window(2) | P.global_tokens([0])
+
+    def run(path, pad, causal):
+        n = x["key"].shape[2]  # (self-attention: q = k = n)
+        keys = torch.ones(b, n, dtype=torch.bool, device=device) if pad is None else pad
+        full = keys[:, None, None, :].expand(b, 1, n, n).clone()
+        if n > 4:
+            full[:, :, 4, 3] = False
+        pat = pattern & P.causal() if causal else pattern
+        return block_sparse_attention(x["query"], x["key"], x["value"], pat, block=4, mask=full)[0], None
 
     return Case(x, run, q_axis=2)
 
@@ -303,7 +323,7 @@ def make_topk(dtype=torch.float64, device="cpu", b=2, q=6, k=6, kk=3):
 
     def run(path, pad, causal):
         mask = None if pad is None else pad[:, None, :]
-        return topk_attention(x["query"], x["key"], x["value"], kk, key_padding_mask=mask), None
+        return topk_attention(x["query"], x["key"], x["value"], kk, mask=mask), None
 
     return Case(x, run, q_axis=2)
 
@@ -322,7 +342,7 @@ def make_ring(dtype=torch.float64, device="cpu", b=2, q=6, k=6):
     def run(path, pad, causal):
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         try:
-            return ring_attention(x["query"], x["key"], x["value"], causal=causal, key_padding_mask=pad), None
+            return ring_attention(x["query"], x["key"], x["value"], causal=causal, mask=pad), None
         finally:
             dist.destroy_process_group()
 
@@ -467,8 +487,9 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("fn:multi_head_attention", make_fn_mha, paths=("fast", "weights", "trace"), kv=("key", "value"), causal=True,
           params_under_causal=False, context_is_output=False,
           bad={"heads that do not divide": lambda: AF.multi_head_attention(
-              torch.randn(1, 2, 6), torch.randn(1, 2, 6), torch.randn(1, 2, 6), num_heads=4,
-              w_q=torch.randn(6, 6), w_k=torch.randn(6, 6), w_v=torch.randn(6, 6), w_o=torch.randn(6, 6))}),
+              torch.randn(1, 2, 6), torch.randn(1, 2, 6), torch.randn(1, 2, 6),
+              {"w_q": torch.randn(6, 6), "w_k": torch.randn(6, 6), "w_v": torch.randn(6, 6), "w_o": torch.randn(6, 6)},
+              num_heads=4)}),
     Entry("fn:scores.dot", make_fn(attnlab.scores.dot, {"q": ("b", "q", D), "k": ("b", "k", D)}), **_F),
     Entry("fn:scores.scaled_dot", make_fn(attnlab.scores.scaled_dot, {"q": ("b", "q", D), "k": ("b", "k", D)}), **_F,
           bad={"scale -1": lambda: attnlab.scores.scaled_dot(torch.randn(2, 3), torch.randn(2, 3), -1.0),
@@ -495,6 +516,9 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("fn:eca", make_fn(AF.eca, {"x": ("b", 4, "q", 3), "weight": (1, 1, 3)}, 0), **_FV),
     Entry("kernels.block_sparse_attention", make_block_sparse, paths=("fast",), kv=("key", "value"), kv_axis=2,
           causal=True, self_attention=False),
+    Entry("kernels.block_sparse_attention[pattern and mask]", make_block_sparse_full_mask, paths=("fast",),
+          kv=("key", "value"), kv_axis=2, causal=True, self_attention=False, compile=False,
+          notes="the full-mask path runs eagerly over the tile groups; no torch.compile"),
     Entry("distributed.ring_attention[one process]", make_ring, paths=("fast",), kv=("key", "value"), kv_axis=2,
           causal=True, compile=False, sizes=("b",), notes="q = k (a shard of one sequence); no torch.compile"),
     Entry("kernels.topk_attention", make_topk, paths=("fast",), kv=("key", "value"), kv_axis=2),

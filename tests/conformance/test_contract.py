@@ -4,7 +4,10 @@ The entries (how to build and call each one) are in ``entries.py``; a name in
 ``attnlab.available()`` without an entry fails ``test_every_registered_name_has_an_entry``.
 Each check is compared against an independent run of the same entry: the
 clean run (for the masking checks), float64 (for the dtype budgets),
-``torch.autograd.gradcheck`` (finite differences), eager (for compile).
+``torch.autograd.gradcheck`` (finite differences), eager (for compile). The rules themselves
+(a planted NaN/inf leaves outputs and gradients untouched, a fully masked row is zero with finite
+gradients, an empty input's shape, a budget around float64) are ``attnlab.testing.rules``' functions,
+the ones ``attnlab.testing.check`` applies to anyone's attention.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from conformance.entries import ENTRIES, KNOWN_GAPS, SPARSE_KERNEL_XFAIL, Entry
 
 import attnlab
+from attnlab.testing.rules import close, finite_gradients, has_shape, rows_zero, untouched
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOL = 1e-6
@@ -67,8 +71,8 @@ def _grads(case, out: torch.Tensor, g: torch.Tensor, params: bool = True) -> lis
     return [torch.zeros_like(t) if x is None else x for t, x in zip(leaves, got)]
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    torch.testing.assert_close(a, b, atol=TOL, rtol=0, msg=lambda m: f"{what}: {m}")
+def _named(grads: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"input or parameter {i}": g for i, g in enumerate(grads)}
 
 
 def test_every_registered_name_has_an_entry():
@@ -95,11 +99,12 @@ def test_nonfinite_at_padded_positions_changes_nothing(name, path, poison):
         g = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)
         runs.append((out, _grads(case, out, g)))
     (out0, g0), (out1, g1) = runs
-    _close(out1, out0, "output")
+    planted = f"{poison} in a masked key or value"
+    untouched(planted, "the output", out1, out0, atol=TOL)
     for i, (a, b) in enumerate(zip(g1, g0)):
-        _close(a, b, f"gradient {i} (inputs, then parameters)")
+        untouched(planted, f"gradient {i} (inputs, then parameters)", a, b, atol=TOL)
     if entry.self_attention:  # padded tokens are not queries: zero output
-        assert torch.equal(out0[1, -2:], torch.zeros_like(out0[1, -2:]))
+        rows_zero(out0[1, -2:], what="a padded query's row")
 
 
 CAUSAL = [(n, p) for n in _entries(lambda e: e.causal) for p in ENTRIES[n].paths if p in ("fast", "weights", "trace")]
@@ -121,9 +126,9 @@ def test_nonfinite_in_a_future_key_never_reaches_earlier_rows(name, path):
         early = out.narrow(case.q_axis, 0, j)
         runs.append((early, _grads(case, torch.where(rows.view(shape), out, 0.0), g, entry.params_under_causal)))
     (out0, g0), (out1, g1) = runs
-    _close(out1, out0, "rows before the NaN key")
+    untouched("a NaN in a future key", "an earlier row", out1, out0, atol=TOL)
     for i, (a, b) in enumerate(zip(g1, g0)):
-        _close(a, b, f"gradient {i}")
+        untouched("a NaN in a future key", f"gradient {i}", a, b, atol=TOL)
 
 
 FULLY = [(n, p) for n in _entries(lambda e: e.masked and e.kv) for p in ENTRIES[n].paths]
@@ -137,11 +142,10 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(name, path):
     pad = _pad(2, k, masked=k)  # batch 1 may attend nothing
     out, w = case.run(path, pad, False)
     if w is not None:
-        assert torch.equal(w[1], torch.zeros_like(w[1]))
+        rows_zero(w[1], what="a fully masked row's weights")
     if entry.context_is_output:
-        assert torch.equal(out[1], torch.zeros_like(out[1]))
-    for g in _grads(case, out, torch.ones_like(out)):
-        assert torch.isfinite(g).all()
+        rows_zero(out[1])
+    finite_gradients(_named(_grads(case, out, torch.ones_like(out))), "fully masked row")
 
 
 # ---- empty and degenerate input -------------------------------------------------------------
@@ -167,11 +171,10 @@ def test_empty_input_gives_an_empty_output_of_the_right_shape(name, which):
         want[case.q_axis] = 0
     elif not entry.masked or entry.output_has_k:  # scores or weights (..., q, k): the k axis is the last
         want[-1] = 0
-    assert list(out.shape) == want, (out.shape, want)
+    has_shape(out, tuple(want))
     if which == "k" and entry.masked and entry.context_is_output and not entry.output_has_k:
-        assert torch.equal(out, torch.zeros_like(out))
-    for g in _grads(case, out, torch.ones_like(out)):
-        assert torch.isfinite(g).all()
+        rows_zero(out, what="a row with no keys")
+    finite_gradients(_named(_grads(case, out, torch.ones_like(out))))
 
 
 # ---- numerics -----------------------------------------------------------------------------------
@@ -202,8 +205,7 @@ def test_low_precision_forward_agrees_with_float64(name, dtype):
     pad = _pad(2, 6) if entry.masked and entry.kv else None
     ref = entry.make().run(entry.paths[0], pad, False)[0].detach()
     got = entry.make(dtype=dt).run(entry.paths[0], pad, False)[0].detach().double()
-    err = ((got - ref).abs() / (1 + ref.abs())).max().item() if ref.numel() else 0.0
-    assert err <= BUDGET[dt], f"{dtype}: max relative error {err:.3g} > budget {BUDGET[dt]}"
+    close(got, ref, BUDGET[dt], f"{dtype} differs from float64 by more than {BUDGET[dt]} · (1 + |x64|)")
 
 
 BOTH = [n for n, e in ENTRIES.items() if "fast" in e.paths and len(e.paths) > 1]

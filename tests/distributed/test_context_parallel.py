@@ -92,7 +92,7 @@ def _worker(rank, world, port, results, poison):
             pl = shard(pad, dim=-1, layout=lay) if case["pad"] else None
             out, none = context_parallel_attention(
                 ql, kl, vl, causal=case["causal"], pattern=_pattern(case["pattern"]),
-                key_padding_mask=pl, mode=case["mode"], layout=lay,
+                mask=pl, mode=case["mode"], layout=lay,
             )
             assert none is None
             (out * shard(up, layout=lay)).sum().backward()
@@ -105,7 +105,7 @@ def _worker(rank, world, port, results, poison):
             with torch.no_grad():
                 out, _ = context_parallel_attention(
                     *(shard(t, layout=lay) for t in (q, k, v)), causal=case["causal"], pattern=_pattern(case["pattern"]),
-                    key_padding_mask=shard(pad, dim=-1, layout=lay), mode="ring", layout=lay)
+                    mask=shard(pad, dim=-1, layout=lay), mode="ring", layout=lay)
                 out_all[f"nograd:{name}"] = [gather(out, layout=lay)]
         try:  # 3 heads over 2 or 4 processes
             context_parallel_attention(*(torch.zeros(1, 3, 4, 2) for _ in range(3)), mode="ulysses")

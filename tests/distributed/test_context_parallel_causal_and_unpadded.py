@@ -93,7 +93,7 @@ def _run_case(case):
     q, k, v, up, pad = _inputs()
     lay = case["layout"]
     kw = dict(causal=case["causal"], pattern=_pattern(case["pattern"]), mode=case["mode"], layout=lay,
-              key_padding_mask=shard(pad, dim=-1, layout=lay) if case["pad"] else None)
+              mask=shard(pad, dim=-1, layout=lay) if case["pad"] else None)
     ql, kl, vl = (shard(t, layout=lay).clone().requires_grad_() for t in (q, k, v))
     out, _ = context_parallel_attention(ql, kl, vl, **kw)
     (out * shard(up, layout=lay)).sum().backward()

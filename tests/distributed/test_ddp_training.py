@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from training_runs import same_lm_weights, weights
 
 pytestmark = [pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available"),
               pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds torchrun's workers through /proc")]
@@ -64,24 +64,6 @@ def _losses(run: Path) -> dict[int, float]:
     return out
 
 
-def _weights(run: Path) -> dict[str, torch.Tensor]:
-    """The model's weights of a training checkpoint (``model.*``; not the optimizer's or the generators')."""
-    return {k: v for k, v in load_file(str(run / "model.safetensors")).items() if k.startswith("model.")}
-
-
-def _same_lm_weights(a: dict, b: dict, dim: int) -> None:
-    """The LM's weights equal to 1e-5, but for the attention's key bias: softmax ignores a bias
-    added to every key, so its true gradient is 0 and Adam's update of it is the sign of
-    rounding noise, which differs with the reduction order (compared to 1e-3 instead)."""
-    assert a.keys() == b.keys()
-    for k in b:
-        x, y = a[k], b[k]
-        if k.endswith("self_attn.in_proj_bias"):
-            torch.testing.assert_close(x[dim:2 * dim], y[dim:2 * dim], atol=1e-3, rtol=0, msg=k)
-            x, y = torch.cat([x[:dim], x[2 * dim:]]), torch.cat([y[:dim], y[2 * dim:]])
-        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=k)
-
-
 def test_seq2seq_two_processes_with_half_batches_take_the_steps_of_one(tmp_path):
     args = ["train", "seq2seq", *SMALL, "--steps", "5", "--save-every", "0"]
     _run(_torchrun([*args, "--out", str(tmp_path / "two")]))
@@ -91,7 +73,7 @@ def test_seq2seq_two_processes_with_half_batches_take_the_steps_of_one(tmp_path)
     for step in one:
         assert two[step] == pytest.approx(one[step], abs=1e-5), step
     assert one[5] < one[1]  # it trains
-    w2, w1 = _weights(tmp_path / "two"), _weights(tmp_path / "one")
+    w2, w1 = weights(tmp_path / "two"), weights(tmp_path / "one")
     assert w2.keys() == w1.keys()
     for k in w1:
         torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4, msg=k)
@@ -109,14 +91,14 @@ def test_lm_two_processes_with_half_batches_take_the_steps_of_one_and_one_proces
     assert sorted(one) == [1, 2, 3, 4]
     for step in one:  # metrics.jsonl rounds the LM's losses to 4 decimals
         assert two[step] == pytest.approx(one[step], abs=2e-4), step
-    w1 = _weights(tmp_path / "one")
+    w1 = weights(tmp_path / "one")
     assert any(k.startswith("model.blocks.") for k in w1)
-    _same_lm_weights(_weights(tmp_path / "two"), w1, dim=32)
+    same_lm_weights(weights(tmp_path / "two"), w1, dim=32)
     # two processes for 2 steps, then one process resumes to 4: the weights of the 4-step run
     _run(_torchrun([*args, "--steps", "2", "--out", str(tmp_path / "half")]))
     _run(_one(["train", "lm", "--text", str(text), "--out", str(tmp_path / "half"), "--resume", "--steps", "4",
                "--device", "cpu"]))
-    _same_lm_weights(_weights(tmp_path / "half"), w1, dim=32)
+    same_lm_weights(weights(tmp_path / "half"), w1, dim=32)
     assert sorted(_losses(tmp_path / "half")) == [1, 2, 3, 4]
 
 
@@ -169,7 +151,7 @@ def test_a_killed_two_process_run_resumes_in_one_process(tmp_path):
     total = state + 3
     _run(_one(["train", "seq2seq", "--out", str(run), "--resume", "--steps", str(total), "--quiet", "--device", "cpu"]))
     _run(_one(["train", "seq2seq", *SMALL, "--steps", str(total), "--save-every", "0", "--out", str(tmp_path / "whole")]))
-    resumed, whole = _weights(run), _weights(tmp_path / "whole")
+    resumed, whole = weights(run), weights(tmp_path / "whole")
     assert json.loads((run / "config.json").read_text())["state"]["step"] == total
     for k in whole:
         if k.startswith("model."):

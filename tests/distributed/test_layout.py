@@ -41,7 +41,7 @@ def test_without_a_process_group_the_error_says_how_to_start_one():
     [
         (dict(mode="tree"), "mode must be one of"),
         (dict(layout="striped"), "layout must be one of"),
-        (dict(key_padding_mask=torch.ones(1, 3)), r"key_padding_mask must be bool \(b, n/W\) = \(1, 4\)"),
+        (dict(mask=torch.ones(1, 3)), r"mask must be bool \(b, n/W\) = \(1, 4\)"),
     ],
 )
 def test_bad_arguments(kwargs, message):

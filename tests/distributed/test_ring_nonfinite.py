@@ -74,7 +74,7 @@ def _worker(rank, world, port, results):
             hit = _reference(case)[4]
             lay = case["layout"]
             kw = dict(causal=case["causal"], pattern=None if case["window"] is None else P.sliding_window(*case["window"]),
-                      key_padding_mask=shard(pad, dim=-1, layout=lay) if case["pad"] else None, mode="ring", layout=lay)
+                      mask=shard(pad, dim=-1, layout=lay) if case["pad"] else None, mode="ring", layout=lay)
             with torch.no_grad():  # the fused CPU path
                 fused, _ = context_parallel_attention(*(shard(t, layout=lay) for t in (q, k, v)), **kw)
             ql, kl, vl = (shard(t, layout=lay).clone().requires_grad_() for t in (q, k, v))

@@ -44,11 +44,11 @@ def test_integer_or_mixed_dtypes_are_a_type_error_naming_them(entry, change, mes
 
 @pytest.mark.parametrize("entry", ["ring_attention", "ulysses_attention"])
 @pytest.mark.parametrize("kwargs,message", [
-    (dict(key_padding_mask=torch.ones(1, 3, dtype=torch.bool)),
-     "key_padding_mask must be bool (b, n/W) = (1, 4), True = real token; got torch.bool (1, 3)"),
-    (dict(key_padding_mask=torch.ones(1, 4)),
-     "key_padding_mask must be bool (b, n/W) = (1, 4), True = real token; got torch.float32 (1, 4)"),
-    (dict(key_padding_mask=[True] * 4), "key_padding_mask must be bool (b, n/W) = (1, 4), True = real token; got list"),
+    (dict(mask=torch.ones(1, 3, dtype=torch.bool)),
+     "mask must be bool (b, n/W) = (1, 4), True = may attend (a real key); got torch.bool (1, 3)"),
+    (dict(mask=torch.ones(1, 4)),
+     "mask must be bool (b, n/W) = (1, 4), True = may attend (a real key); got torch.float32 (1, 4)"),
+    (dict(mask=[True] * 4), "mask must be bool (b, n/W) = (1, 4), True = may attend (a real key); got list"),
     (dict(layout="striped"), "layout must be one of ('contiguous', 'zigzag'); got 'striped'"),
     (dict(pattern="causal"), "pattern must be None or an attnlab.patterns.Pattern; got str"),
 ])
@@ -100,11 +100,11 @@ def _empty_worker(rank, world, port, results):
                 q, k = (torch.randn(qs, dtype=torch.float64, requires_grad=True) for _ in range(2))
                 v = torch.randn(vs, dtype=torch.float64, requires_grad=True)
                 pad = torch.ones(qs[0], qs[2], dtype=torch.bool) if kw.pop("pad", False) else None
-                out, _ = context_parallel_attention(q, k, v, key_padding_mask=pad, **kw)
+                out, _ = context_parallel_attention(q, k, v, mask=pad, **kw)
                 out.sum().backward()
                 got[f"{shape_name}/{setting}"] = [out.detach(), q.grad, k.grad, v.grad]
                 with torch.no_grad():  # inference: the ring's fused path
-                    got[f"{shape_name}/{setting}/no grad"] = context_parallel_attention(q, k, v, key_padding_mask=pad, **kw)[0]
+                    got[f"{shape_name}/{setting}/no grad"] = context_parallel_attention(q, k, v, mask=pad, **kw)[0]
         try:  # a sequence shorter than the number of processes cannot be split
             shard(torch.zeros(1, 2, 1, 3))
             got["shorter than the world"] = "no error"

@@ -140,8 +140,8 @@ def test_block_sparse_dropout():
     draws = []
     for seed in range(DRAWS):
         torch.manual_seed(seed)
-        out, _ = block_sparse_attention(Q, K, V, pattern, block=block, key_padding_mask=pad, dropout_p=P)
+        out, _ = block_sparse_attention(Q, K, V, pattern, block=block, mask=pad, dropout_p=P)
         draws.append(out.numpy())
     check_dropout(np.stack(draws), W, allowed, P)
-    out0, _ = block_sparse_attention(Q, K, V, pattern, block=block, key_padding_mask=pad)
+    out0, _ = block_sparse_attention(Q, K, V, pattern, block=block, mask=pad)
     np.testing.assert_allclose(out0.numpy(), W, atol=1e-12)  # no dropout: the weights themselves

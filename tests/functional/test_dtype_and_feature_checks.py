@@ -80,14 +80,14 @@ def test_multi_head_attention_weights_of_another_dtype_are_a_type_error_naming_t
         w[name] = w[name].double()
     with pytest.raises(TypeError, match=re.escape("must share one dtype; got query torch.float32") + ".*"
                        + re.escape(f"{name} torch.float64")):
-        multi_head_attention(x, x, x, num_heads=2, **w)
+        multi_head_attention(x, x, x, w, num_heads=2)
 
 
 def test_multi_head_attention_integer_weights_are_a_type_error():
     x, w = _mha_args()
     w["w_k"] = w["w_k"].long()
     with pytest.raises(TypeError, match=re.escape("w_k " + FLOATING + "torch.int64")):
-        multi_head_attention(x, x, x, num_heads=2, **w)
+        multi_head_attention(x, x, x, w, num_heads=2)
 
 
 def _latent_args():

@@ -102,8 +102,8 @@ def test_a_batch_query_key_mask_is_read_per_query_row_for_every_head():
     w = {n: torch.randn(d, d, generator=g, dtype=torch.float64) for n in ("w_q", "w_k", "w_v", "w_o")}
     allowed = np.array([[[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 0]],
                         [[0, 0, 0, 1], [1, 1, 1, 1], [0, 1, 0, 1]]], dtype=bool)  # (b, q, k), every row one key at least
-    out, weights = mh.multi_head_attention(x_q, x_kv, x_kv, num_heads=h, mask=torch.tensor(allowed),
-                                           need_weights=True, **w)
+    out, weights = mh.multi_head_attention(x_q, x_kv, x_kv, w, num_heads=h, mask=torch.tensor(allowed),
+                                           need_weights=True)
     want, want_w = np_mha(x_q.numpy(), x_kv.numpy(), {n: t.numpy() for n, t in w.items()}, h, allowed)
     np.testing.assert_allclose(weights.numpy(), want_w, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
@@ -139,11 +139,11 @@ def test_a_float_bias_of_the_wrong_dtype_is_refused_before_any_step_is_recorded(
     message = ("a float mask (additive bias) must have the scores' dtype torch.float64; got mask dtype torch.float32 "
                "(convert with mask.to(torch.float64), or pass a bool mask)")
     with attnlab.trace() as t, pytest.raises(TypeError, match="^" + re.escape(message) + "$"):
-        mh.multi_head_attention(x, x, x, num_heads=2, mask=torch.zeros(1, 1, 3, 3), **w)
+        mh.multi_head_attention(x, x, x, w, num_heads=2, mask=torch.zeros(1, 1, 3, 3))
     assert t.names() == []  # no projection ran: the call was refused at the door
     # the same call with a float64 bias runs and records the projections
     with attnlab.trace() as t:
-        mh.multi_head_attention(x, x, x, num_heads=2, mask=torch.zeros(1, 1, 3, 3, dtype=torch.float64), **w)
+        mh.multi_head_attention(x, x, x, w, num_heads=2, mask=torch.zeros(1, 1, 3, 3, dtype=torch.float64))
     assert t.names()[:3] == ["projected_query", "projected_keys", "projected_values"]
 
 

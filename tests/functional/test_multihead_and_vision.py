@@ -22,7 +22,7 @@ def test_multi_head_matches_torch_with_padding(need_weights):
     m = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
     x, mem = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     pad = attnlab.masks.padding([7, 4])
-    out, w = multi_head_attention(x, mem, mem, num_heads=4, mask=pad, need_weights=need_weights, **_weights(m))
+    out, w = multi_head_attention(x, mem, mem, _weights(m), num_heads=4, mask=pad, need_weights=need_weights)
     ref_out, ref_w = m(x, mem, mem, key_padding_mask=~pad, average_attn_weights=False)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-5)
     if need_weights:
@@ -46,7 +46,8 @@ def test_grouped_query_heads_match_a_numpy_loop():
     want = np.concatenate(heads, -1) @ Wo.T
     T = lambda a: torch.tensor(a)  # noqa: E731
     xt = T(x)
-    out, _ = multi_head_attention(xt, xt, xt, num_heads=h, num_kv_heads=hkv, w_q=T(Wq), w_k=T(Wk), w_v=T(Wv), w_o=T(Wo))
+    out, _ = multi_head_attention(xt, xt, xt, {"w_q": T(Wq), "w_k": T(Wk), "w_v": T(Wv), "w_o": T(Wo)}, num_heads=h,
+                                  num_kv_heads=hkv)
     np.testing.assert_allclose(out.numpy(), want, atol=1e-12)
 
 
@@ -54,9 +55,9 @@ def test_multi_head_bad_heads():
     x = torch.randn(1, 3, 8)
     w = torch.randn(8, 8)
     with pytest.raises(ValueError, match="num_kv_heads must divide num_heads"):
-        multi_head_attention(x, x, x, num_heads=4, num_kv_heads=3, w_q=w, w_k=w, w_v=w, w_o=w)
+        multi_head_attention(x, x, x, {"w_q": w, "w_k": w, "w_v": w, "w_o": w}, num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="w_k must have"):
-        multi_head_attention(x, x, x, num_heads=4, num_kv_heads=2, w_q=w, w_k=w, w_v=w[:4], w_o=w)
+        multi_head_attention(x, x, x, {"w_q": w, "w_k": w, "w_v": w[:4], "w_o": w}, num_heads=4, num_kv_heads=2)
 
 
 def test_cbam_channel_and_spatial_match_numpy():

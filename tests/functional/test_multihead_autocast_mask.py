@@ -21,9 +21,9 @@ def test_a_bias_in_the_autocast_dtype_is_accepted_and_acts_like_the_float32_bias
     x = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(1))
     bias = torch.tensor([[0.0, -1e4, 0.0], [0.0, 0.0, -1e4], [-1e4, 0.0, 0.0]]).view(1, 1, 3, 3)
     w = _weights()
-    ref, ref_w = mh.multi_head_attention(x, x, x, num_heads=2, mask=bias, need_weights=True, **w)
+    ref, ref_w = mh.multi_head_attention(x, x, x, w, num_heads=2, mask=bias, need_weights=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, weights = mh.multi_head_attention(x, x, x, num_heads=2, mask=bias.bfloat16(), need_weights=True, **w)
+        out, weights = mh.multi_head_attention(x, x, x, w, num_heads=2, mask=bias.bfloat16(), need_weights=True)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(weights.float(), ref_w, atol=0.03, rtol=0.05)
     assert float(weights[0, :, 0, 1].float().abs().max()) == 0.0  # the -1e4 bias still removes the key
@@ -37,4 +37,4 @@ def test_a_bias_of_another_dtype_than_the_query_is_refused_outside_autocast() ->
         "(convert with mask.to(torch.float64), or pass a bool mask)"
     )
     with pytest.raises(TypeError, match="^" + re.escape(message) + "$"):
-        mh.multi_head_attention(x, x, x, num_heads=2, mask=torch.zeros(1, 1, 3, 3), **w)
+        mh.multi_head_attention(x, x, x, w, num_heads=2, mask=torch.zeros(1, 1, 3, 3))

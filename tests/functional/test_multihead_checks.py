@@ -42,9 +42,9 @@ def test_multi_head_attention_returns_no_weights_unless_asked_and_the_numpy_head
     w_q, w_k, w_v, w_o = (rng.normal(size=(4, 4)) for _ in range(4))
     args = {n: torch.tensor(a) for n, a in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))}
     xt = torch.tensor(x)
-    out, weights = mh.multi_head_attention(xt, xt, xt, num_heads=2, **args)
+    out, weights = mh.multi_head_attention(xt, xt, xt, args, num_heads=2)
     assert weights is None
-    out2, weights2 = mh.multi_head_attention(xt, xt, xt, num_heads=2, need_weights=True, **args)
+    out2, weights2 = mh.multi_head_attention(xt, xt, xt, args, num_heads=2, need_weights=True)
     # reference: per head i (features 2i, 2i+1), α = softmax(Q_i K_iᵀ / √2)
     q, k, v = x[0] @ w_q.T, x[0] @ w_k.T, x[0] @ w_v.T
     heads, alphas = [], []
@@ -86,7 +86,7 @@ def test_multi_head_attention_weight_errors_name_the_weight_and_the_shapes(chang
     args.update({n: (w.float() if isinstance(w, torch.Tensor) else w) for n, w in change.items()})
     x = r(1, 2, 3)
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        mh.multi_head_attention(x, x, x, num_heads=2, **args)
+        mh.multi_head_attention(x, x, x, args, num_heads=2)
 
 
 def np_mha(xq, xk, xv, p, h, scale, allowed):
@@ -116,8 +116,8 @@ def test_multi_head_attention_with_biases_scale_and_a_per_head_mask_matches_nump
     tt = {n: torch.tensor(a) for n, a in p.items()}
     for need in (False, True):
         out, w = mh.multi_head_attention(
-            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), num_heads=2, scale=0.3,
-            mask=torch.tensor(allowed), need_weights=need, **tt,
+            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), tt, num_heads=2, scale=0.3,
+            mask=torch.tensor(allowed), need_weights=need,
         )
         np.testing.assert_allclose(out.numpy()[0], ref, rtol=1e-10, atol=1e-12)
         if need:
@@ -131,11 +131,12 @@ def test_multi_head_attention_applies_its_dropout_to_the_weights_with_the_mean_k
     eye = torch.eye(2, dtype=torch.float64)
     x = torch.randn(1, n, 2, dtype=torch.float64)
     ones = torch.ones(1, 8, 2, dtype=torch.float64)
-    out, _ = mh.multi_head_attention(x, ones, ones, num_heads=1, w_q=eye, w_k=eye, w_v=eye, w_o=eye, dropout_p=p)
+    identity = {"w_q": eye, "w_k": eye, "w_v": eye, "w_o": eye}
+    out, _ = mh.multi_head_attention(x, ones, ones, identity, num_heads=1, dropout_p=p)
     out = out[0, :, 0]
     assert float((out - 1).abs().max()) > 0.5  # some rows lost most of their weight, some gained
     assert abs(float(out.mean()) - 1.0) < 0.1  # unbiased: E[m / (1 − p)] = 1
-    plain, _ = mh.multi_head_attention(x, ones, ones, num_heads=1, w_q=eye, w_k=eye, w_v=eye, w_o=eye)
+    plain, _ = mh.multi_head_attention(x, ones, ones, identity, num_heads=1)
     torch.testing.assert_close(plain, torch.ones_like(plain))
 
 
@@ -170,7 +171,7 @@ def test_multi_head_trace_records_each_step_with_formula_latex_and_numpy_values(
     p = _mha_args(rng)
     x = rng.normal(size=(1, 2, 3))
     with attnlab.trace() as tr:
-        mh.multi_head_attention(*(torch.tensor(x),) * 3, num_heads=2, **{n: torch.tensor(a) for n, a in p.items()})
+        mh.multi_head_attention(*(torch.tensor(x),) * 3, {n: torch.tensor(a) for n, a in p.items()}, num_heads=2)
     got = {s.name: (s.formula, s.latex) for s in tr}
     assert got["projected_query"] == ("Q = X W_qᵀ", r"Q = X W_q^\top")
     assert got["projected_keys"] == ("K = X W_kᵀ", r"K = X W_k^\top")
@@ -210,8 +211,8 @@ def test_grouped_query_heads_share_their_key_value_head_against_numpy() -> None:
     w_q, w_k, w_v, w_o = rng.normal(size=(8, 4)), rng.normal(size=(4, 4)), rng.normal(size=(4, 4)), rng.normal(size=(3, 8))
     xt = torch.tensor(x)
     out, w = mh.multi_head_attention(
-        xt, xt, xt, num_heads=4, num_kv_heads=2, need_weights=True,
-        w_q=torch.tensor(w_q), w_k=torch.tensor(w_k), w_v=torch.tensor(w_v), w_o=torch.tensor(w_o),
+        xt, xt, xt, {"w_q": torch.tensor(w_q), "w_k": torch.tensor(w_k), "w_v": torch.tensor(w_v), "w_o": torch.tensor(w_o)},
+        num_heads=4, num_kv_heads=2, need_weights=True,
     )
     q, k, v = x[0] @ w_q.T, x[0] @ w_k.T, x[0] @ w_v.T
     heads, alphas = [], []
@@ -237,8 +238,8 @@ def test_the_key_bias_shows_in_the_traced_projected_keys_though_softmax_cancels_
     xq, xkv = rng.normal(size=(1, 2, 3)), rng.normal(size=(1, 4, 3))
     with attnlab.trace() as tr:
         mh.multi_head_attention(
-            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), num_heads=2,
-            **{n: torch.tensor(a) for n, a in {**p, **b}.items()},
+            torch.tensor(xq), torch.tensor(xkv), torch.tensor(xkv), {n: torch.tensor(a) for n, a in {**p, **b}.items()},
+            num_heads=2,
         )
     np.testing.assert_allclose(tr["projected_query"].value.numpy(), xq @ p["w_q"].T + b["b_q"], rtol=1e-12)
     np.testing.assert_allclose(tr["projected_keys"].value.numpy(), xkv @ p["w_k"].T + b["b_k"], rtol=1e-12)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -204,3 +205,26 @@ def test_flow_at_12_layers_by_64_tokens_is_fast(kind, limit):
     f = flow(w)
     assert time.perf_counter() - start < limit
     assert f.shape == (64, 64) and (f <= 1 + 1e-9).all()
+
+
+@pytest.mark.parametrize("narrow", [1, 2, 3])  # which middle layer is the bottleneck
+@pytest.mark.parametrize("seed", range(8))
+def test_a_bottleneck_deep_in_the_middle_is_not_settled_by_the_bridge(narrow, seed):
+    # 5 layers: the bridge flow's check that it fits every middle edge must cover each middle layer,
+    # in the right order; a narrow one anywhere caps the flow below both simple cuts.
+    rng = np.random.default_rng([narrow, seed, 5])
+    mats = rng.random((5, 3, 3)) * (rng.random((5, 3, 3)) < 0.8) + 0.05
+    mats[narrow] *= 0.05 + 0.2 * rng.random((3, 3))
+    _, value = maxflow_module._bridge_flows(mats, 1e-12)
+    exact = pairwise_dinic(mats)
+    assert (value <= exact + 1e-12).all()
+    np.testing.assert_allclose(layered_max_flows(mats), exact, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["causal", "sparse"])
+def test_flow_prints_no_numpy_warnings(kind):
+    # zero rows and columns of the bridge flow's measure are expected, not a user's problem to be warned of
+    w = weights(np.random.default_rng(1), 6, 2, 8, kind)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flow(w, residual=False)

@@ -19,6 +19,7 @@ from attnlab.interpret import (
     plot_ablation,
 )
 from attnlab.models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
+from attnlab.nn import MultiHeadAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 HEADS = 2
@@ -108,12 +109,33 @@ def test_the_plot_is_written(setup, tmp_path):
 
 def test_bad_calls_say_what_was_expected(setup):
     model, loss = setup
-    with pytest.raises(TypeError, match="not both"):
+    both = r"^pass either tokens and targets \(the model's own \.loss\) or loss=callable, not both$"
+    with pytest.raises(TypeError, match=both):
         head_importance(model, torch.zeros(1, 2), torch.zeros(1, 2), loss=loss)
-    with pytest.raises(TypeError, match="loss=callable"):
+    with pytest.raises(TypeError, match=both):  # one of the two is already one too many
+        head_importance(model, torch.zeros(1, 2), loss=loss)
+    neither = r"^pass tokens and targets \(for model\.loss\), or loss=callable\(model\) -> scalar$"
+    with pytest.raises(TypeError, match=neither):
         head_importance(model)
-    with pytest.raises(ValueError, match=r"\(5, 2\)"):
+    with pytest.raises(TypeError, match=neither):
+        head_importance(model, torch.zeros(1, 2))
+    with pytest.raises(TypeError, match=r"^loss must be a callable loss\(model\) -> scalar; got int$"):
+        head_importance(model, loss=3)
+    with pytest.raises(ValueError, match=r"^gates must be \(modules, heads\) = \(5, 2\); got \(2, 2\)$"):
         gated_loss(model, gates=torch.ones(2, 2), loss=loss)
+    with pytest.raises(ValueError, match=r"^gates must be \(modules, heads\) = \(5, 2\); got None$"):
+        gated_loss(model, loss=loss)
+    with pytest.raises(ValueError, match=r"^importance must be \(modules, heads\) = \(5, 2\); got \(2, 3\)$"):
+        ablation_curve(model, importance=torch.ones(2, 3), loss=loss)
     rnn = Seq2Seq(Seq2SeqConfig(src_vocab=9, tgt_vocab=10, emb_dim=4, hidden=4, attn_dim=4))
-    with pytest.raises(ValueError, match="no attnlab.nn.MultiHeadAttention"):
+    with pytest.raises(ValueError, match="^Seq2Seq has no attnlab.nn.MultiHeadAttention modules to gate$"):
         head_importance(rnn, loss=loss)
+    mixed = torch.nn.ModuleList([MultiHeadAttention(8, 2), MultiHeadAttention(8, 4)])
+    with pytest.raises(ValueError, match=r"the same number of heads to share one gate table; got \[2, 4\]$"):
+        head_importance(mixed, loss=loss)
+
+
+def test_ties_in_importance_keep_module_head_order(setup):
+    model, loss = setup
+    order, _ = ablation_curve(model, importance=torch.zeros(5, 2, dtype=torch.float64), loss=loss)
+    assert order == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (4, 1)]

@@ -149,3 +149,19 @@ def test_bad_input():
         rollout(np.full((1, 1, 2, 2), np.nan))
     with pytest.raises(ValueError, match=">= 0"):
         max_flow(-np.ones((2, 2)), 0, 1)
+
+
+def test_grad_rollout_names_the_bad_gradients():
+    good = stack(A1)
+    with pytest.raises(ValueError, match=r"^grads must be \(layers, h, n, n\); got shape \(3, 3\)$"):
+        grad_rollout(good, np.ones((3, 3)))
+    with pytest.raises(ValueError, match="^grads must be finite$"):
+        grad_rollout(good, np.full((1, 1, 3, 3), np.inf))
+
+
+def test_flow_fuses_heads_as_asked():
+    heads = stack([[[1, 0, 0], [1, 0, 0], [0, 1, 0]], [[1, 0, 0], [0, 1, 0], [0, 0, 1]]])  # 1 layer, 2 heads
+    # one layer: flow = Â; max over heads = [[1,0,0],[1,1,0],[0,1,1]] → 0.5·max + 0.5·I, rows renormalised
+    np.testing.assert_allclose(flow(heads, head_fusion="max"),
+                               [[1, 0, 0], [1 / 3, 2 / 3, 0], [0, 1 / 3, 2 / 3]], atol=1e-12)
+    np.testing.assert_allclose(flow(heads, head_fusion="min"), np.eye(3), atol=1e-12)

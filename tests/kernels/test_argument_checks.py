@@ -141,11 +141,11 @@ def test_top_k_padding_mask_forms_mean_the_same_keys(form):
     pad = torch.from_numpy(real)
     given = {"(b, n)": pad, "(b, 1, n)": pad[:, None], "(b, h, n)": pad[:, None].expand(B, H, N),
              "(b, 1, 1, n)": pad[:, None, None]}[form]
-    out = topk_attention(q, k, v, 3, key_padding_mask=given)
+    out = topk_attention(q, k, v, 3, mask=given)
     assert out.shape == (B, H, N, D)
     want = np_topk_attention(q.numpy(), k.numpy(), v.numpy(), 3, 1 / math.sqrt(D), real)
     np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=1e-12)
-    keep = top_k(3).mask(q, k, key_padding_mask=given)
+    keep = top_k(3).mask(q, k, mask=given)
     assert keep.shape == (B, H, N, N)
     assert not keep[0, :, :, [1, 5, 6]].any() and not keep[1, :, :, 0].any()
     assert (keep.sum(-1) == 3).all()
@@ -159,18 +159,18 @@ def test_top_k_padding_mask_forms_mean_the_same_keys(form):
 ])
 def test_top_k_padding_mask_of_another_shape_names_the_expected_shapes(mask, shown):
     q, k, v = _qkv()
-    want = re.escape("key_padding_mask must be bool, True = real token, shaped (b, n), (…, n) or (…, 1, n) to "
+    want = re.escape("mask must be bool, True = may attend (a real key), shaped (b, n), (…, n) or (…, 1, n) to "
                      "match the inputs' leading dimensions (2, 2) and n=8 keys; " + shown)
     with pytest.raises(ValueError, match=want):
-        topk_attention(q, k, v, 2, key_padding_mask=mask)
+        topk_attention(q, k, v, 2, mask=mask)
     with pytest.raises(ValueError, match=want):
-        top_k(2).mask(q, k, key_padding_mask=mask)
+        top_k(2).mask(q, k, mask=mask)
 
 
 def test_top_k_integer_padding_mask_is_a_type_error():
     q, k, v = _qkv()
-    with pytest.raises(TypeError, match=re.escape("key_padding_mask must be bool") + ".*" + re.escape("got dtype torch.int64")):
-        topk_attention(q, k, v, 2, key_padding_mask=torch.ones(B, N, dtype=torch.long))
+    with pytest.raises(TypeError, match=re.escape("mask must be bool") + ".*" + re.escape("got dtype torch.int64")):
+        topk_attention(q, k, v, 2, mask=torch.ones(B, N, dtype=torch.long))
 
 
 # --- cu_seqlens -------------------------------------------------------------------------------------------
@@ -216,8 +216,8 @@ def test_block_sparse_padding_mask_forms_b_n_and_b_1_1_n_agree():
     q, k, v = _qkv()
     pad = torch.ones(B, N, dtype=torch.bool)
     pad[0, 2:4] = False
-    a, _ = block_sparse_attention(q, k, v, P.sliding_window(2, 2), block=4, key_padding_mask=pad)
-    b, _ = block_sparse_attention(q, k, v, P.sliding_window(2, 2), block=4, key_padding_mask=pad[:, None, None])
+    a, _ = block_sparse_attention(q, k, v, P.sliding_window(2, 2), block=4, mask=pad)
+    b, _ = block_sparse_attention(q, k, v, P.sliding_window(2, 2), block=4, mask=pad[:, None, None])
     assert a.shape == b.shape == (B, H, N, D)
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -233,9 +233,10 @@ def test_weights_for_rows_names_bad_rows(rows, shown):
 
 
 @pytest.mark.parametrize("call", [
-    lambda q, k, v, m: block_sparse_attention(q, k, v, P.full(), key_padding_mask=m),
-    lambda q, k, v, m: weights_for_rows(q, k, P.full(), [0], key_padding_mask=m),
+    lambda q, k, v, m: block_sparse_attention(q, k, v, P.full(), mask=m),
+    lambda q, k, v, m: weights_for_rows(q, k, P.full(), [0], mask=m),
 ])
 def test_block_sparse_padding_mask_that_is_not_a_tensor_is_named(call):
-    with pytest.raises(ValueError, match=re.escape("key_padding_mask must be a bool tensor (b, n) or (b, 1, 1, n); got list")):
+    with pytest.raises(ValueError, match=re.escape("mask must be a bool tensor: a key mask (b, n) or (b, 1, 1, n), or a mask broadcastable to "
+                                                     "(b, h, n, n), True = may attend; got list")):
         call(*_qkv(), [[True] * N] * B)

@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 import attnlab
 from attnlab import kernels as K
 from attnlab import patterns as P
-from attnlab.kernels import band, block_sparse_attention, tiles, topk_attention, weights_for_rows
+from attnlab.kernels import band, block_sparse_attention, topk_attention, weights_for_rows
 from attnlab.kernels import block_sparse as bs
 from attnlab.kernels.block_sparse import _forward, _layout
-from attnlab.kernels.parts import split
-from attnlab.kernels.tiles import plan
+from attnlab.kernels.plans import Plan
 
 import np_reference as ref
 
@@ -47,7 +46,7 @@ def dense(q, k, v, pattern, pad=None):
 def compare(pattern, n, block, dtype=torch.float64, tol=1e-10, b=2, h=3, d=8, use_pad=True):
     q, k, v = qkv(b, h, n, d, dtype)
     pad = padding(b, n) if use_pad else None
-    out, _ = block_sparse_attention(q, k, v, pattern, block=block, key_padding_mask=pad)
+    out, _ = block_sparse_attention(q, k, v, pattern, block=block, mask=pad)
     ref, _ = dense(q, k, v, pattern, pad)
     g = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), g)
@@ -108,9 +107,9 @@ def test_window_band_path_interior_and_boundary_tiles(before, after, use_pad):
     pad = padding(2, 1100) if use_pad else None
     ref, _ = dense(q, k, v, pat, pad)
     with torch.no_grad():
-        fast, _ = block_sparse_attention(q, k, v, pat, block=16, key_padding_mask=pad)
+        fast, _ = block_sparse_attention(q, k, v, pat, block=16, mask=pad)
     torch.testing.assert_close(fast, ref, atol=1e-10, rtol=0)
-    out, _ = block_sparse_attention(q, k, v, pat, block=16, key_padding_mask=pad)
+    out, _ = block_sparse_attention(q, k, v, pat, block=16, mask=pad)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     g = torch.randn_like(out)
     for a, w in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
@@ -126,12 +125,12 @@ def test_masked_keys_and_values_never_influence_the_output(bad, pattern):
     n = 29
     q, k, v = qkv(2, 2, n, 4)
     pad = padding(2, n)  # the second sequence's last n // 3 keys are padding
-    clean, cw = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad, need_weights=True)
+    clean, cw = block_sparse_attention(q, k, v, pattern, block=8, mask=pad, need_weights=True)
     k2, v2 = k.detach().clone(), v.detach().clone()
     k2[1, :, n - n // 3 :] = bad
     v2[1, :, n - n // 3 :] = bad
     k2.requires_grad_(), v2.requires_grad_()
-    dirty, dw = block_sparse_attention(q, k2, v2, pattern, block=8, key_padding_mask=pad, need_weights=True)
+    dirty, dw = block_sparse_attention(q, k2, v2, pattern, block=8, mask=pad, need_weights=True)
     torch.testing.assert_close(dirty, clean, atol=1e-12, rtol=0)
     torch.testing.assert_close(dw.values, cw.values, atol=1e-12, rtol=0)
     g = torch.randn_like(dirty)
@@ -167,7 +166,7 @@ def test_gradcheck():
     q, k, v = qkv(1, 2, 11, 3)
     pad = torch.tensor([[True] * 9 + [False] * 2])
     pat = P.sliding_window(2, 3) | P.global_tokens([4])
-    f = lambda q, k, v: block_sparse_attention(q, k, v, pat, block=4, key_padding_mask=pad)[0]  # noqa: E731
+    f = lambda q, k, v: block_sparse_attention(q, k, v, pat, block=4, mask=pad)[0]  # noqa: E731
     assert torch.autograd.gradcheck(f, (q, k, v))
 
 
@@ -188,7 +187,7 @@ def test_fully_masked_rows_are_zero_with_finite_grads():
     layout = torch.tensor([[1, 0], [0, 0]], dtype=torch.bool)
     q, k, v = qkv(2, 2, 7, 3)
     pad = torch.tensor([[True] * 7, [False] * 7])
-    out, _ = block_sparse_attention(q, k, v, P.block_sparse(layout, 4), block=4, key_padding_mask=pad)
+    out, _ = block_sparse_attention(q, k, v, P.block_sparse(layout, 4), block=4, mask=pad)
     assert (out[0, :, 4:] == 0).all() and (out[1] == 0).all()
     out.sum().backward()
     for t in (q, k, v):
@@ -204,7 +203,7 @@ def test_fully_masked_rows_window_and_merged_parts(pattern):
     pad = torch.ones(2, 40, dtype=torch.bool)
     pad[0, 30:] = False
     pad[1] = False
-    out, _ = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad)
+    out, _ = block_sparse_attention(q, k, v, pattern, block=8, mask=pad)
     ref, _ = dense(q, k, v, pattern, pad)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     assert (out[1] == 0).all()
@@ -232,14 +231,14 @@ def test_weights_of_blocks_and_rows_equal_dense():
     q, k, v = qkv(2, 2, 21, 4)
     pat = P.sliding_window(3, 1) | P.global_tokens([10])
     pad = padding(2, 21)
-    out, bw = block_sparse_attention(q, k, v, pat, block=8, key_padding_mask=pad, need_weights=True)
+    out, bw = block_sparse_attention(q, k, v, pat, block=8, mask=pad, need_weights=True)
     ref, w = dense(q, k, v, pat, pad)
     torch.testing.assert_close(bw.to_dense(), w.detach(), atol=1e-12, rtol=0)
     assert {tuple(t) for t in bw.index.tolist()} == {tuple(t) for t in pat.blocks(21, 8).tolist()}
-    rows = weights_for_rows(q, k, pat, [0, 10, 20], key_padding_mask=pad)
+    rows = weights_for_rows(q, k, pat, [0, 10, 20], mask=pad)
     torch.testing.assert_close(rows, w[:, :, [0, 10, 20]], atol=1e-12, rtol=0)
     # the fast path (no weights) gives the same output
-    fast, none = block_sparse_attention(q, k, v, pat, block=8, key_padding_mask=pad)
+    fast, none = block_sparse_attention(q, k, v, pat, block=8, mask=pad)
     assert none is None
     torch.testing.assert_close(fast, out, atol=0, rtol=0)
 
@@ -248,8 +247,8 @@ def test_topk_attention_equals_dense_with_the_topk_mask():
     q, k, v = qkv(2, 2, 19, 4)
     pad = padding(2, 19)
     tk = K.top_k(5, within=P.causal())
-    out = topk_attention(q, k, v, tk, key_padding_mask=pad[:, None])
-    mask = tk.mask(q.detach(), k.detach(), key_padding_mask=pad[:, None])
+    out = topk_attention(q, k, v, tk, mask=pad[:, None])
+    mask = tk.mask(q.detach(), k.detach(), mask=pad[:, None])
     ref, _ = attnlab.attention(q, k, v, mask=mask)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     g = torch.randn_like(out)
@@ -261,7 +260,7 @@ def test_topk_attention_equals_dense_with_the_topk_mask():
     "kwargs, match",
     [
         ({"block": 0}, "block must be a positive integer"),
-        ({"key_padding_mask": torch.ones(2, 5, dtype=torch.bool)}, "key_padding_mask must be bool"),
+        ({"mask": torch.ones(2, 5, dtype=torch.bool)}, "mask must be bool"),
         ({"dropout_p": 1.0}, "dropout_p"),
     ],
 )
@@ -318,7 +317,7 @@ def test_value_width_different_from_key_width(pattern):
     q, k, _ = qkv(2, 2, 21, 3)
     v = torch.randn(2, 2, 21, 5, dtype=torch.float64, requires_grad=True)
     pad = padding(2, 21)
-    out, _ = block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=pad)
+    out, _ = block_sparse_attention(q, k, v, pattern, block=8, mask=pad)
     ref, _ = dense(q, k, v, pattern, pad)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     g = torch.randn_like(out)
@@ -351,42 +350,44 @@ def test_explicit_path_when_the_private_fused_op_is_missing(monkeypatch):
 # an int32-positive draw with it), the lse placeholder of the tiled path, and the all-empty layout's zero
 # output. References: the masks written by hand; float64 NumPy softmax attention and its log-sum-exp.
 def test_layout_of_a_window_alone_has_no_plan_and_the_grad_query_tile():
-    win, T, g, pl = _layout(P.sliding_window(1), 4, 2, 6, True)
+    win, T, g, pl = _layout(Plan(P.sliding_window(1), 4, block=2), 6, True)
     assert (win.before, win.after, g, pl) == (1, 1, None, None)
     assert T == 256  # with autograd the query tile is at least 256
-    assert _layout(P.sliding_window(1), 4, 2, 6, False)[1] == 2
+    assert _layout(Plan(P.sliding_window(1), 4, block=2), 6, False)[1] == 2
 
 
 def test_layout_of_global_tokens_alone_has_no_plan():
-    win, _, g, pl = _layout(P.global_tokens([1]), 4, 2, 6, False)
+    win, _, g, pl = _layout(Plan(P.global_tokens([1]), 4, block=2), 6, False)
     assert win is None and pl is None and g.tolist() == [1]
 
 
 def test_layout_drops_a_rest_inside_the_window():
     # window(1) adds no key beyond window(2): no plan part
-    win, _, g, pl = _layout(P.sliding_window(2) | P.sliding_window(1), 4, 2, 6, False)
+    win, _, g, pl = _layout(Plan(P.sliding_window(2) | P.sliding_window(1), 4, block=2), 6, False)
     assert (win.before, g, pl) == (2, None, None)
 
 
 def test_layout_drops_a_rest_inside_the_global_tokens():
     # every token is global: causal adds no key
-    win, _, g, pl = _layout(P.global_tokens([0, 1, 2, 3]) | P.causal(), 4, 2, 6, False)
+    win, _, g, pl = _layout(Plan(P.global_tokens([0, 1, 2, 3]) | P.causal(), 4, block=2), 6, False)
     assert win is None and pl is None and g.tolist() == [0, 1, 2, 3]
 
 
 def test_layout_plans_the_rest_for_the_callers_bh():
     pattern = P.global_tokens([1]) | P.causal()
-    _, _, g, pl = _layout(pattern, 4, 2, 6, False)
-    rest = split(pattern)[2]
+    held = Plan(pattern, 4, block=2)
+    _, _, g, pl = _layout(held, 6, False)
     assert g.tolist() == [1]
-    assert pl is plan(rest, 4, 2, 6)  # the cached plan for (n, block, b·h) = (4, 2, 6)
+    assert pl is held.forms[("tiles", "rest", 6)]  # the rest's tiles for b·h = 6, held by the plan
+    assert list(held.forms) == [("tiles", "rest", 6)]
 
 
 def test_layout_with_nothing_left_plans_the_whole_pattern():
     pattern = P.global_tokens([9])  # no global token below n = 4, no window, no rest
-    win, _, g, pl = _layout(pattern, 4, 2, 6, False)
+    held = Plan(pattern, 4, block=2)
+    win, _, g, pl = _layout(held, 6, False)
     assert win is None and g is None
-    assert pl is plan(pattern, 4, 2, 6) and not pl.groups
+    assert pl is held.forms[("tiles", "whole", 6)] and not pl.groups
 
 
 def _qkv(b, h, n, d, dv=None, seed=0):
@@ -397,7 +398,7 @@ def _qkv(b, h, n, d, dv=None, seed=0):
 
 def test_forward_with_no_key_anywhere_is_zero_with_lse_minus_inf():
     q, k, v = _qkv(1, 1, 4, 3)
-    out, lse, seed = _forward(q, k, v, None, P.global_tokens([9]), 2, 0.5, 0.0, False)
+    out, lse, seed = _forward(q, k, v, None, Plan(P.global_tokens([9]), q.shape[2], block=2), 0.5, 0.0, False)
     assert torch.equal(out, torch.zeros(1, 1, 4, 3))
     if bs._fused(3, 3, 0.0):
         assert torch.equal(lse, torch.full((1, 1, 4), -np.inf))
@@ -411,7 +412,7 @@ def test_forward_out_and_lse_against_numpy(pattern):
         pytest.skip("no fused CPU kernel in this torch build")
     n = 6
     q, k, v = _qkv(1, 2, n, 3, seed=1)
-    out, lse, seed = _forward(q, k, v, None, pattern, 2, 0.5, 0.0, False)
+    out, lse, seed = _forward(q, k, v, None, Plan(pattern, q.shape[2], block=2), 0.5, 0.0, False)
     allow = pattern.materialize(n).numpy()
     for hh in range(2):
         want, want_lse = ref.attention_lse(*(t[0, hh].double().numpy() for t in (q, k, v)), allow, 0.5)
@@ -425,18 +426,20 @@ def test_forward_fused_plans_the_rest_for_b_times_h():
         pytest.skip("no fused CPU kernel in this torch build")
     pattern = P.global_tokens([1]) | P.causal()
     q, k, v = _qkv(2, 3, 4, 3)
-    _forward(q, k, v, None, pattern, 2, 0.5, 0.0, False)
-    assert (4, 2, 6) in tiles._PLANS[split(pattern)[2]]
+    held = Plan(pattern, q.shape[2], block=2)
+    _forward(q, k, v, None, held, 0.5, 0.0, False)
+    assert list(held.forms) == [("tiles", "rest", 6)]
 
 
 def test_forward_tiled_without_dropout_has_seed_zero_an_empty_lse_and_plans_for_b_times_h():
     pattern = P.causal()
     q, k, v = _qkv(2, 3, 4, 3, dv=2)  # d_v != d: the tiled path
     state = torch.get_rng_state()
-    out, lse, seed = _forward(q, k, v, None, pattern, 2, 0.5, 0.0, False)
+    held = Plan(pattern, q.shape[2], block=2)
+    out, lse, seed = _forward(q, k, v, None, held, 0.5, 0.0, False)
     assert seed == 0 and lse.shape == (0,)
     assert torch.equal(torch.get_rng_state(), state)  # no draw without dropout
-    assert (4, 2, 6) in tiles._PLANS[pattern]
+    assert list(held.forms) == [("tiles", "whole", 6)]
     allow = pattern.materialize(4).numpy()
     want, _ = ref.attention_lse(q[1, 2].double().numpy(), k[1, 2].double().numpy(), v[1, 2].double().numpy(),
                                allow, 0.5)
@@ -445,7 +448,7 @@ def test_forward_tiled_without_dropout_has_seed_zero_an_empty_lse_and_plans_for_
 
 def test_forward_dropout_seeds_fit_a_positive_int32():
     q, k, v = _qkv(1, 1, 4, 2)
-    seeds = [_forward(q, k, v, None, P.causal(), 2, 0.5, 0.5, False)[2] for _ in range(24)]
+    seeds = [_forward(q, k, v, None, Plan(P.causal(), q.shape[2], block=2), 0.5, 0.5, False)[2] for _ in range(24)]
     assert all(0 <= s < 2**31 - 1 for s in seeds)
     assert len(set(seeds)) > 1
 
@@ -454,7 +457,7 @@ def test_need_weights_plans_for_b_times_h():
     pattern = P.sliding_window(1) | P.causal()  # the fused path plans only the rest; the weights the whole
     q, k, v = _qkv(2, 3, 4, 3)
     _, w = block_sparse_attention(q, k, v, pattern, block=2, need_weights=True)
-    assert (4, 2, 6) in tiles._PLANS[pattern]
+    assert ("tiles", "whole", 6) in K.plan(pattern, 4, 2).forms
     dense = w.to_dense()
     allow = pattern.materialize(4).numpy()
     s = q[1, 2].double().numpy() @ k[1, 2].double().numpy().T / np.sqrt(3)
@@ -469,7 +472,7 @@ def test_need_weights_on_a_non_cpu_backend_plans_for_b_times_h(monkeypatch):
     pattern = P.causal()
     q, k, v = _qkv(2, 3, 4, 3)
     out, w = block_sparse_attention(q, k, v, pattern, block=2, need_weights=True)
-    assert (4, 2, 6) in tiles._PLANS[pattern]
+    assert ("tiles", "whole", 6) in K.plan(pattern, 4, 2).forms
     allow = pattern.materialize(4).numpy()
     want, _ = ref.attention_lse(q[1, 2].double().numpy(), k[1, 2].double().numpy(), v[1, 2].double().numpy(),
                                allow, 1 / np.sqrt(3))

@@ -15,6 +15,7 @@ from attnlab import patterns as P
 from attnlab.kernels import block_sparse as bs
 from attnlab.kernels import block_sparse_attention, devices, weights_for_rows
 from attnlab.kernels.block_sparse import BlockWeights
+from attnlab.kernels.plans import Plan
 
 
 def ref_weights(q, k, allow, scale):
@@ -68,7 +69,7 @@ def test_block_sparse_names_each_bad_tensor_word_for_word():
 
 def test_block_sparse_names_each_bad_option_word_for_word():
     q = torch.randn(1, 2, 6, 4)
-    _raises("pattern must be an attnlab.patterns.Pattern; got str", q, q, q, "causal")
+    _raises("pattern must be an attnlab.patterns.Pattern or an attnlab.kernels.Plan; got str", q, q, q, "causal")
     for bad in (0, -3, True, 2.0):
         _raises(f"block must be a positive integer; got {bad!r}", q, q, q, P.causal(), block=bad)
     for bad in (-0.1, 1.0, 2.0):
@@ -76,12 +77,12 @@ def test_block_sparse_names_each_bad_option_word_for_word():
     z = torch.randn(1, 2, 6, 0)
     _raises("query and key need at least one feature (d >= 1); got query (1, 2, 6, 0)", z, z, q, P.causal())
     _raises(
-        "key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b=1, k=6 (True = real token); got (1, 5) torch.bool",
-        q, q, q, P.causal(), key_padding_mask=torch.ones(1, 5, dtype=torch.bool),
+        "mask must be bool (b, k) or (b, 1, 1, k) with b=1, k=6 (True = may attend); got (1, 5) torch.bool",
+        q, q, q, P.causal(), mask=torch.ones(1, 5, dtype=torch.bool),
     )
     _raises(
-        "key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b=1, k=6 (True = real token); got (3, 6) torch.bool",
-        q, q, q, P.causal(), key_padding_mask=torch.ones(3, 6, dtype=torch.bool),
+        "mask must be bool (b, k) or (b, 1, 1, k) with b=1, k=6 (True = may attend); got (3, 6) torch.bool",
+        q, q, q, P.causal(), mask=torch.ones(3, 6, dtype=torch.bool),
     )
 
 
@@ -116,7 +117,7 @@ def test_block_sparse_output_gradients_and_weights_against_float64(case):
         real[0, 1] = False
     allow = pattern.materialize(n) & real[:, None, None, :]
     s = 1 / math.sqrt(d) if scale is None else scale
-    out, w = block_sparse_attention(q, k, v, pattern, block=block, key_padding_mask=real if padded else None,
+    out, w = block_sparse_attention(q, k, v, pattern, block=block, mask=real if padded else None,
                                     scale=scale, need_weights=True)
     assert out.shape == (b, h, n, dv)
     check(q, k, v, out, allow, s)
@@ -194,7 +195,7 @@ def test_dense_backend_on_cpu_gives_values_weights_and_gradients(monkeypatch):
     real = torch.ones(2, n, dtype=torch.bool)
     real[1, 7:] = False
     pattern = P.sliding_window(2, 1) | P.global_tokens([4])
-    out, w = block_sparse_attention(q, k, v, pattern, block=4, key_padding_mask=real, scale=0.3, need_weights=True)
+    out, w = block_sparse_attention(q, k, v, pattern, block=4, mask=real, scale=0.3, need_weights=True)
     allow = pattern.materialize(n) & real[:, None, None, :]
     check(q, k, v, out, allow, 0.3)
     torch.testing.assert_close(w.to_dense(), ref_weights(q.detach(), k.detach(), allow, 0.3), atol=1e-10, rtol=0)
@@ -225,7 +226,7 @@ def test_non_finite_inputs_reach_exactly_the_rows_that_may_attend_them(pattern):
     if isinstance(pattern, type(P.sliding_window(1, 1))):
         assert not bool(nan_rows[1, 1, 8])  # in the window its keys are 7 and 8, both padded
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out, w = block_sparse_attention(q, k, v, pattern, block=4, key_padding_mask=real, need_weights=True)
+    out, w = block_sparse_attention(q, k, v, pattern, block=4, mask=real, need_weights=True)
     assert torch.equal(torch.isnan(out).any(-1), nan_rows)
     assert torch.equal(torch.isnan(w.to_dense()).any(-1), nan_rows)
     q2, k2, v2 = (torch.where(torch.isfinite(t), t, 0.0).detach().requires_grad_() for t in (q, k, v))
@@ -252,7 +253,7 @@ def test_weights_for_rows_against_float64(n):
         if pad is not None:
             allow = allow & real[:, None, None, :]
         want = ref_weights(q, k, allow, s)[:, :, rows]
-        got = weights_for_rows(q, k, pattern, rows, key_padding_mask=pad, scale=scale)
+        got = weights_for_rows(q, k, pattern, rows, mask=pad, scale=scale)
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     got = weights_for_rows(q, k, pattern, torch.tensor(rows, dtype=torch.int32))
     torch.testing.assert_close(got, ref_weights(q, k, pattern.materialize(n), 0.5)[:, :, rows], atol=1e-12, rtol=0)
@@ -261,11 +262,11 @@ def test_weights_for_rows_against_float64(n):
 def test_fused_choice_and_layout_parts():
     assert bs._fused(4, 4, 0.0) is bs.HAS_FUSED
     assert not bs._fused(4, 4, 0.1) and not bs._fused(4, 5, 0.0)
-    win, T, g, pl = bs._layout(P.sliding_window(2, 1) | P.global_tokens([1, 30]), 10, 4, 2, False)
+    win, T, g, pl = bs._layout(Plan(P.sliding_window(2, 1) | P.global_tokens([1, 30]), 10, block=4), 2, False)
     assert (win.before, win.after) == (2, 1) and g.tolist() == [1] and pl is None
-    win, T, g, pl = bs._layout(P.global_tokens([12]), 10, 4, 2, False)  # beyond n: no global part
+    win, T, g, pl = bs._layout(Plan(P.global_tokens([12]), 10, block=4), 2, False)  # beyond n: no global part
     assert win is None and g is None and pl is not None and not pl.groups
-    win, T, g, pl = bs._layout(P.global_tokens([10]), 11, 4, 2, False)  # the last position
+    win, T, g, pl = bs._layout(Plan(P.global_tokens([10]), 11, block=4), 2, False)  # the last position
     assert g.tolist() == [10]
 
 

@@ -8,13 +8,13 @@ the merge of partial results, and the empty / degenerate inputs."""
 
 import gc
 import math
+import weakref
 
 import pytest
 import torch
 
 from attnlab import kernels as K
 from attnlab import patterns as P
-from attnlab.kernels import block_sparse as bs
 from attnlab.kernels import devices, tiles
 
 
@@ -68,7 +68,7 @@ def test_padded_non_finite_keys_and_values_influence_nothing(name, bad):
     hole = ~real[:, None, :].expand(2, 2, n)
     k2[hole], v2[hole] = bad, bad
     k2.requires_grad_(), v2.requires_grad_()
-    out, _ = K.block_sparse_attention(q, k2, v2, pattern, block=8, key_padding_mask=real)
+    out, _ = K.block_sparse_attention(q, k2, v2, pattern, block=8, mask=real)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
     got = torch.autograd.grad(out, (q, k2, v2), g)
     for a, w in zip(got, want):
@@ -82,7 +82,7 @@ def test_fully_masked_rows_zero_output_and_finite_zero_gradients(name):
     q, k, v = qkv(2, 2, n, 4)
     real = torch.ones(2, n, dtype=torch.bool)
     real[1] = False  # nothing to attend in the second sequence
-    out, _ = K.block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=real)
+    out, _ = K.block_sparse_attention(q, k, v, pattern, block=8, mask=real)
     assert (out[1] == 0).all()
     out.sum().backward()
     for t in (q, k, v):
@@ -120,8 +120,9 @@ def test_the_kernel_is_a_custom_op_that_opcheck_accepts(name):
     pattern, n = PATTERNS[name], 29
     q, k, v = qkv(2, 2, n, 4)
     keys = tiles._key_real(_pad(2, n), 2, n, 4, 8, q.device)  # (b, nb, B)
-    for args in ((q, k, v, keys, bs._pattern_id(pattern), 8, 0.5, 0.0, True),
-                 (q, k, v, None, bs._pattern_id(pattern), 8, 0.5, 0.0, False)):
+    held = K.plan(pattern, n, 8)
+    for args in ((q, k, v, keys, held.id, 0.5, 0.0, True),
+                 (q, k, v, None, held.id, 0.5, 0.0, False)):
         torch.library.opcheck(torch.ops.attnlab.block_sparse.default, args)
 
 
@@ -130,7 +131,7 @@ def test_the_kernel_is_a_custom_op_that_opcheck_accepts(name):
 def test_empty_input_gives_empty_output_of_the_right_shape(shape, name):
     q, k, v = (torch.randn(*shape, dtype=torch.float64, requires_grad=True) for _ in range(3))
     real = torch.ones(shape[0], shape[2], dtype=torch.bool)
-    out, w = K.block_sparse_attention(q, k, v, PATTERNS[name], block=8, key_padding_mask=real, need_weights=True)
+    out, w = K.block_sparse_attention(q, k, v, PATTERNS[name], block=8, mask=real, need_weights=True)
     assert out.shape == shape and w.values.shape[:2] == shape[:2]
     out.sum().backward()
     assert q.grad.shape == shape
@@ -153,16 +154,17 @@ def test_zero_features_raise_value_error():
         K.block_sparse_attention(q, q, q, P.sliding_window(2))
 
 
-def test_plans_are_cached_weakly_by_the_pattern_not_on_it():
+def test_a_patterns_plan_is_held_on_the_pattern_and_dropped_with_it():
     pattern = P.sliding_window(2) | P.strided(3)
     q, k, v = qkv(1, 1, 20, 4, grad=False)
     K.block_sparse_attention(q, k, v, pattern, block=4)
-    assert pattern in bs._SPLITS and bs._SPLITS[pattern][2] in tiles._PLANS  # the rest beside the window
-    assert "_plans" not in vars(pattern) and "_split" not in vars(pattern)
-    before = len(bs._SPLITS)
-    del pattern
+    (held,) = pattern.kernel_plans.values()
+    assert list(held.forms) == [("tiles", "rest", 1)]  # the rest beside the window, for b·h = 1
+    assert K.plan(pattern, 20, 4) is held
+    gone = weakref.ref(held)
+    del pattern, held
     gc.collect()
-    assert len(bs._SPLITS) == before - 1
+    assert gone() is None
 
 
 # --- device dispatch -------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def test_each_backend_equals_the_reference_on_cpu(monkeypatch, backend, name):
     pattern, n = PATTERNS[name], 40
     q, k, v = qkv(2, 2, n, 8, grad=backend == "dense")
     real = _pad(2, n)
-    out, w = K.block_sparse_attention(q, k, v, pattern, block=8, key_padding_mask=real, need_weights=True)
+    out, w = K.block_sparse_attention(q, k, v, pattern, block=8, mask=real, need_weights=True)
     allow = pattern.materialize(n) & real[:, None, None, :]
     ref, _ = reference(q, k, v, allow)
     torch.testing.assert_close(out, ref, atol=1e-10, rtol=0)
@@ -213,9 +215,9 @@ def test_flex_lse_and_fully_masked_rows_on_cpu():
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile", "ignore:There is a performance drop")
 def test_block_masks_are_built_once_per_pattern_length_and_device():
     pattern = P.sliding_window(4)
-    a = devices.block_mask(pattern, 64, "cpu", 16)
-    assert devices.block_mask(pattern, 64, "cpu", 16) is a
-    assert devices.block_mask(pattern, 80, "cpu", 16) is not a
+    a = K.plan(pattern, 64).block_mask(16)
+    assert K.plan(pattern, 64).block_mask(16) is a
+    assert K.plan(pattern, 80).block_mask(16) is not a
 
 
 @pytest.mark.cuda
@@ -226,7 +228,7 @@ def test_cuda_patterns_through_flex_forward_and_backward():
         pattern, n = PATTERNS[name], 300
         q, k, v = (t.detach().float().cuda().requires_grad_() for t in qkv(2, 2, n, 64))
         real = _pad(2, n).cuda()
-        out, _ = K.block_sparse_attention(q, k, v, pattern, key_padding_mask=real)
+        out, _ = K.block_sparse_attention(q, k, v, pattern, mask=real)
         ref, _ = reference(q, k, v, pattern.materialize(n, device="cuda") & real[:, None, None, :])
         torch.testing.assert_close(out.double(), ref, atol=2e-3, rtol=0)
         g = torch.randn_like(out)
@@ -237,7 +239,7 @@ def test_cuda_patterns_through_flex_forward_and_backward():
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")  # the hot path (block mask cached) reads nothing back
         try:
-            out, _ = K.block_sparse_attention(q, k, v, pattern, key_padding_mask=real)
+            out, _ = K.block_sparse_attention(q, k, v, pattern, mask=real)
             out.sum().backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")

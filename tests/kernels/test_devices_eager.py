@@ -16,9 +16,10 @@ import pytest
 import torch
 import torch.nn.attention.flex_attention as FA
 
+from attnlab import kernels as K
 from attnlab import patterns as P
 from attnlab.functional.attention import attention
-from attnlab.kernels import devices
+from attnlab.kernels import devices, flex_mask
 
 pytestmark = pytest.mark.filterwarnings("ignore:There is a performance drop", "ignore:flex_attention called without")
 
@@ -43,7 +44,7 @@ def layout_rule(i, j, blk=3, lay=LAYOUT):
 
 def test_index_fn_of_a_block_layout_follows_the_layout_and_is_false_past_its_tiles():
     pattern = P.block_sparse(torch.tensor(LAYOUT, dtype=torch.bool), 3)  # n = 8: 3 tiles cover 0..8
-    fn = devices._index_fn(pattern, 8, "cpu")
+    fn = flex_mask._index_fn(pattern, 8, "cpu")
     np.testing.assert_array_equal(grid(fn, 15), loop(layout_rule, 15))  # indices up to 14: padded tiles
 
 
@@ -52,14 +53,14 @@ def test_index_fn_of_global_tokens_combined_with_a_block_layout(op):
     g = P.global_tokens([1, 8, 9])  # 8 = n and 9 > n: no such position
     b = P.block_sparse(torch.tensor(LAYOUT, dtype=torch.bool), 3)
     pattern = g | b if op == "or" else g & b
-    fn = devices._index_fn(pattern, 8, "cpu")
+    fn = flex_mask._index_fn(pattern, 8, "cpu")
 
     def rule(i, j):
         glob = i == 1 or j == 1
         return (glob or layout_rule(i, j)) if op == "or" else (glob and layout_rule(i, j))
 
     np.testing.assert_array_equal(grid(fn, 8), loop(rule, 8))
-    np.testing.assert_array_equal(grid(devices._index_fn(b | g, 8, "cpu"), 8), loop(
+    np.testing.assert_array_equal(grid(flex_mask._index_fn(b | g, 8, "cpu"), 8), loop(
         lambda i, j: layout_rule(i, j) or i == 1 or j == 1, 8))
 
 
@@ -68,16 +69,16 @@ def test_index_fn_of_a_pattern_without_a_layout_is_its_allows_with_n():
         def allows(self, q_idx, kv_idx, n):
             return (kv_idx >= n - 2) | (kv_idx == q_idx)
 
-    np.testing.assert_array_equal(grid(devices._index_fn(LastKeys(), 7, "cpu"), 7),
+    np.testing.assert_array_equal(grid(flex_mask._index_fn(LastKeys(), 7, "cpu"), 7),
                                   loop(lambda i, j: j >= 5 or i == j, 7))
     fixed = P.fixed(4, 1)  # has a `block` but no layout: its own rule
-    np.testing.assert_array_equal(grid(devices._index_fn(fixed, 9, "cpu"), 9),
+    np.testing.assert_array_equal(grid(flex_mask._index_fn(fixed, 9, "cpu"), 9),
                                   loop(lambda i, j: i // 4 == j // 4 or j % 4 == 3, 9))
 
 
 def test_index_fn_of_random_blocks_draws_its_layout_before_vmap():
     pattern = P.random_blocks(1, 4, seed=3)  # fresh: its layout is drawn on first use
-    fn = devices._index_fn(pattern, 10, "cpu")
+    fn = flex_mask._index_fn(pattern, 10, "cpu")
     i = torch.arange(12)
     got = torch.vmap(torch.vmap(fn, in_dims=(None, 0)), in_dims=(0, None))(i, i)  # as flex evaluates it
     lay = pattern.layout_for(10).tolist()  # the drawn layout: one key tile per query tile
@@ -103,10 +104,11 @@ def test_block_mask_holds_the_tiles_of_the_pattern_and_its_tile_size():
 
 def test_block_mask_is_one_per_device():
     pattern = P.global_tokens([2]) | P.random_blocks(1, 4, seed=1)
-    on_cpu = devices.block_mask(pattern, 10, "cpu", 4)
-    on_meta = devices.block_mask(pattern, 10, "meta", 4)
+    on_cpu = K.plan(pattern, 10, device="cpu").block_mask(4)
+    on_meta = K.plan(pattern, 10, device="meta").block_mask(4)
     assert on_cpu.kv_num_blocks.device.type == "cpu" and on_meta.kv_num_blocks.device.type == "meta"
-    assert devices.block_mask(pattern, 10, torch.device("meta"), 4) is on_meta
+    assert K.plan(pattern, 10, device=torch.device("meta")).block_mask(4) is on_meta  # held by the plan
+    assert devices.block_mask(pattern, 10, "meta", 4) is not on_meta  # the builder keeps nothing
 
 
 # ---- flex_pattern_attention through flex's eager path ----------------------------------------------------------
@@ -174,12 +176,12 @@ def test_pattern_attention_tiles_are_64_on_the_cpu_unless_given(eager):
     pattern = P.causal()
     q, k, v = qkv(2)
     out = devices.flex_pattern_attention(q, k, v, pattern, None, SCALE)
-    assert list(devices._BLOCK_MASKS[pattern]) == [(N, "cpu", 64)]
+    assert list(K.plan(pattern, N).forms) == [("block_mask", 64)]
     want, _ = np_reference(q.numpy(), k.numpy(), v.numpy(), np.broadcast_to(loop(lambda i, j: j <= i, N), (2, N, N)),
                            SCALE)
     np.testing.assert_allclose(out.numpy(), want, atol=1e-12)
     devices.flex_pattern_attention(q, k, v, pattern, None, SCALE, block=8)
-    assert list(devices._BLOCK_MASKS[pattern]) == [(N, "cpu", 64), (N, "cpu", 8)]
+    assert list(K.plan(pattern, N).forms) == [("block_mask", 64), ("block_mask", 8)]
 
 
 def test_pattern_attention_fuses_only_when_asked_on_the_cpu(eager, monkeypatch):
@@ -230,7 +232,7 @@ def test_cuda_route_with_dropout_is_the_cores_masked_dropout():
     real = padded()
     pattern = P.sliding_window(2, 1)
     torch.manual_seed(11)
-    out = devices._flex(q, k, v, pattern, real, SCALE, 0.5)
+    out = devices._flex(q, k, v, K.plan(pattern, N), real, SCALE, 0.5)
     torch.manual_seed(11)
     mask = torch.from_numpy(loop(window_rule, N))[None, None] & real[:, None, None, :]
     want = attention(q, k, v, mask=mask, scale=SCALE, dropout_p=0.5)[0]

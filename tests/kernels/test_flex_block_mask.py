@@ -14,7 +14,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask
 
 from attnlab import patterns
-from attnlab.kernels import devices
+from attnlab.kernels import devices, flex_mask
 
 PATTERNS = {
     "window": patterns.sliding_window(100),
@@ -41,7 +41,7 @@ def _rows(bm, counts, indices):
 def test_the_block_mask_equals_flexs_own_builder(name, n):
     pattern = PATTERNS[name]
     ours = devices.block_mask(pattern, n, "cpu", 64)
-    allows = devices._index_fn(pattern, n, "cpu")
+    allows = flex_mask._index_fn(pattern, n, "cpu")
 
     def mask_mod(b, h, q, k):
         return allows(q.clamp(max=n - 1), k.clamp(max=n - 1)) & (q < n) & (k < n)
@@ -83,7 +83,7 @@ def test_heads_narrower_than_flexs_minimum_are_padded_with_zero_features():
 def test_documents_index_function_is_a_table_lookup_that_flex_can_lower():
     """varlen's pattern on CUDA: the index function holds one table and makes no tensor of its own."""
     pattern = patterns.documents([3, 2, 4], causal=True)
-    allows = devices._index_fn(pattern, 9, "cpu")
+    allows = flex_mask._index_fn(pattern, 9, "cpu")
     i = torch.arange(12)
     got = allows(i[:, None], i[None, :])
     want = pattern.allows(i[:, None], i[None, :], 9) & (i[:, None] < 9) & (i[None, :] < 9)

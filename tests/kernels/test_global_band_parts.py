@@ -78,7 +78,7 @@ def test_fused_parts_equal_numpy_outputs_and_gradients(name, padded):
     want = np_attention_and_grads(q.numpy(), k.numpy(), v.numpy(), rule_mask(rule, N, real), scale, dout.numpy())
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
     out, _ = block_sparse_attention(
-        q, k, v, make(), block=4, scale=scale, key_padding_mask=torch.from_numpy(real) if padded else None
+        q, k, v, make(), block=4, scale=scale, mask=torch.from_numpy(real) if padded else None
     )
     got = (out, *torch.autograd.grad(out, (q, k, v), dout))
     for name_, a, w in zip(("out", "dq", "dk", "dv"), got, want):

@@ -231,9 +231,7 @@ def test_plan_of_a_table_pattern_lists_its_tiles_and_counts_its_pairs(monkeypatc
     pattern = Table(t)
     monkeypatch.setattr(tiles, "SCORE_BUDGET", 3 * 4 * 4 * 2)  # 2 rows a group at m = 3 (bh = 3)
     pl = tiles.plan(pattern, n, B, 3)
-    assert tiles.plan(pattern, n, B, 3) is pl  # cached
-    assert tiles.plan(pattern, n, B, 1) is not pl
-    assert tiles.plan(pattern, n, B) is tiles.plan(pattern, n, B, 1)  # one head by default
+    assert tiles.plan(pattern, n, B, 3) is not pl  # built anew: a Plan holds what it keeps
     nb = 4
     assert (pl.n, pl.block, pl.n_blocks) == (n, B, nb)
     pad = np.zeros((nb * B, nb * B), dtype=bool)
@@ -407,7 +405,7 @@ def test_key_real_shapes_pads_and_names_a_bad_mask():
     assert torch.equal(tiles._key_real(real[:1], 2, 5, 2, 4, "cpu"), got[:1])  # broadcast over the batch
     assert torch.equal(tiles._key_real(real[:, :4], 2, 4, 1, 4, "cpu"), real[:, None, :4])  # n fills the block
     assert tiles._key_real(None, 2, 5, 2, 4, "cpu") is None
-    msg = "key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b=2, k=5 (True = real token); got "
+    msg = "mask must be bool (b, k) or (b, 1, 1, k) with b=2, k=5 (True = may attend); got "
     for bad, tail in [
         (real.float(), "(2, 5) torch.float32"),
         (real[:, :4], "(2, 4) torch.bool"),

@@ -97,7 +97,7 @@ def test_topk_attention_and_its_gradients_against_a_float64_topk_softmax(case):
         allow = allow & real[:, :, None, :]
     keep = np_topk_keep(q.detach().numpy(), k.detach().numpy(), kk, s, allow)
     topk = TopK(kk, base) if (base is not None or kk != 3) else kk  # an int is taken as TopK(k)
-    out = topk_attention(q, k, v, topk, scale=scale, key_padding_mask=kpm)
+    out = topk_attention(q, k, v, topk, scale=scale, mask=kpm)
     assert out.shape == torch.broadcast_shapes(qs[:-2], ks[:-2], vs[:-2]) + (nq, vs[-1])
     _check_against_reference(q, k, v, keep, s, out)
     if pad:
@@ -123,7 +123,7 @@ def test_topk_mask_leaves_padded_keys_and_keys_outside_the_base_out():
     real[0, 0, 2] = real[1, 0, 5] = False
     base = P.sliding_window(2, 0)
     allow = base.materialize(6).numpy() & real.numpy()[:, :, None, :]
-    got = TopK(3, base).mask(q, k, key_padding_mask=real)
+    got = TopK(3, base).mask(q, k, mask=real)
     np.testing.assert_array_equal(got.numpy(), np_topk_keep(q.numpy(), k.numpy(), 3, 1 / math.sqrt(3), allow))
 
 

@@ -53,7 +53,7 @@ def _torch_topk(q, k, v, kept):
 
 def _run(q, k, v, pad, kk):
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    out = topk_attention(q, k, v, kk, key_padding_mask=pad[:, None, :])
+    out = topk_attention(q, k, v, kk, mask=pad[:, None, :])
     g = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view(out.shape)
     (out * g).sum().backward()
     return out.detach(), q.grad, k.grad, v.grad, g

@@ -10,7 +10,7 @@ import torch
 
 import attnlab
 
-mh = importlib.import_module("attnlab.nn.multihead")
+mh = importlib.import_module("attnlab.nn.backends")  # the Dense backend repeats the heads
 
 
 @pytest.mark.parametrize("padding", [False, True])

@@ -256,7 +256,7 @@ def test_packed_projection_equals_separate():
     packed = project_packed(x, m.in_proj_weight, m.in_proj_bias, (8, 8, 8))
     for got, w, bias in zip(packed, ("w_q", "w_k", "w_v"), ("b_q", "b_k", "b_v")):
         torch.testing.assert_close(got, project(x, p[w], p[bias], "query"), atol=1e-6, rtol=0)
-    a, _ = multi_head_attention(x, x, x, num_heads=2, w_o=m.out_proj.weight, b_o=m.out_proj.bias, **p)
+    a, _ = multi_head_attention(x, x, x, p, num_heads=2)
     torch.testing.assert_close(a, m(x)[0], atol=1e-6, rtol=0)  # the module's packed path == the paper's steps
 
 
@@ -279,8 +279,8 @@ def test_bad_inputs_raise_value_error():
     with pytest.raises(ValueError, match=r"dim=16; got shape \(2, 5, 12\)"):
         m(torch.randn(2, 5, 12))
     with pytest.raises(ValueError, match=r"\(b, n, d\)"):  # the functional form checks too
-        multi_head_attention(torch.randn(5, 16), torch.randn(5, 16), torch.randn(5, 16), num_heads=4,
-                             w_o=m.out_proj.weight, **m.projection_weights())
+        multi_head_attention(torch.randn(5, 16), torch.randn(5, 16), torch.randn(5, 16), m.projection_weights(),
+                             num_heads=4)
     with pytest.raises(ValueError, match="does not broadcast"):
         m(torch.randn(2, 5, 16), mask=torch.ones(3, 7, dtype=torch.bool))
     with pytest.raises(ValueError, match="cache is for self-attention"):

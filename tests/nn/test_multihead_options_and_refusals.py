@@ -217,9 +217,9 @@ def test_forward_refusals_say_what_was_wrong():
         "a sparse pattern works without a cache (and without ALiBi); got a cache") + "$"):
         sp(x, cache=LayerCache())
     with pytest.raises(ValueError, match="^" + re.escape(
-        "with a sparse pattern, mask must be a bool padding mask (b, n) = (1, 3) or (b, 1, 1, n), "
-        "True = real token; got shape (1, 1, 3, 3) dtype torch.bool") + "$"):
-        sp(x, mask=torch.ones(1, 3, 3, dtype=torch.bool))
+        "with a sparse pattern, mask must be bool (True = may attend): a padding mask (b, n) = (1, 3) "
+        "or a mask broadcastable to (b, h, n, n); got shape (1, 1, 3, 3) dtype torch.float32") + "$"):
+        sp(x, mask=torch.zeros(1, 3, 3))
     with pytest.raises(ValueError, match="^CrossAttention needs a context \\(b, k, kdim\\) to attend to$"):
         CrossAttention(8, 2)(x, None)
 
@@ -352,7 +352,8 @@ def test_grouped_query_class_and_extra_repr():
     assert MultiHeadAttention(16, 4, kdim=6).extra_repr() == "dim=16, num_heads=4, kdim=6, vdim=16"
     assert MultiHeadAttention(16, 4, vdim=6).extra_repr() == "dim=16, num_heads=4, kdim=16, vdim=6"
     pat = P.sliding_window(2)
-    assert MultiHeadAttention(16, 4, pattern=pat, block=8).extra_repr() == f"dim=16, num_heads=4, pattern={pat!r}, block=8"
+    assert MultiHeadAttention(16, 4, pattern=pat, block=8).extra_repr() == (
+        f"dim=16, num_heads=4, backend=BlockSparse({pat!r}, block=8)")
 
 
 def test_output_dropout_in_training_only():
@@ -607,14 +608,14 @@ def test_sparse_module_hands_its_block_to_the_kernel():
 
 
 def test_causal_sparse_pattern_is_composed_once_per_module():
-    """pattern & causal is built on the first causal call and reused (the kernel's plans are cached per pattern)."""
+    """pattern & causal is built once, by the backend, and reused (the kernel's plans are cached per pattern)."""
     m = MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4).eval()
     x = torch.randn(1, 6, 8)
     m(x, causal=True)
-    first = m._causal_pattern
+    first = m.backend.causal_pattern
     m(x, causal=True)
     m(x)
-    assert m._causal_pattern is first
+    assert m.backend.causal_pattern is first
     i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
     assert torch.equal(first.allows(i, j, 6), ((i - j).abs() <= 1) & (j <= i))
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -87,30 +88,57 @@ def attention_document(cap, grid: int) -> dict:
 
 
 def run_caption(args: argparse.Namespace) -> int:
-    if not Path(args.checkpoint).exists():
-        raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
-    rt = inference_runtime(args)
-    loaded = load_model(args.checkpoint, kind="captioner")
+    rt, loaded = _load(args)
     model, vocab, config = loaded.model.to(rt.device), loaded.vocabs["vocab"], loaded.config
     lang = config.get("lang", "en")
-    if args.lang and args.lang != lang:
-        raise UsageError(
-            f"the checkpoint captions in {lang!r}, not {args.lang!r}; train one with "
-            f"`attnlab train caption --lang {args.lang} --out DIR`"
-        )
-    path = Path(args.image) if args.image else Path(loaded.path) / "test-scenes" / "000.png"
-    if not args.image:
-        if not path.is_file():
-            raise UsageError(f"{loaded.path} ships no held-out scene (test-scenes/000.png): name an image to caption")
-        print(f"image: {path} (a held-out scene that ships with the model)")
-    if not path.is_file():
-        raise UsageError(f"no image file at {args.image}")
+    path = _image_path(args, loaded.path)
     image = read_image(path, model.config.image_size)
     with rt.autocast():
         cap = caption_image(model, vocab, image, lang)  # on the model's device; the maps come back as NumPy
     print(cap.text)
     g, cells = model.config.grid, config.get("cells")
-    truth = _truth(path)
+    _print_words(cap, g, cells, _truth(path), lang)
+    if args.out is not None and not args.no_overlays and cap.words:
+        _write_overlays(Path(args.out), image, cap, cells)
+    if args.attention_out:
+        from .._files import write_text
+
+        write_text(args.attention_out, json.dumps(attention_document(cap, g), ensure_ascii=False))
+        print(f"attention weights ({len(cap.words)} words × {g * g} cells, {cap.head_maps.shape[0]} heads): "
+              f"{args.attention_out}")
+    return 0
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(the inference runtime, the loaded captioner), its language checked against ``--lang``."""
+    if not Path(args.checkpoint).exists():
+        raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
+    rt = inference_runtime(args)
+    loaded = load_model(args.checkpoint, kind="captioner")
+    lang = loaded.config.get("lang", "en")
+    if args.lang and args.lang != lang:
+        raise UsageError(
+            f"the checkpoint captions in {lang!r}, not {args.lang!r}; train one with "
+            f"`attnlab train caption --lang {args.lang} --out DIR`"
+        )
+    return rt, loaded
+
+
+def _image_path(args: argparse.Namespace, model_dir: str | Path) -> Path:
+    """The image named, or the held-out scene that ships with the model (announced)."""
+    path = Path(args.image) if args.image else Path(model_dir) / "test-scenes" / "000.png"
+    if not args.image:
+        if not path.is_file():
+            raise UsageError(f"{model_dir} ships no held-out scene (test-scenes/000.png): name an image to caption")
+        print(f"image: {path} (a held-out scene that ships with the model)")
+    if not path.is_file():
+        raise UsageError(f"no image file at {args.image}")
+    return path
+
+
+def _print_words(cap: Any, g: int, cells: int | None, truth: dict | None, lang: str) -> None:
+    """The reference caption (if known), one line per word (its region, its scene cell, right or wrong),
+    then the attention accuracy."""
     if truth:
         print(f"reference: {join_tokens(truth['caption'], lang)}")
     rcell = region_cells(g, cells) if cells else None
@@ -132,25 +160,20 @@ def run_caption(args: argparse.Namespace) -> int:
     if truth and cap.words:
         print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "
               f"exact match: {'yes' if cap.words == truth['caption'] else 'no'}")
-    if args.out is not None and not args.no_overlays and cap.words:
-        from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
-        out = Path(args.out)
-        for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
-            save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png", cells=cells)
-        save_caption_strip(image, np.asarray(cap.maps), cap.words, out / "caption.png", cells=cells,
-                           title=f"“{cap.text}”")
-        extra = ""
-        if cap.head_maps.shape[0] > 1:  # one row per head: what each head looked at for each word
-            save_overlay_grid([image] * cap.head_maps.shape[0], [list(h) for h in cap.head_maps],
-                              out / "caption_heads.png", column_titles=["image", *cap.words],
-                              row_titles=[f"head {i + 1}" for i in range(cap.head_maps.shape[0])])
-            extra = " and caption_heads.png"
-        print(f"wrote {len(cap.words)} overlays, caption.png{extra} to {out}/")
-    if args.attention_out:
-        from .._files import write_text
 
-        write_text(args.attention_out, json.dumps(attention_document(cap, g), ensure_ascii=False))
-        print(f"attention weights ({len(cap.words)} words × {g * g} cells, {cap.head_maps.shape[0]} heads): "
-              f"{args.attention_out}")
-    return 0
+def _write_overlays(out: Path, image: np.ndarray, cap: Any, cells: int | None) -> None:
+    """``NN_word.png`` per word, ``caption.png`` and, with several heads, ``caption_heads.png`` in ``out``."""
+    from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
+
+    for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
+        save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png", cells=cells)
+    save_caption_strip(image, np.asarray(cap.maps), cap.words, out / "caption.png", cells=cells,
+                       title=f"“{cap.text}”")
+    extra = ""
+    if cap.head_maps.shape[0] > 1:  # one row per head: what each head looked at for each word
+        save_overlay_grid([image] * cap.head_maps.shape[0], [list(h) for h in cap.head_maps],
+                          out / "caption_heads.png", column_titles=["image", *cap.words],
+                          row_titles=[f"head {i + 1}" for i in range(cap.head_maps.shape[0])])
+        extra = " and caption_heads.png"
+    print(f"wrote {len(cap.words)} overlays, caption.png{extra} to {out}/")

@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--causal", choices=["top_left", "bottom_right"], default="top_left",
                    help="how the function aligns its causal mask when q != k (default top_left, as SDPA)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--examples", type=int, default=0, metavar="N",
+                   help="also try N generated inputs (needs hypothesis: pip install 'attnlab[testing]'); "
+                        "a failure is shrunk to the smallest input")
     p.add_argument("--reproducers", action="store_true", help="also print each failure's reproducer (Python)")
     add_threads(p)
     p.set_defaults(func=run_check)
@@ -70,10 +73,13 @@ def run_check(args: argparse.Namespace) -> int:
 
     from ..testing import check
 
+    if args.examples < 0:
+        raise UsageError(f"--examples must be >= 0; got {args.examples}")
     fn = load_function(args.target)
     dtypes = [getattr(torch, d) for d in (args.dtype or ["float32"])]
     report = check(fn, signature=args.signature, dtypes=dtypes, devices=args.device or ["cpu"],
-                   grad=not args.no_grad, seed=args.seed, causal=args.causal)
+                   grad=not args.no_grad, seed=args.seed, causal=args.causal,
+                   examples=args.examples)
     print(report)
     if args.reproducers:
         for failure in report.failures:

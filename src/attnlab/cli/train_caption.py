@@ -16,7 +16,6 @@ from ..models.captioner import DECODERS
 from ..train.caption import (
     DATASETS,
     CaptionTrainConfig,
-    epoch_records,
     save_captioner,
     train_captioner,
 )
@@ -67,6 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(p, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
                  help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
                       "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
+    field_option(p, C, "max_seconds", type=float, help="stop after this many seconds of wall time, the closing "
+                 "probe and checkpoint included (default: no limit)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (checkpointed after every epoch) to its planned end, with its settings")
     add_threads(p)
@@ -88,7 +89,8 @@ def run_train_caption(args: argparse.Namespace) -> int:
     given = config_from(args, CaptionTrainConfig, flags=FLAGS)  # every flag checked (finite, in range), resumed or not
     if args.resume:
         cfg = saved_config(args.out, CaptionTrainConfig)
-        cfg = replace(cfg, on_nonfinite=args.on_nonfinite) if args.on_nonfinite else cfg
+        given = {k: getattr(args, k) for k in ("on_nonfinite", "max_seconds") if getattr(args, k) is not None}
+        cfg = replace(cfg, **given)  # checked again as it is built
     else:
         cfg = given
     if args.data == "scenes":
@@ -97,11 +99,11 @@ def run_train_caption(args: argparse.Namespace) -> int:
     with out_of_memory():  # one line, not an internal error
         model, vocab, history, result = train_captioner(cfg, runtime=rt, progress=True, out=args.out, resume=args.resume)
     if rt.is_main:
-        path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"], history=history,
-                              timing=result["timing"])
+        path = save_captioner(args.out, model, vocab, cfg, scores=result["scores"], examples=result["test"],
+                              records=result["records"])
         if args.tensorboard:
             log = RunLog(tensorboard=path / "tensorboard")
-            for record in epoch_records(history, cfg, result["timing"]):
+            for record in result["records"]:
                 log.add(record)
             log.close()
         print(f"final loss {history[-1]:.3f}; wrote {path}"

@@ -52,6 +52,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             p.add_argument(flag, default=SUPPRESS, choices=list(ON_NONFINITE),
                            help="a step whose gradients are NaN or infinite: stop the run (default; the last "
                                 "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
+        elif f.name == "cp_mode":
+            p.add_argument(flag, default=SUPPRESS, choices=["ring", "ulysses"],
+                           help="with --context-parallel: pass key/value blocks round the processes (ring, "
+                                "default) or trade sequence shards for head shards (ulysses)")
+        elif f.name == "context_parallel":
+            p.add_argument(flag, type=int, default=SUPPRESS, metavar="W",
+                           help="split each window across the W processes torchrun starts (default 1): "
+                                "torchrun --nproc-per-node W -m attnlab train lm --context-parallel W ...")
         elif f.name == "max_seconds":
             p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds of wall time, "
                            "the closing validation and checkpoint included (default: no limit)")

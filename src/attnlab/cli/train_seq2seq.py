@@ -163,61 +163,73 @@ def _check_flags(args) -> None:
         raise UsageError(_flag_names(str(e))) from None
 
 
-def run(args: argparse.Namespace) -> int:
+def _resumed(args, out: Path):
+    """The run in ``out`` to continue: (dataset, corpus, model, training config, config.json entries)."""
     from ..data import build_corpus
-    from ..train.checkpoint import check_out_dir
     from ..train.load import load_model
-    from ..train.loop import TrainConfig, train, train_config_from, valid_words
+    from ..train.loop import train_config_from
+
+    loaded = load_model(out, kind=("seq2seq", "transformer"))
+    config = loaded.config
+    if "data" not in config:
+        raise UsageError(f"{out} is not a seq2seq training checkpoint")
+    data_cfg = config["data"]
+    if not isinstance(data_cfg, dict):
+        raise UsageError(f"{out}/config.json: 'data' must be an object; got {type(data_cfg).__name__}")
+    check_values(DataConfig, data_cfg, f"{out}/config.json: data.")
+    ds = _data(args, data_cfg)
+    corpus = build_corpus(ds, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"])
+    cfg = train_config_from(config["train"], f"{out}/config.json")
+    given = {k: getattr(args, k) for k in ("steps", "on_nonfinite", "max_seconds") if getattr(args, k) is not None}
+    cfg = replace(cfg, **given)  # checked again as it is built
+    return ds, corpus, loaded.model.train(), cfg, {k: config[k] for k in ("data", "max_src_len") if k in config}
+
+
+def _fresh(args, out: Path):
+    """A new run in the empty folder ``out``: (dataset, corpus, model, training config, config.json entries)."""
+    from ..data import build_corpus
+    from ..train.loop import TrainConfig
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} is a file, not a folder: choose another --out")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
+    data_cfg = _data_config(args)
+    ds = _data(args, data_cfg)
+    data_cfg["src_level"], data_cfg["tgt_level"] = ds.src_level, ds.tgt_level
+    corpus = build_corpus(ds)
+    if len(corpus.train) < MIN_TRAIN or not corpus.valid:
+        raise UsageError(
+            f"the {args.data} corpus gives {len(corpus.train)} training and {len(corpus.valid)} validation pairs; "
+            f"at least {MIN_TRAIN} and 1 are needed (raise --n)"
+        )
+    longest = max(max(len(s), len(t)) for s, t in corpus.train)
+    # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
+    model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))
+    extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
+    return ds, corpus, model, config_from(args, TrainConfig), extra
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.checkpoint import check_out_dir
+    from ..train.fit import fit
+    from ..train.loop import Seq2SeqTask, progress_lines, valid_words
 
     _check_flags(args)
     rt = runtime_from(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
     check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
-    if args.resume:
-        loaded = load_model(out, kind=("seq2seq", "transformer"))
-        config = loaded.config
-        if "data" not in config:
-            raise UsageError(f"{out} is not a seq2seq training checkpoint")
-        data_cfg = config["data"]
-        if not isinstance(data_cfg, dict):
-            raise UsageError(f"{out}/config.json: 'data' must be an object; got {type(data_cfg).__name__}")
-        check_values(DataConfig, data_cfg, f"{out}/config.json: data.")
-        ds = _data(args, data_cfg)
-        sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
-        corpus = build_corpus(ds, sv, tv)
-        model = loaded.model.train()
-        cfg = train_config_from(config["train"], f"{out}/config.json")
-        given = {k: getattr(args, k) for k in ("steps", "on_nonfinite", "max_seconds") if getattr(args, k) is not None}
-        cfg = replace(cfg, **given)  # checked again as it is built
-        extra = {k: config[k] for k in ("data", "max_src_len") if k in config}
-    else:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"{out} is a file, not a folder: choose another --out")
-        if out.exists() and any(out.iterdir()):
-            raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
-        data_cfg = _data_config(args)
-        ds = _data(args, data_cfg)
-        data_cfg["src_level"], data_cfg["tgt_level"] = ds.src_level, ds.tgt_level
-        corpus = build_corpus(ds)
-        if len(corpus.train) < MIN_TRAIN or not corpus.valid:
-            raise UsageError(
-                f"the {args.data} corpus gives {len(corpus.train)} training and {len(corpus.valid)} validation pairs; "
-                f"at least {MIN_TRAIN} and 1 are needed (raise --n)"
-            )
-        longest = max(max(len(s), len(t)) for s, t in corpus.train)
-        # learned positions: room for translate's 2x-longest sources and evaluate's 2x + 10 guard
-        model = _model(args, len(corpus.src_vocab), len(corpus.tgt_vocab), max_len=max(256, 4 * longest + 16))
-        cfg = config_from(args, TrainConfig)
-        extra = {"data": data_cfg, "max_src_len": max(len(s) for s, _ in corpus.train)}
+    ds, corpus, model, cfg, extra = (_resumed if args.resume else _fresh)(args, out)
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
     if not args.quiet and rt.is_main:
         n_par = sum(p.numel() for p in model.parameters())
         print(f"{ds.name}: {len(corpus.train)} train / {len(corpus.valid)} valid / {len(corpus.test)} test pairs; "
               f"vocab {len(corpus.src_vocab)} → {len(corpus.tgt_vocab)}; {model.label}, {n_par:,} parameters")
+    task = Seq2SeqTask(model, corpus.train, corpus.valid, cfg, extra, files)
     with out_of_memory():  # one line, not an internal error
-        result = train(model, corpus.train, corpus.valid, cfg, out=out, resume=args.resume, extra_config=extra,
-                       files=files, progress=not args.quiet, runtime=rt, tensorboard=args.tensorboard)
+        result = fit(task, task.fit_config("train"), rt, out, resume=args.resume, progress=not args.quiet,
+                     log=None if args.quiet else progress_lines, tensorboard=args.tensorboard)
     if rt.is_main:
         print(f"saved {out} at step {result.step}: {valid_words(result.valid)}")
     rt.world.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from .. import _checks
 from .. import patterns as P
 from .ddp import World
 from .layout import LAYOUTS, gather, positions, shard
@@ -34,11 +35,12 @@ def context_parallel_attention(
     *,
     causal: bool = False,
     pattern: P.Pattern | None = None,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
     mode: str = "ring",
     group=None,
     layout: str = "contiguous",
+    key_padding_mask: object = _checks.RENAMED,
 ) -> tuple[torch.Tensor, None]:
     """Self-attention over a sequence sharded across the processes of ``group``.
 
@@ -49,13 +51,15 @@ def context_parallel_attention(
         causal: each position attends itself and earlier positions (global positions).
         pattern: an ``attnlab.patterns`` pattern over the global positions (intersected with
             causal when both are given).
-        key_padding_mask: (b, n/W) bool, True = real token (this rank's shard).
+        mask: bool (b, n/W), True = may attend (a real key), over this rank's shard of the keys;
+            None: every key. (Renamed from ``key_padding_mask``, which raises a ``TypeError``.)
         mode: ``"ring"`` or ``"ulysses"``.
         layout: how the sequence was sharded (``attnlab.distributed.shard``).
 
     Returns:
         ``(out (b, h, n/W, d_v), None)``: no weights (they would be n × n).
     """
+    _checks.renamed_mask(key_padding_mask)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
     if layout not in LAYOUTS:
@@ -69,12 +73,12 @@ def context_parallel_attention(
             f"q, k and v must share (b, h, n/W) (self-attention over one sharded sequence); got "
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
-    if key_padding_mask is not None and (key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (q.shape[0], q.shape[2])):
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (q.shape[0], q.shape[2])):
         raise ValueError(
-            f"key_padding_mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = real token; "
-            f"got {key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            f"mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = may attend (a real key); "
+            f"got {mask.dtype} {tuple(mask.shape)}"
         )
-    out = MODES[mode](q, k, v, causal=causal, pattern=pattern, key_padding_mask=key_padding_mask,
+    out = MODES[mode](q, k, v, causal=causal, pattern=pattern, mask=mask,
                       scale=scale, group=group, layout=layout)
     return out, None
 

@@ -11,6 +11,9 @@ order, or a peer waits for ever. So each exchange also returns a scalar *token*,
 and the caller ties all tokens into its output with ``tie`` (the identity, whose
 backward hands each token a zero gradient): the backward then reaches every
 exchange, also on a rank that received nothing or used nothing it received.
+
+``rotate_(tensors, group)`` passes contiguous tensors one rank on round the ring, in place and
+without autograd (ring attention's forward and its own backward, ``ring.py``).
 """
 
 from __future__ import annotations
@@ -101,11 +104,23 @@ def all_gather(x: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     return _AllGather.apply(group, dim, x)
 
 
-def ring_shift(tensors: list[torch.Tensor], like: torch.Tensor, group=None) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Pass each tensor to the next rank of the ring and receive the previous rank's → (received, token)."""
+def rotate_(tensors: list[torch.Tensor], group=None, chunks: int = 8) -> None:
+    """Pass each contiguous tensor to the next rank of the ring, in place: it then holds the previous
+    rank's. No autograd. The exchange goes ``chunks`` pieces at a time through one buffer of a
+    piece's size, so a tensor in flight costs 1/chunks of its size on top of itself, not a copy."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
+    if size == 1:
+        return
     nxt, prv = (rank + 1) % size, (rank - 1) % size
-    return exchange([(t, nxt) for t in tensors], [(t.shape, prv) for t in tensors], like, group)
+    for t in tensors:
+        flat = t.view(-1)
+        step = max(1, -(-flat.numel() // chunks))
+        buf = flat.new_empty(min(step, flat.numel()))
+        for a in range(0, flat.numel(), step):
+            part = flat[a : a + step]
+            got = buf[: part.numel()]
+            _p2p([(part, nxt)], [(got, prv)], group)  # both done: part was sent before it is overwritten
+            part.copy_(got)
 
 
-__all__ = ["all_gather", "exchange", "ring_shift", "tie"]
+__all__ = ["all_gather", "exchange", "rotate_", "tie"]

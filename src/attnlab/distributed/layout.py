@@ -62,12 +62,14 @@ def positions(n: int, world_size: int, rank: int, layout: str = "contiguous", de
 
 
 def check_shards(
-    q: object, k: object, v: object, key_padding_mask: object, scale: object, pattern: object, layout: object
+    q: object, k: object, v: object, mask: object, scale: object, pattern: object, layout: object,
+    *, key_padding_mask: object = _checks.RENAMED,
 ) -> float | None:
     """Entry checks of the context-parallel attentions → the scale (None: 1/√d).
 
-    q, k (b, h, n/W, d) and v (b, h, n/W, d_v) of one floating dtype; ``key_padding_mask`` bool (b, n/W);
+    q, k (b, h, n/W, d) and v (b, h, n/W, d_v) of one floating dtype; ``mask`` bool (b, n/W), True = may attend (a real key);
     ``pattern`` None or an ``attnlab.patterns.Pattern``; ``layout`` one of ``LAYOUTS``."""
+    _checks.renamed_mask(key_padding_mask)
     _check_layout(layout)
     if pattern is not None and not isinstance(pattern, Pattern):
         raise ValueError(f"pattern must be None or an attnlab.patterns.Pattern; got {type(pattern).__name__}")
@@ -83,11 +85,11 @@ def check_shards(
     _checks.floating(("q", "k", "v"), (q, k, v))
     _checks.features("q", q)
     _checks.features_match("context-parallel attention", q, k)
-    m = key_padding_mask
+    m = mask
     if m is not None and (not isinstance(m, torch.Tensor) or m.dtype != torch.bool or tuple(m.shape) != (q.shape[0], q.shape[2])):
         got = f"{m.dtype} {_checks.shape(m)}" if isinstance(m, torch.Tensor) else type(m).__name__
         raise ValueError(
-            f"key_padding_mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = real token; got {got}"
+            f"mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = may attend (a real key); got {got}"
         )
     return None if scale is None else _checks.scale(scale)
 

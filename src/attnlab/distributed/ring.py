@@ -11,11 +11,21 @@ partial results over disjoint key blocks merge exactly by their row log-sum-exp 
 
 A block that the mask forbids entirely (future keys under ``causal``, keys outside a
 window) is passed on without being computed. With the ``zigzag`` layout every rank
-has the same causal work. Gradients flow back through the same ring (``comm.exchange``).
+has the same causal work.
+
+The ring is one autograd function (FlashAttention's recomputation, Dao et al. 2022; the zigzag
+ring of ring-flash-attention, https://github.com/zhuzilin/ring-flash-attention): the forward keeps only the running (o, ℓ) of its queries and saves
+q, k, v, o and ℓ; the backward passes the key/value blocks round again, each with its gradient
+accumulators dK, dV, recomputes each block's weights from the saved ℓ,
+
+    P = exp(S − ℓ),   dS = P ∘ (dO Vᵀ − rowsum(dO ∘ O)),   dQ += dS K·scale,   dK += dSᵀ Q·scale,   dV += Pᵀ dO
+
+(PyTorch's fused CPU flash backward, or these products written out on other devices), and after
+the last step sends the accumulators home. Blocks travel in place (``comm.rotate_``).
 
 The core's non-finite rule (``attnlab.functional.attention``) holds across the ring: with a
 mask, a pattern or ``causal``, NaN/±inf entries of q, k and v are zeroed before the first block
-(``zero_nonfinite``; their flags travel with the keys), and after the merge the rows that may
+(``_clean``; their flags travel with the keys; on the host, finite inputs are not copied), and after the merge the rows that may
 attend a non-finite key or value, and the non-finite queries, are set to NaN
 (``finish_nonfinite``): a future NaN key reaches no earlier row, forward or backward.
 
@@ -24,21 +34,31 @@ A pure sliding window (``patterns.sliding_window(before, after)``, ``causal`` ad
 the ``before`` keys before its slice and the ``after`` keys after it from its two
 neighbours (a halo), and attends once.
 
-Shapes: q, k, v (b, h, n/W, d) on each rank; ``key_padding_mask`` (b, n/W) bool,
-True = real token. Memory: the backward keeps each step's (n/W)² weights, so the
-activations per rank are n²/W, not n²/W² (no recomputation yet).
+Shapes: q, k, v (b, h, n/W, d) on each rank; ``mask`` bool (b, n/W), True = may attend
+(a real key). Memory per rank: O(n/W · d) kept for the backward (never a block's (n/W)²
+weights); under ``causal`` alone each kernel call covers at most ``TILE`` × ``TILE`` positions. A
+pattern other than the halo's window builds each block's (n/W)² bool mask while it runs (not kept).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .. import patterns as P
-from ..functional.attention import attention, finish_nonfinite, zero_nonfinite
+from .._checks import RENAMED
+from ..functional.attention import attention
+from ..functional.nonfinite import (
+    finish_nonfinite,
+    host_checks,
+    nonfinite_rows,
+    zero_nonfinite_entries,
+)
 from ..functional.scores import default_scale
 from ..kernels import attention_lse, block_sparse_attention, flash
-from ..kernels.partial import PartialResult, finish_partial, merge, no_keys
-from .comm import exchange, ring_shift, tie
+from ..kernels.partial import PartialResult, finish_partial, merge_rows
+from .comm import exchange, rotate_, tie
 from .layout import check_shards, empty_result, positions, world
 
 
@@ -62,44 +82,75 @@ def _mask(allow: torch.Tensor | None, pad: torch.Tensor | None, device) -> torch
     return m
 
 
-def _fused(q, k, v, *, bias=None, causal=False, scale):
-    """PyTorch's fused CPU flash kernel → (out, ℓ); no autograd."""
-    return flash.FLASH(q, k, v, 0.0, causal, attn_mask=bias, scale=scale)[:2]
+class _Call(NamedTuple):
+    """One kernel call of a block: query rows × key columns (local slices), the bool mask of that pair
+    (broadcastable to (b, 1, rows, cols), True = may attend; None: every pair) or the kernel's own
+    ``causal`` mask (the same range of positions)."""
+
+    rows: slice
+    cols: slice
+    mask: torch.Tensor | None
+    causal: bool
 
 
-def _runs(pos: torch.Tensor) -> list[tuple[int, int, int]]:
-    """Maximal runs of consecutive positions: (local start, length, first global position)."""
+TILE = 1024  # causal calls cover at most TILE × TILE positions: the kernels' per-call buffers stay small
+
+
+def _runs(pos: torch.Tensor, tile: int) -> list[tuple[int, int, int]]:
+    """Runs of consecutive positions, cut at every global multiple of ``tile`` (so that query and key
+    runs line up): (local start, length, first global position)."""
     cut = [0] + [i for i in range(1, len(pos)) if int(pos[i]) != int(pos[i - 1]) + 1] + [len(pos)]
-    return [(a, b - a, int(pos[a])) for a, b in zip(cut[:-1], cut[1:])]
+    runs = []
+    for a, b in zip(cut[:-1], cut[1:]):
+        while a < b:
+            end = min(b, a + tile - int(pos[a]) % tile)
+            runs.append((a, end - a, int(pos[a])))
+            a = end
+    return runs
 
 
-def _causal_fused(q, k, v, q_pos, k_pos, pad, scale):
-    """Causal (out, ℓ) of one block without a dense mask: its query and key runs are compared as
-    ranges — keys wholly before a query run need no mask, the same range is ``is_causal``, keys
-    wholly after it are skipped — so memory stays O(n) as in one process (no autograd)."""
-    bias = None if pad is None else flash.additive(pad[:, None, None, :], q.dtype)  # (b, 1, 1, n_k)
-    outs, lses = [], []
-    for qi, ql, qp in _runs(q_pos):
-        parts: list[PartialResult] = []
-        for ki, kl, kp in _runs(k_pos):
+def _causal_calls(q_pos: torch.Tensor, k_pos: torch.Tensor, kpad: torch.Tensor | None, device) -> list[_Call]:
+    """Causal calls of one block without a dense mask: its query and key runs (at most ``TILE`` long) are
+    compared as ranges — keys wholly before a query run need no mask (padding aside), the same range
+    is the kernel's ``causal``, keys wholly after it are skipped — so memory stays O(n) as in one process."""
+    calls = []
+    for qi, ql, qp in _runs(q_pos, TILE):
+        for ki, kl, kp in _runs(k_pos, TILE):
             if kp > qp + ql - 1:
                 continue  # every key after every query
-            qq, kk, vv = q[..., qi : qi + ql, :], k[..., ki : ki + kl, :], v[..., ki : ki + kl, :]
-            b = None if bias is None else bias[..., ki : ki + kl]
+            rows, cols = slice(qi, qi + ql), slice(ki, ki + kl)
+            p = None if kpad is None else kpad[:, None, None, cols]  # (b, 1, 1, kl)
             if kp + kl - 1 <= qp:  # every key at or before every query
-                # a sequence whose keys here are all padding: no key (ℓ = −inf)
-                dead = None if pad is None else ~pad[:, ki : ki + kl].any(-1)[:, None, None]  # (b, 1, 1)
-                parts.append(finish_partial(*_fused(qq, kk, vv, bias=b, scale=scale), dead))
-            elif kp == qp and kl == ql and b is None:
-                parts.append(PartialResult(*_fused(qq, kk, vv, causal=True, scale=scale)))
+                calls.append(_Call(rows, cols, p, False))
+            elif kp == qp and kl == ql and p is None:
+                calls.append(_Call(rows, cols, None, True))
             else:  # a partial overlap (or padding on the diagonal): the dense mask of this pair only
-                allow = k_pos[ki : ki + kl][None, :] <= q_pos[qi : qi + ql][:, None]
-                m = allow[None, None] if pad is None else allow[None, None] & pad[:, None, None, ki : ki + kl]
-                o, lse = _fused(qq, kk, vv, bias=flash.additive(m.expand(q.shape[0], 1, ql, kl), q.dtype), scale=scale)
-                parts.append(finish_partial(o, lse, ~m.any(-1)))
-        o, lse = merge(parts, inplace=True) if parts else no_keys(q, (*q.shape[:-2], ql, v.shape[-1]))
-        outs.append(o), lses.append(lse)
-    return torch.cat(outs, -2), torch.cat(lses, -1)
+                allow = (k_pos[cols][None, :] <= q_pos[rows][:, None]).to(device)[None, None]
+                calls.append(_Call(rows, cols, allow if p is None else allow & p, False))
+    return calls
+
+
+def _calls(q_pos, k_pos, kpad, n: int, pattern, causal: bool, device) -> tuple[list[_Call], torch.Tensor | None]:
+    """The kernel calls of one block (none when the mask forbids it entirely) → (calls, pair mask for
+    ``_reach``: (n_q, n_k) bool, or None under ``causal`` alone or without any mask)."""
+    if causal and pattern is None:
+        return _causal_calls(q_pos, k_pos, kpad, device), None
+    allow = _allowed(q_pos, k_pos, n, pattern, causal)
+    if allow is not None and not bool(allow.any()):  # positions live on the host: no device sync
+        return [], allow
+    return [_Call(slice(None), slice(None), _mask(allow, kpad, device), False)], allow
+
+
+def _clean(q, k, v, pad):
+    """The first half of the core's non-finite rule → (q, k, v with NaN/±inf zeroed, ``bad_q`` (b, h, n/W)
+    the queries that held one, ``bad`` (b, h, n/W) the real keys/values that did); on the host, when
+    every entry is finite, the inputs themselves (no copies; ``nonfinite.host_checks``). The flags are
+    always made: every rank sends its keys' flags round the ring, whatever it holds."""
+    bad_q, bad = nonfinite_rows(q), nonfinite_rows(k) | nonfinite_rows(v)
+    bad = bad if pad is None else bad & pad[:, None, :]  # (padded keys are masked anyway)
+    if host_checks(q) and not bool(bad_q.any() | bad.any()):
+        return q, k, v, bad_q, bad
+    return zero_nonfinite_entries(q), zero_nonfinite_entries(k), zero_nonfinite_entries(v), bad_q, bad
 
 
 def _reach(bad: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, allow: torch.Tensor | None,
@@ -117,19 +168,50 @@ def _reach(bad: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, allow: t
     return bad.any(-1, keepdim=True).expand(*bad.shape[:-1], q_pos.numel())
 
 
-def _partial(q, k, v, mask, scale) -> PartialResult:
-    """(out, ℓ) of one block. Without autograd on CPU, PyTorch's fused flash kernel gives both in
-    O(n) memory; otherwise the core's attention and the block's ℓ (differentiable, O(n_q·n_k))."""
-    if _fusable(q, k, v):
-        bias = None if mask is None else flash.additive(mask.expand(q.shape[0], 1, q.shape[-2], k.shape[-2]), q.dtype)
-        # (b, 1, n_q): a row with no key in this block (the kernel reports ℓ = 0 for it)
-        return finish_partial(*_fused(q, k, v, bias=bias, scale=scale), None if mask is None else ~mask.any(-1))
-    return attention_lse(q, k, v, mask, scale=scale)  # the core's output and its ℓ, differentiable
+def _fused_ok(q: torch.Tensor) -> bool:
+    return flash.HAS_FUSED and q.device.type == "cpu"
 
 
-def _fusable(q, k, v) -> bool:
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    return flash.HAS_FUSED and q.device.type == "cpu" and not needs_grad
+def _bias(call: _Call, b: int, dtype) -> torch.Tensor | None:
+    """The fused kernel's additive mask of a call (b, 1, rows or 1, cols), or None."""
+    return None if call.mask is None else flash.additive(call.mask.expand(b, 1, -1, -1), dtype)
+
+
+def _dense(call: _Call, n_q: int, n_k: int, device) -> torch.Tensor | None:
+    """A call's bool mask with its ``causal`` written out (the explicit path)."""
+    if call.causal:
+        return torch.ones(n_q, n_k, dtype=torch.bool, device=device).tril()[None, None]
+    return call.mask
+
+
+def _block_forward(q, k, v, call: _Call, scale: float) -> PartialResult:
+    """(out, ℓ) of one call, no autograd: PyTorch's fused CPU flash kernel (O(n) memory), else the
+    core's attention and ℓ (``attention_lse``)."""
+    q, k, v = q[..., call.rows, :], k[..., call.cols, :], v[..., call.cols, :]
+    if _fused_ok(q):
+        out, lse = flash.FLASH(q, k, v, 0.0, call.causal, attn_mask=_bias(call, q.shape[0], q.dtype), scale=scale)[:2]
+        # rows with no key in this call (the kernel reports ℓ = 0 for them)
+        return finish_partial(out, lse, None if call.mask is None else ~call.mask.any(-1))
+    return attention_lse(q, k, v, _dense(call, q.shape[-2], k.shape[-2], q.device), scale=scale)
+
+
+def _block_backward(dout, q, k, v, out, lse, call: _Call, scale: float):
+    """(dq, dk, dv) of one call from the *merged* output and ℓ (FlashAttention's backward: the weights
+    P = exp(S − ℓ) are recomputed, dS = P ∘ (dP − rowsum(dO ∘ O))); rows with no key at all come with
+    dO = 0 and a finite ℓ."""
+    r, c = call.rows, call.cols
+    dout, q, out, lse = dout[..., r, :], q[..., r, :], out[..., r, :], lse[..., r]
+    k, v = k[..., c, :], v[..., c, :]
+    if _fused_ok(q):
+        return flash.FLASH_BWD(dout, q, k, v, out, lse, 0.0, call.causal,
+                               attn_mask=_bias(call, q.shape[0], q.dtype), scale=scale)
+    s = (q @ k.transpose(-1, -2)) * scale
+    mask = _dense(call, q.shape[-2], k.shape[-2], q.device)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    p = torch.exp(s - lse[..., None].to(s.dtype))  # (b, h, rows, cols); 0 where masked
+    ds = p * (dout @ v.transpose(-1, -2) - (dout * out).sum(-1, keepdim=True))
+    return (ds @ k) * scale, (ds.transpose(-1, -2) @ q) * scale, p.transpose(-1, -2) @ dout
 
 
 def _edge(t: torch.Tensor, which: slice) -> torch.Tensor:
@@ -168,7 +250,7 @@ def _halo(q, k, v, pad, win: P.Window, n: int, scale: float, group) -> torch.Ten
         zeros = q.new_zeros
         q_ext = torch.cat([zeros(*q.shape[:-2], lo_n, q.shape[-1]), q, zeros(*q.shape[:-2], hi_n, q.shape[-1])], -2)
         out, _ = block_sparse_attention(q_ext, k_all, v_all, P.sliding_window(win.before, win.after),
-                                        key_padding_mask=p_all, scale=scale)
+                                        mask=p_all, scale=scale)
         return tie(out[..., lo_n : lo_n + c, :], [token])
     allow = win.allows(torch.arange(start, start + c)[:, None], k_pos[None, :], n)
     out, _ = attention(q, k_all, v_all, mask=_mask(allow, p_all, q.device), scale=scale)
@@ -182,20 +264,25 @@ def ring_attention(
     *,
     causal: bool = False,
     pattern: P.Pattern | None = None,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
     group=None,
     layout: str = "contiguous",
+    key_padding_mask: object = RENAMED,
 ) -> torch.Tensor:
-    """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v)."""
-    scale = check_shards(q, k, v, key_padding_mask, scale, pattern, layout)
+    """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v).
+
+    q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
+    attend (a real key), over this rank's shard of the keys; None: every key.
+    """
+    scale = check_shards(q, k, v, mask, scale, pattern, layout, key_padding_mask=key_padding_mask)
     rank, size = world(group)
     if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to pass around
         return empty
     c = q.shape[-2]
     n = c * size
     s = default_scale(q.shape[-1]) if scale is None else scale
-    pad = key_padding_mask
+    pad = mask
     if pad is not None:  # padded keys are zeroed, so no NaN or inf reaches a product or a gradient
         keep = pad[:, None, :, None]
         k, v = torch.where(keep, k, torch.zeros_like(k)), torch.where(keep, v, torch.zeros_like(v))
@@ -203,38 +290,111 @@ def ring_attention(
         win = P.Window(pattern.before, 0) if causal else pattern
         if win.before <= c and win.after <= c:
             return _halo(q, k, v, pad, win, n, s, group)
-    bad_q = bad = hit = None
+    bad_q = bad = None
     if causal or pattern is not None or pad is not None:  # the core's non-finite rule, across the ring
-        q, k, v, bad_q, bad = zero_nonfinite(q, k, v)  # (b, h, n/W) each
-        bad = bad if pad is None else bad & pad[:, None, :]  # (padded keys are masked anyway)
-    q_pos = positions(n, size, rank, layout)
-    parts: list[PartialResult] = []
-    tokens = []
-    cur = [k, v] + ([pad] if pad is not None else []) + ([bad] if bad is not None else [])
-    for step in range(size):
-        src = (rank - step) % size  # the rank whose keys this rank holds now
-        k_pos = positions(n, size, src, layout)
+        q, k, v, bad_q, bad = _clean(q, k, v, pad)
+    ring = _Ring(n, size, rank, layout, pattern, causal, s, group)
+    out, lse, hit = _RingAttention.apply(q, k, v, pad, bad, ring)
+    if bad is not None and bad_q is not None:  # NaN rows: those that may attend a non-finite key or value,
+        nan_rows = hit | (bad_q & (lse > float("-inf")))  # and live non-finite queries
+        if not host_checks(out) or bool(nan_rows.any()):  # (on the host: no copy of out when there are none)
+            out = finish_nonfinite(out, nan_rows, None)
+    return out
+
+
+class _Ring(NamedTuple):
+    """What every step of the ring needs besides the tensors."""
+
+    n: int
+    size: int
+    rank: int
+    layout: str
+    pattern: P.Pattern | None
+    causal: bool
+    scale: float
+    group: object
+
+    def steps(self):
+        """(step, the global positions of the keys this rank holds at that step), around the ring."""
+        for step in range(self.size):
+            yield step, positions(self.n, self.size, (self.rank - step) % self.size, self.layout)
+
+    def shift_(self, tensors: list[torch.Tensor]) -> None:
+        """Each tensor (contiguous, this rank's working copy) becomes the previous rank's, in place
+        (a ring of one process has nothing to pass: its backward needs no group any more)."""
+        if self.size > 1:
+            rotate_(tensors, self.group)
+
+
+def _travelling(k: torch.Tensor, *more: torch.Tensor | None) -> list[torch.Tensor]:
+    """Contiguous working copies, in k's dtype, of what goes round the ring (flags as 0/1; None left out)."""
+    return [t.to(k.dtype).clone(memory_format=torch.contiguous_format) for t in (k, *more) if t is not None]
+
+
+def _ring_forward(q, k, v, pad, bad, ring: _Ring) -> tuple[PartialResult, torch.Tensor]:
+    """The merged (out, ℓ) of this rank's queries over every key block, and the rows (b, h, n/W) that may
+    attend a non-finite key or value (``bad``; all False without it). No autograd: only the running
+    (out, ℓ) is kept, O(n/W · d)."""
+    q_pos = positions(ring.n, ring.size, ring.rank, ring.layout)
+    acc = PartialResult(v.new_zeros(*q.shape[:-1], v.shape[-1]),
+                        q.new_full(q.shape[:-1], float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32)))
+    hit = torch.zeros(q.shape[:-1], dtype=torch.bool, device=q.device)
+    cur = _travelling(k, v, pad, bad)
+    for step, k_pos in ring.steps():
         kpad = cur[2] > 0.5 if pad is not None else None
-        allow = None
-        if causal and pattern is None and _fusable(q, cur[0], cur[1]):  # no (n/W)² mask is ever built
-            if int(k_pos.min()) <= int(q_pos.max()):  # some key at or before some query
-                parts.append(PartialResult(*_causal_fused(q, cur[0], cur[1], q_pos, k_pos, kpad, s)))
-        else:
-            allow = _allowed(q_pos, k_pos, n, pattern, causal)
-            if allow is None or bool(allow.any()):  # positions live on the host: no device sync
-                parts.append(_partial(q, cur[0], cur[1], _mask(allow, kpad, q.device), s))
+        calls, allow = _calls(q_pos, k_pos, kpad, ring.n, ring.pattern, ring.causal, q.device)
+        for call in calls:
+            part = _block_forward(q, cur[0], cur[1], call, ring.scale)
+            rows = torch.arange(q.shape[-2])[call.rows].to(q.device)
+            acc = merge_rows(acc, PartialResult(part.out, part.lse.to(acc.lse.dtype)), rows)
         if bad is not None:
-            reach = _reach(cur[-1] > 0.5, q_pos, k_pos, allow, causal)
-            hit = reach if hit is None else hit | reach
-        if step + 1 < size:
-            cur, token = ring_shift(cur, k, group)
-            tokens.append(token)
-    if not parts:  # every key is masked for every query of this rank
-        return tie(torch.zeros(*q.shape[:-1], v.shape[-1], dtype=v.dtype, device=v.device), tokens)
-    out, lse = merge(parts)
-    if hit is not None and bad_q is not None:  # NaN rows: those that may attend a non-finite key or value,
-        out = finish_nonfinite(out, hit | (bad_q & (lse > float("-inf"))), None)  # and live non-finite queries
-    return tie(out, tokens)
+            hit |= _reach(cur[-1] > 0.5, q_pos, k_pos, allow, ring.causal)
+        if step + 1 < ring.size:
+            ring.shift_(cur)
+    return acc, hit
+
+
+def _ring_backward(dout, q, k, v, out, lse, pad, ring: _Ring):
+    """(dq, dk, dv): the key/value blocks go round the ring again with their gradient accumulators, each
+    block's weights recomputed from the saved ℓ; after the last step the accumulators go home."""
+    q_pos = positions(ring.n, ring.size, ring.rank, ring.layout)
+    dead = torch.isneginf(lse)  # rows with no key anywhere: zero gradient, and no −∞ in the kernel
+    if not host_checks(lse) or bool(dead.any()):
+        lse, dout = lse.masked_fill(dead, 0.0), dout.masked_fill(dead[..., None], 0.0)
+    dq = torch.zeros_like(q)
+    dk = torch.zeros_like(k, memory_format=torch.contiguous_format)
+    dv = torch.zeros_like(v, memory_format=torch.contiguous_format)
+    cur = _travelling(k, v, pad)
+    for step, k_pos in ring.steps():
+        kpad = cur[2] > 0.5 if pad is not None else None
+        for call in _calls(q_pos, k_pos, kpad, ring.n, ring.pattern, ring.causal, q.device)[0]:
+            gq, gk, gv = _block_backward(dout, q, cur[0], cur[1], out, lse, call, ring.scale)
+            dq[..., call.rows, :] += gq
+            dk[..., call.cols, :] += gk
+            dv[..., call.cols, :] += gv
+        if step + 1 < ring.size:
+            ring.shift_(cur + [dk, dv])
+    ring.shift_([dk, dv])  # the accumulators of the block this rank holds now belong to the next rank
+    return dq, dk, dv
+
+
+class _RingAttention(torch.autograd.Function):
+    """Ring attention with a FlashAttention-style backward: saves q, k, v, out and ℓ (O(n/W · d)), never
+    a block's (n/W)² weights."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, pad, bad, ring: _Ring):
+        (out, lse), hit = _ring_forward(q, k, v, pad, bad, ring)
+        ctx.ring = ring
+        ctx.save_for_backward(q, k, v, out, lse, pad)
+        ctx.mark_non_differentiable(lse, hit)
+        return out, lse, hit
+
+    @staticmethod
+    def backward(ctx, dout, _dlse, _dhit):
+        q, k, v, out, lse, pad = ctx.saved_tensors
+        dq, dk, dv = _ring_backward(dout, q, k, v, out, lse, pad, ctx.ring)
+        return dq, dk, dv, None, None, None
 
 
 __all__ = ["ring_attention"]

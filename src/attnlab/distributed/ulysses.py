@@ -8,7 +8,7 @@ sparse pattern through the block-sparse kernel) then runs unchanged on the full
 sequence of those heads; a second all-to-all trades back. h must be divisible by W.
 
 Shapes: q, k, v (b, h, n/W, d) on each rank → out (b, h, n/W, d_v);
-``key_padding_mask`` (b, n/W) bool, True = real token.
+``mask`` bool (b, n/W), True = may attend (a real key).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
 
 from .. import patterns as P
+from .._checks import RENAMED
 from ..functional.attention import attention
 from ..kernels import block_sparse_attention
 from .layout import check_shards, empty_result, positions, world
@@ -47,13 +48,18 @@ def ulysses_attention(
     *,
     causal: bool = False,
     pattern: P.Pattern | None = None,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
     group=None,
     layout: str = "contiguous",
+    key_padding_mask: object = RENAMED,
 ) -> torch.Tensor:
-    """Attention over the whole sharded sequence by head parallelism; → out (b, h, n/W, d_v)."""
-    scale = check_shards(q, k, v, key_padding_mask, scale, pattern, layout)
+    """Attention over the whole sharded sequence by head parallelism; → out (b, h, n/W, d_v).
+
+    q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
+    attend (a real key), over this rank's shard of the keys; None: every key.
+    """
+    scale = check_shards(q, k, v, mask, scale, pattern, layout, key_padding_mask=key_padding_mask)
     rank, size = world(group)
     h, c = q.shape[1], q.shape[-2]
     if h % size:
@@ -68,21 +74,21 @@ def ulysses_attention(
     order = None if layout == "contiguous" else torch.cat([positions(n, size, r, layout) for r in range(size)]).to(q.device)
     qh, kh, vh = (_to_heads(t, size, order, g) for t in (q, k, v))  # (b, h/W, n, d)
     pad = None
-    if key_padding_mask is not None:
-        parts = [torch.empty_like(key_padding_mask) for _ in range(size)]
-        dist.all_gather(parts, key_padding_mask.contiguous(), group=g)
+    if mask is not None:
+        parts = [torch.empty_like(mask) for _ in range(size)]
+        dist.all_gather(parts, mask.contiguous(), group=g)
         pad = torch.cat(parts, dim=-1)  # (b, n), rank order
         if order is not None:
             pad = pad.index_select(-1, torch.argsort(order))
     if pattern is not None and q.device.type == "cpu":
         full = pattern & P.causal() if causal else pattern
-        out, _ = block_sparse_attention(qh, kh, vh, full, key_padding_mask=pad, scale=scale)
+        out, _ = block_sparse_attention(qh, kh, vh, full, mask=pad, scale=scale)
     else:
-        mask = None if pattern is None else pattern.materialize(n, device=q.device)
+        allow = None if pattern is None else pattern.materialize(n, device=q.device)
         if pad is not None:
             p = pad[:, None, None, :]
-            mask = p if mask is None else mask & p
-        out, _ = attention(qh, kh, vh, mask=mask, causal=causal, scale=scale)
+            allow = p if allow is None else allow & p
+        out, _ = attention(qh, kh, vh, mask=allow, causal=causal, scale=scale)
     return _to_sequence(out, size, order, g)
 
 

@@ -124,7 +124,7 @@ def _run_projected(ex: Example, q_in: torch.Tensor, k_in: torch.Tensor, v_in: to
     mask = inputs.mask(ex, q_in.shape[0], k_in.shape[0])
     with trace() as t:
         multi_head_attention(
-            q_in[None], k_in[None], v_in[None], num_heads=heads, w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o,
+            q_in[None], k_in[None], v_in[None], {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": w_o}, num_heads=heads,
             mask=mask, scale=inputs.scale(ex), need_weights=True, num_kv_heads=kv_heads,
         )
     drop = {f"projected_{s}" for s, w in (("query", "w_q"), ("keys", "w_k"), ("values", "w_v")) if given[w] is None}

@@ -29,7 +29,7 @@ from .differential import differential_attention  # noqa: E402
 from .eca import eca, eca_kernel_size
 from .latent import latent_attention  # noqa: E402
 from .linear import linear_attention, linear_attention_step  # noqa: E402
-from .multihead import merge_heads, multi_head_attention, repeat_kv, split_heads
+from .multihead import ProjectionWeights, merge_heads, multi_head_attention, repeat_kv, split_heads
 from .scores import additive, concat, dot, general, scaled_dot
 from .se import se
 from .softcap import softcap, softcap_attention, softcapped  # noqa: E402
@@ -50,6 +50,7 @@ __all__ = [
     "as_key_mask",
     "attentional_output",
     "multi_head_attention",
+    "ProjectionWeights",
     "split_heads",
     "merge_heads",
     "repeat_kv",

@@ -300,8 +300,11 @@ def _reference(
     dropout_p: float,
     owned: bool,
     need_weights: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The steps one by one. ``owned``: the score function makes a fresh tensor that may be overwritten.
+    return_lse: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The steps one by one: (context, weights, ℓ or None). ``owned``: the score function makes a fresh
+    tensor that may be overwritten. ``return_lse``: ℓ_i = log Σ_j exp(e_ij) over the allowed keys, from
+    the same scores, before the softmax may overwrite them (``_row_lse``).
 
     Fully masked rows (``dead``) are left uniform inside and zeroed where it is cheap: in the
     context (by ``finish_nonfinite``, which zeroes their gradient too) and in the returned weights.
@@ -317,6 +320,7 @@ def _reference(
             latex=r"e_{ij} \leftarrow -\infty \text{ where masked}",
             note=f"{n_out} of {masked.numel()} scores masked",
         )
+    lse = _row_lse(e, mask, dead) if return_lse else None
     inplace = owned and not active()
     if active() or dead is None:
         weights = weigh(e, mask, inplace=inplace)  # (..., q, k), fully masked rows zero
@@ -329,7 +333,21 @@ def _reference(
         ours = not (torch.is_grad_enabled() and weights.requires_grad)
         # (a multiplication: the weights are finite, and a broadcast mul is one fast pass)
         weights = weights.masked_fill_(dead, 0.0) if ours else weights * (~dead).to(weights.dtype)
-    return context, weights
+    return context, weights, lse
+
+
+def _row_lse(e: torch.Tensor, mask: torch.Tensor | None, dead: torch.Tensor | None) -> torch.Tensor:
+    """ℓ (..., q) = log Σ_j exp(e_ij) over the keys the mask allows (with a float mask, of e + bias),
+    computed in float32 or wider and returned in the scores' dtype; a fully masked row (``dead`` (..., q|1, 1)) gets −∞ with a zero
+    gradient (its scores are replaced by zeros first, so no −∞ − (−∞) is formed)."""
+    x = e if e.dtype in (torch.float32, torch.float64) else e.float()
+    if mask is not None:
+        x = mask_scores(x, mask)
+        if dead is None:
+            dead = ~masks.allowed(mask).any(-1, keepdim=True)
+        x = x.masked_fill(dead, 0.0)
+    lse = torch.logsumexp(x, -1).to(e.dtype)
+    return lse if dead is None else lse.masked_fill(dead[..., 0], float("-inf"))
 
 
 def mask_scores(e: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -368,6 +386,7 @@ def attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     kv_finite: bool = False,
+    return_lse: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Attend from ``query`` to ``key``/``value``.
 
@@ -385,9 +404,16 @@ def attention(
         need_weights: return the weights (..., q, k) (before dropout) as well.
         kv_finite: the caller vouches that key and value are finite wherever the mask forbids;
             skips the non-finite rule's passes over them (see the module docstring).
+        return_lse: return the row log-sum-exp ℓ_i = log Σ_j exp(e_ij) over the allowed keys in place
+            of the weights, computed from the same scores as the output (one score computation, on
+            the reference path). A fully masked row gets ℓ = −∞ (and a zero output), a row whose
+            output is NaN (the non-finite rule) gets ℓ = NaN: ``(output, lse)`` is a
+            ``attnlab.kernels.PartialResult``, and ``attnlab.kernels.merge`` of the results over
+            disjoint key sets equals the call over all of them. Not with ``need_weights`` (ValueError).
 
     Returns:
-        ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None.
+        ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None;
+        with ``return_lse``: ``(output, lse)``, lse (..., q) in the scores' dtype.
     """
     scores_shape = _validate(query, key, value, score)
     if scale is not None:
@@ -397,6 +423,9 @@ def attention(
         _checks.mask(mask, scores_shape, query.dtype)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
+    if need_weights and return_lse:
+        raise ValueError("need_weights and return_lse both asked for: attention returns (output, weights) "
+                         "or (output, lse); call it with one of them")
 
     if mask is not None and mask.dim() < 2:  # a (k,) mask: every query alike
         mask = mask.reshape(1, -1).expand(1, scores_shape[-1]) if mask.dim() else mask.reshape(1, 1)
@@ -409,7 +438,7 @@ def attention(
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
 
-    use_fast = not need_weights and isinstance(score, str) and not active() and k_len > 0
+    use_fast = not need_weights and not return_lse and isinstance(score, str) and not active() and k_len > 0
     s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
     guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
     if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)
@@ -436,7 +465,13 @@ def attention(
     if score == "scaled_dot" and not active():  # the scale as the GEMM's alpha: no pass over (q, k)
         s = scores.default_scale(query.shape[-1]) if scale is None else scale
         score_fn = lambda q, k: _scaled_scores(q, k, s)  # noqa: E731
-    context, weights = _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights)
+    context, weights, lse = _reference(query, key, value, score_fn, mask, dead, dropout_p, owned, need_weights,
+                                       return_lse)
+    if lse is not None:  # NaN where the output is NaN; a row with no key stays −∞, as its output stays 0
+        if hit is None:  # unguarded (no mask): a non-finite input reached the output by the arithmetic itself
+            hit = context.isnan().any(-1) | torch.isposinf(lse)
+        lse = lse.masked_fill(hit & ~torch.isneginf(lse), float("nan"))
+        return finish_nonfinite(context, hit, dead), lse
     return finish_nonfinite(context, hit, dead), (weights if need_weights else None)
 
 

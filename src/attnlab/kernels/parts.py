@@ -6,21 +6,16 @@
 Each part has its own kernel in ``block_sparse_attention``: the window as contiguous key
 spans (``band``), the global tokens as two dense blocks (``global_part``), the rest as gathered
 tiles (``tiles``); ``reach`` follows the same parts to find the queries that may attend a
-non-finite key. The split is cached in a ``WeakKeyDictionary`` keyed by the pattern.
+non-finite key. The split is computed once per plan and held there (``attnlab.kernels.Plan.parts``).
 
 Symbols → names: W ``window``, G ``glob`` (a ``GlobalTokens``), R ``rest`` (a ``Pattern`` or None).
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from ..patterns import Combined, GlobalTokens, Pattern, Window
-
-# The parts of each pattern, keyed weakly: a pattern that is dropped takes them with it.
-_SPLITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → (window, global tokens, rest)
 
 
 class _Without(Pattern):
@@ -41,30 +36,28 @@ class _Without(Pattern):
 
 def split(pattern: Pattern) -> tuple[Window | None, GlobalTokens | None, Pattern | None]:
     """pattern = window | global tokens | rest → (window, global tokens, rest without either),
-    from its top-level ``|`` terms, cached in a ``WeakKeyDictionary`` keyed by the pattern;
-    (None, None, pattern) when it has neither."""
-    if pattern not in _SPLITS:
-        terms, todo = [], [pattern]
-        while todo:
-            p = todo.pop()
-            if isinstance(p, Combined) and p.op == "or":
-                todo += [p.b, p.a]
-            else:
-                terms.append(p)
-        win = next((t for t in terms if type(t) is Window), None)
-        globs = [t for t in terms if type(t) is GlobalTokens]
-        glob = None if not globs else GlobalTokens(torch.cat([g.indices for g in globs]))
-        others = [t for t in terms if t is not win and type(t) is not GlobalTokens]
-        rest = None
-        if others:
-            rest = others[0]
-            for t in others[1:]:
-                rest = rest | t
-            covered = win if glob is None else (glob if win is None else win | glob)
-            if covered is not None:
-                rest = _Without(rest, covered)
-        _SPLITS[pattern] = (win, glob, rest)
-    return _SPLITS[pattern]
+    from its top-level ``|`` terms; (None, None, pattern) when it has neither. Nothing is kept here
+    (a ``Plan`` holds its split)."""
+    terms, todo = [], [pattern]
+    while todo:
+        p = todo.pop()
+        if isinstance(p, Combined) and p.op == "or":
+            todo += [p.b, p.a]
+        else:
+            terms.append(p)
+    win = next((t for t in terms if type(t) is Window), None)
+    globs = [t for t in terms if type(t) is GlobalTokens]
+    glob = None if not globs else GlobalTokens(torch.cat([g.indices for g in globs]))
+    others = [t for t in terms if t is not win and type(t) is not GlobalTokens]
+    rest = None
+    if others:
+        rest = others[0]
+        for t in others[1:]:
+            rest = rest | t
+        covered = win if glob is None else (glob if win is None else win | glob)
+        if covered is not None:
+            rest = _Without(rest, covered)
+    return win, glob, rest
 
 
 __all__: list[str] = []

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from ..patterns import Pattern
-from .parts import split
-from .tiles import Plan, _blocks, _take, plan
+from .plans import Plan
+from .tiles import Tiles, _blocks, _take
 
 
 def _window(bad: torch.Tensor, before: int, after: int) -> torch.Tensor:
@@ -43,7 +43,7 @@ def _global(bad: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return bad.index_select(-1, g).any(-1, keepdim=True) | (bad.any(-1, keepdim=True) & rows)
 
 
-def _tiles(bad: torch.Tensor, pl: Plan) -> torch.Tensor:
+def _tiles(bad: torch.Tensor, pl: Tiles) -> torch.Tensor:
     """(b, h, n) → (b, h, n): some allowed key of the plan's tiles is bad (rows outside the plan: False)."""
     b, h, n = bad.shape
     B, nb = pl.block, pl.n_blocks
@@ -61,12 +61,14 @@ def _tiles(bad: torch.Tensor, pl: Plan) -> torch.Tensor:
     return hit.flatten(2)[..., :n]
 
 
-def reach(bad: torch.Tensor, pattern: Pattern, block: int, bh: int | None = None) -> torch.Tensor:
+def reach(bad: torch.Tensor, pattern: Pattern | Plan, block: int = 64, bh: int | None = None) -> torch.Tensor:
     """bad (b, h, n) bool → hit (b, h, n) bool: the queries that ``pattern`` lets attend a bad key.
 
-    ``bh``: the plan to use (plans are cached per b·h; the kernel's own by default b·h)."""
+    ``pattern``: a ``Plan`` (its parts and tiles; ``block`` unused) or a pattern (a plan of tiles of
+    ``block`` built for this call). ``bh``: the tiles to use (a plan holds them per b·h; by default b·h)."""
     b, h, n = bad.shape
-    win, glob, rest = split(pattern)
+    pl = pattern if isinstance(pattern, Plan) else Plan(pattern, n, block=block)
+    win, glob, rest = pl.parts
     hit = torch.zeros(b, h, n, dtype=torch.bool, device=bad.device)
     if win is not None:
         hit = hit | _window(bad, win.before, win.after)
@@ -75,7 +77,7 @@ def reach(bad: torch.Tensor, pattern: Pattern, block: int, bh: int | None = None
         if len(g):
             hit = hit | _global(bad, g.to(bad.device))
     if rest is not None:
-        hit = hit | _tiles(bad, plan(rest, n, block, b * h if bh is None else bh))
+        hit = hit | _tiles(bad, pl.tiles(b * h if bh is None else bh, rest=True))
     return hit
 
 

@@ -7,7 +7,8 @@ R query blocks of a group, m the key blocks of one query block.
 
 * ``plan``: for every query block, the key blocks the pattern touches (``Pattern.blocks``), padded
   to a common width m inside groups of rows sorted by their count, with the element-level mask of
-  each gathered tile (True = may attend); cached in a ``WeakKeyDictionary`` keyed by the pattern.
+  each gathered tile (True = may attend): the CPU form of a ``attnlab.kernels.Plan``, which builds it
+  once per b·h and holds it (``Plan.tiles``); this function keeps nothing.
 * ``plan_forward`` / ``plan_backward``: the tiles through PyTorch's fused CPU flash kernel, returning
   and taking the row log-sum-exp (``attnlab.kernels.partial``), used by ``block_sparse_attention``.
 * ``tiles_forward`` / ``tiles_backward`` (the explicit path): scores, one fused ``torch.softmax``,
@@ -22,7 +23,6 @@ https://arxiv.org/abs/1904.10509; Dao et al., "FlashAttention", 2022, https://ar
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import overload
 
@@ -36,9 +36,6 @@ from .partial import PartialResult, finish_partial, no_keys
 # Score elements (b·h·R·B·m·B) computed at once; bounds the working set (~16 MiB fp32).
 SCORE_BUDGET = 1 << 22
 
-# Plans per pattern, keyed weakly: a pattern that is dropped takes its plans with it.
-_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pattern → {(n, block, b·h): Plan}
-
 
 @dataclass(frozen=True)
 class _Group:
@@ -51,8 +48,8 @@ class _Group:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The gather plan of a pattern at length n (see the module docstring)."""
+class Tiles:
+    """The gather plan of a pattern at length n, its tiles (see the module docstring)."""
 
     n: int
     block: int
@@ -62,12 +59,9 @@ class Plan:
     allowed: int  # allowed (query, key) pairs
 
 
-def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
-    """Build (or fetch from the cache, a ``WeakKeyDictionary`` keyed by the pattern) the plan for length n."""
-    cache = _PLANS.setdefault(pattern, {})
-    key = (n, block, bh)
-    if key in cache:
-        return cache[key]
+def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Tiles:
+    """Build the tiles of ``pattern`` at length n for b·h = ``bh`` heads (groups sized to fit
+    ``SCORE_BUDGET``); nothing is kept here: a ``attnlab.kernels.Plan`` holds what it builds."""
     nb = -(-n // block)
     nz = pattern.blocks(n, block)  # (nnz, 2), sorted by query block then key block
     counts = torch.bincount(nz[:, 0], minlength=nb)  # key blocks per query block
@@ -94,9 +88,7 @@ def plan(pattern: Pattern, n: int, block: int, bh: int = 1) -> Plan:
         allow = None if bool(ok.all()) else ok
         groups.append(_Group(qb, kb, allow, valid, dead if bool(dead.any()) else None, _additive(allow)))
         i = j
-    p = Plan(n, block, nb, tuple(groups), len(nz), allowed)
-    cache[key] = p
-    return p
+    return Tiles(n, block, nb, tuple(groups), len(nz), allowed)
 
 
 def _blocks(x: torch.Tensor, nb: int, block: int) -> torch.Tensor:
@@ -122,7 +114,7 @@ def _take(xb: torch.Tensor, blocks: torch.Tensor, buf: torch.Tensor | None = Non
     return g if blocks.dim() == 1 else g.view(b, h, blocks.shape[0], blocks.shape[1] * B, d)
 
 
-def _workspaces(pl: Plan, like: torch.Tensor, widths: tuple[int, ...]) -> list[torch.Tensor]:
+def _workspaces(pl: Tiles, like: torch.Tensor, widths: tuple[int, ...]) -> list[torch.Tensor]:
     """One flat buffer per width (features d or d_v), large enough for the widest group's gathered key blocks."""
     b, h = like.shape[:2]
     blocks = max((g.k_blocks.numel() for g in pl.groups), default=0)
@@ -190,7 +182,7 @@ def _bias(grp: _Group, keys: torch.Tensor | None, b: int, h: int, dtype: torch.d
 
 
 def plan_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pl: Plan, keys: torch.Tensor | None, scale: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pl: Tiles, keys: torch.Tensor | None, scale: float
 ) -> PartialResult:
     """The plan's tiles with the fused kernel, no autograd: (out (b, h, n, d), lse (b, h, n)).
 
@@ -222,7 +214,7 @@ def plan_backward(
     v: torch.Tensor,
     out: torch.Tensor,
     lse: torch.Tensor,
-    pl: Plan,
+    pl: Tiles,
     keys: torch.Tensor | None,
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -258,7 +250,7 @@ def tiles_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    pl: Plan,
+    pl: Tiles,
     keys: torch.Tensor | None,
     scale: float,
     dropout_p: float,
@@ -291,7 +283,7 @@ def tiles_backward(
     k: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
-    pl: Plan,
+    pl: Tiles,
     keys: torch.Tensor | None,
     scale: float,
     dropout_p: float,
@@ -333,26 +325,26 @@ def tiles_backward(
 
 
 @overload
-def _key_real(key_padding_mask: torch.Tensor, b: int, n: int, nb: int, B: int, device: torch.device | str) -> torch.Tensor: ...
+def _key_real(mask: torch.Tensor, b: int, n: int, nb: int, B: int, device: torch.device | str) -> torch.Tensor: ...
 
 
 @overload
-def _key_real(key_padding_mask: None, b: int, n: int, nb: int, B: int, device: torch.device | str) -> None: ...
+def _key_real(mask: None, b: int, n: int, nb: int, B: int, device: torch.device | str) -> None: ...
 
 
 def _key_real(
-    key_padding_mask: torch.Tensor | None, b: int, n: int, nb: int, B: int, device: torch.device | str
+    mask: torch.Tensor | None, b: int, n: int, nb: int, B: int, device: torch.device | str
 ) -> torch.Tensor | None:
-    """(b, k) or (b, 1, 1, k) bool, True = real token → (b, nb, B) True = real key (False beyond n)."""
-    if key_padding_mask is None:
+    """A key mask (b, k) or (b, 1, 1, k) bool, True = may attend → (b, nb, B) True = real key (False beyond n)."""
+    if mask is None:
         return None
-    m = key_padding_mask
+    m = mask
     if m.dim() == 4 and m.shape[1] == 1 and m.shape[2] == 1:
         m = m[:, 0, 0]
     if m.dtype != torch.bool or m.dim() != 2 or m.shape[1] != n or m.shape[0] not in (1, b):
         raise ValueError(
-            f"key_padding_mask must be bool (b, k) or (b, 1, 1, k) with b={b}, k={n} (True = real token); "
-            f"got {_checks.shape(key_padding_mask)} {key_padding_mask.dtype}"
+            f"mask must be bool (b, k) or (b, 1, 1, k) with b={b}, k={n} (True = may attend); "
+            f"got {_checks.shape(mask)} {mask.dtype}"
         )
     real = m.to(device)
     if nb * B > n:
@@ -360,4 +352,4 @@ def _key_real(
     return real.reshape(real.shape[0], nb, B)
 
 
-__all__ = ["Plan", "plan", "plan_forward", "plan_backward", "tiles_forward", "tiles_backward"]
+__all__ = ["Tiles", "plan", "plan_forward", "plan_backward", "tiles_forward", "tiles_backward"]

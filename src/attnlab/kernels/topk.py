@@ -55,12 +55,17 @@ class TopK:
         key: torch.Tensor,
         *,
         scale: float | None = None,
-        key_padding_mask: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        key_padding_mask: object = _checks.RENAMED,
     ) -> torch.Tensor:
-        """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys."""
-        scale, key_padding_mask = _validate(query, key, None, scale, key_padding_mask)
+        """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys.
+
+        ``mask``: a key mask, bool (b, n), (…, n) or (…, 1, n), True = may attend (a real key).
+        """
+        _checks.renamed_mask(key_padding_mask)
+        scale, mask = _validate(query, key, None, scale, mask)
         n = key.shape[-2]
-        idx, ok = topk_indices(query, key, self, scale=scale, key_padding_mask=key_padding_mask)  # (…, n, k)
+        idx, ok = topk_indices(query, key, self, scale=scale, mask=mask)  # (…, n, k)
         out = torch.zeros(*idx.shape[:-1], n, dtype=torch.bool, device=key.device)
         return out.scatter(-1, idx, ok)
 
@@ -79,9 +84,9 @@ def _as_topk(topk: object) -> TopK:
 
 
 def _validate(
-    query: object, key: object, value: object | None, scale: object, key_padding_mask: object
+    query: object, key: object, value: object | None, scale: object, mask: object
 ) -> tuple[float | None, torch.Tensor | None]:
-    """Entry checks of the top-k functions → (scale or None, key padding mask (…, n) or None)."""
+    """Entry checks of the top-k functions → (scale or None, key mask (…, n) or None)."""
     names = ("query", "key") if value is None else ("query", "key", "value")
     given = (query, key) if value is None else (query, key, value)
     tensors = tuple(_checks.tensor(n, t, 2) for n, t in zip(names, given))
@@ -95,11 +100,11 @@ def _validate(
         )
     lead = _checks.leading_broadcast(names, tensors)
     scale = None if scale is None else _checks.scale(scale)
-    return scale, _key_padding(key_padding_mask, tuple(lead), k.shape[-2])
+    return scale, _key_mask(mask, tuple(lead), k.shape[-2])
 
 
-def _key_padding(m: object, lead: tuple[int, ...], n: int) -> torch.Tensor | None:
-    """A key padding mask as (…, n), broadcastable to the leading dimensions ``lead`` + (n,).
+def _key_mask(m: object, lead: tuple[int, ...], n: int) -> torch.Tensor | None:
+    """A key mask (True = may attend) as (…, n), broadcastable to the leading dimensions ``lead`` + (n,).
 
     Accepted: (…, n) against the leading dimensions (e.g. (b, 1, n) or (b, h, n) for (b, h, n, d)
     inputs), the scores' form (…, 1, n) (e.g. (b, 1, 1, n)), and (b, n) for the first leading dimension.
@@ -107,7 +112,7 @@ def _key_padding(m: object, lead: tuple[int, ...], n: int) -> torch.Tensor | Non
     if m is None:
         return None
     expected = (
-        f"key_padding_mask must be bool, True = real token, shaped (b, n), (…, n) or (…, 1, n) to match the "
+        f"mask must be bool, True = may attend (a real key), shaped (b, n), (…, n) or (…, 1, n) to match the "
         f"inputs' leading dimensions ({', '.join(map(str, lead))}) and n={n} keys"
     )
     if not isinstance(m, torch.Tensor):
@@ -135,17 +140,20 @@ def topk_indices(
     topk: TopK,
     *,
     scale: float | None = None,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     first: torch.Tensor | None = None,
+    key_padding_mask: object = _checks.RENAMED,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """query (…, n, d), key (…, n, d) → (indices (…, n, k'), kept (…, n, k') bool), k' = min(k, n).
 
-    ``key_padding_mask``: bool (…, n) broadcastable against the leading dimensions, True = real token.
+    ``mask``: a key mask, bool (b, n), (…, n) or (…, 1, n) against the leading dimensions, True = may attend
+    (a real key).
     ``first``: bool (…, n), keys chosen before any other wherever allowed (the non-finite ones, whose
     row is NaN whatever else it keeps).
     """
+    _checks.renamed_mask(key_padding_mask)
     topk = _as_topk(topk)
-    scale, key_padding_mask = _validate(query, key, None, scale, key_padding_mask)
+    scale, mask = _validate(query, key, None, scale, mask)
     n, d = key.shape[-2], query.shape[-1]
     scale = default_scale(d) if scale is None else float(scale)
     kk = min(topk.k, n)
@@ -160,8 +168,8 @@ def topk_indices(
             s = s.masked_fill(first[..., None, :], float("inf"))
         if topk.base is not None:
             s = s.masked_fill(~topk.base.allows(r[:, None], cols[None, :], n), float("-inf"))
-        if key_padding_mask is not None:
-            s = s.masked_fill(~key_padding_mask[..., None, :], float("-inf"))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., None, :], float("-inf"))
         val, ix = s.topk(kk, dim=-1)
         idx.append(ix)
         ok.append(val > float("-inf"))
@@ -175,14 +183,17 @@ def topk_attention(
     topk: TopK | int,
     *,
     scale: float | None = None,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    key_padding_mask: object = _checks.RENAMED,
 ) -> torch.Tensor:
     """Self-attention where each query attends its k best keys: (b, h, n, d) → (b, h, n, d_v).
 
-    ``key_padding_mask``: bool (b, n), (b, 1, n), (b, h, n) or (b, 1, 1, n), True = real token.
+    ``mask``: a key mask, bool (b, n), (b, 1, n), (b, h, n) or (b, 1, 1, n), True = may attend (a real key);
+    None: every key. (Renamed from ``key_padding_mask``, which raises a ``TypeError``.)
     """
+    _checks.renamed_mask(key_padding_mask)
     topk = _as_topk(topk)
-    scale, key_padding_mask = _validate(query, key, value, scale, key_padding_mask)
+    scale, mask = _validate(query, key, value, scale, mask)
     d = query.shape[-1]
     if query.shape[-2] == 0 or key.shape[-2] == 0:  # nothing to choose from: an empty (or all-zero) output
         lead = _checks.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
@@ -192,7 +203,7 @@ def topk_attention(
         return value.new_zeros(*lead, query.shape[-2], value.shape[-1]) + zero
     scale = default_scale(d) if scale is None else float(scale)
     query, key, value, bad_q, bad = zero_nonfinite(query, key, value)  # bad_q (b, h, n), bad (b, h|1, n)
-    idx, ok = topk_indices(query, key, topk, scale=scale, key_padding_mask=key_padding_mask, first=bad)  # (b, h, n, k)
+    idx, ok = topk_indices(query, key, topk, scale=scale, mask=mask, first=bad)  # (b, h, n, k)
     lead = idx.shape[:-2]
     n, kk = idx.shape[-2:]
     flat = idx.reshape(*lead, n * kk, 1)

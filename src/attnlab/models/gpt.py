@@ -17,13 +17,14 @@ head's weights for the viewer, read from a trace (nothing is kept on the model).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .._limits import check_fields
+from ..nn.backends import ContextParallel, Dense
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
 from ..nn.positional import POSITIONAL, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -87,25 +88,45 @@ class GPT(nn.Module):
     def new_cache(self) -> KVCache:
         return KVCache(self.config.num_layers)
 
-    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None) -> torch.Tensor:
+    def context_parallel(self, group=None, *, mode: str = "ring", layout: str = "zigzag") -> GPT:
+        """Attend over one sequence sharded across the processes of ``group`` (``torch.distributed``).
+
+        Every block's attention gets the ``ContextParallel`` backend; then ``forward`` takes this
+        rank's shard of the tokens (``attnlab.distributed.shard(tokens, dim=1, layout=layout)``) with
+        ``positions=attnlab.distributed.positions(n, W, rank, layout)``, and its logits are the matching
+        rows of the whole sequence's. Rotary positions need ``layout="contiguous"``; ALiBi is refused."""
+        for block in self.blocks:
+            block.self_attn.backend = ContextParallel(group, mode=mode, layout=layout)
+        return self
+
+    def whole_sequence(self) -> GPT:
+        """Back to one process: every block's attention gets the ``Dense`` backend again."""
+        for block in self.blocks:
+            block.self_attn.backend = Dense()
+        return self
+
+    def forward(self, tokens: torch.Tensor, *, cache: KVCache | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (b, n) → logits (b, n, vocab); ``positions`` (n,): the tokens' positions in the
+        sequence when they are a shard of it (context parallelism), else 0 … n − 1 after the cache."""
         if tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int32, torch.int64):
             raise ValueError(f"tokens must be (b, n) integer ids; got shape {tuple(tokens.shape)} dtype {tokens.dtype}")
         offset = 0 if cache is None else cache.length
-        if self.config.positional == "learned" and offset + tokens.shape[1] > self.config.block_size:
+        if positions is None and self.config.positional == "learned" and offset + tokens.shape[1] > self.config.block_size:
             raise ValueError(
                 f"{offset + tokens.shape[1]} positions exceed block_size={self.config.block_size} "
                 "of the learned position table; crop the input"
             )
         x = self.tok(tokens)  # (b, n, dim)
         if self.pos is not None:
-            x = self.pos(x, offset)
+            x = self.pos(x, offset, positions=positions)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, causal=True, cache=None if cache is None else cache[i])
         return F.linear(self.norm(x), self.tok.weight)  # (b, n, vocab), tied to the embedding
 
-    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self(tokens)
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self(tokens, positions=positions)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
     @torch.no_grad()
@@ -150,9 +171,6 @@ class GPT(nn.Module):
             feed = nxt
         self.train(was_training)
         return out
-
-    def config_dict(self) -> dict:
-        return asdict(self.config)
 
 
 def sample(

@@ -166,6 +166,8 @@ class Seq2Seq(nn.Module):
         return f"{self.config.decoder} decoder"
 
     def config_dict(self) -> dict:
+        """``{"kind": ..., **config}``: what ``attnlab.models.model_config`` (the one way a checkpoint
+        saves a model's configuration) gives for this model."""
         return {"kind": self.kind, **asdict(self.config)}
 
     # -- the step interface ------------------------------------------------------------------

@@ -6,6 +6,7 @@ behind ``attnlab.create``.
 
 from .additive import AdditiveAttention
 from .attentional import AttentionalOutput
+from .backends import Backend, BlockSparse, ContextParallel, Dense
 from .cache import KVCache, LayerCache, MemoryCache, WindowCache
 from .channel import CBAM, ChannelAttention, SpatialAttention
 
@@ -37,6 +38,10 @@ __all__ = [
     "MultiHeadAttention",
     "GroupedQueryAttention",
     "CrossAttention",
+    "Backend",
+    "Dense",
+    "BlockSparse",
+    "ContextParallel",
     "KVCache",
     "LayerCache",
     "MemoryCache",

@@ -20,12 +20,17 @@ that fixes its known pains:
   weights are asked for; asked-for weights are per head, (b, h, q, k), not averaged;
 * grouped-query heads (``num_kv_heads``), a key/value cache for incremental
   decoding, and rotary (``rope=True``) or ALiBi (``alibi=True``) positions;
-* long sequences: ``pattern=`` (any ``attnlab.patterns`` pattern: a sliding window,
-  Longformer, BigBird, …) makes self-attention block-sparse, computing only the
-  ``block`` × ``block`` tiles the pattern touches, forward and backward (O(n·w) for a
-  window). ``mask`` is then a (b, 1, 1, n) (or (b, n)) bool padding mask. ``LocalAttention``,
-  ``LongformerAttention`` and ``BigBirdAttention`` (``attnlab.nn.sparse``) are this
-  module with the pattern built for you.
+* the heads' attention is a value the module holds, its ``backend`` (``attnlab.nn.backends``):
+  ``Dense()`` (the default), ``BlockSparse(pattern, block=64)`` (self-attention over the pairs an
+  ``attnlab.patterns`` pattern allows, only the ``block`` × ``block`` tiles it touches, forward and
+  backward: O(n·w) for a window; ``mask`` is then a (b, n) bool padding mask) or
+  ``ContextParallel(group, mode, layout)`` (this rank's shard (b, n/W, dim) over the whole sharded
+  sequence; ``mask`` is this rank's (b, n/W) bool padding mask). Build with ``backend=`` or swap it on a
+  built module (``m.backend = BlockSparse(...)``): the parameters stay. The older arguments build
+  the backend: ``pattern=``, ``block=`` → ``BlockSparse``; ``context_parallel=`` (a process group, True
+  for the default one), ``cp_mode=``, ``cp_layout=`` → ``ContextParallel``. ``LocalAttention``,
+  ``LongformerAttention`` and ``BigBirdAttention`` (``attnlab.nn.sparse``) are this module with the
+  pattern built for you.
 
 Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy over):
 
@@ -35,7 +40,7 @@ Parameters (``torch.nn.MultiheadAttention`` names and layout, so weights copy ov
 | biases         | ``in_proj_bias`` ((h + 2·h_kv)·d_h,) when ``qkv_bias``         |
 | W^O            | ``out_proj`` (an ``nn.Linear(h·d_h, dim)``)                    |
 | h, h_kv, d_h   | ``num_heads``, ``num_kv_heads``, ``head_dim = dim // num_heads`` |
-| 1/√d_h         | ``scale`` (None: 1/√d_h), on every path: dense, sparse, context-parallel |
+| 1/√d_h         | ``scale`` (None: 1/√d_h), on every backend: dense, sparse, context-parallel |
 
 Shapes: query (b, q, dim), key (b, k, kdim), value (b, k, vdim) → (b, q, dim),
 weights (b, h, q, k). Masks (``attnlab.masks.score_mask``): (k,) for every query,
@@ -52,55 +57,44 @@ columns are never masked, so with them no row is fully masked (torch's numbers, 
 The paper's steps are the functions of ``attnlab.functional.multihead``
 (``project``, ``split_heads``, the core ``attention``, ``merge_heads``,
 ``output_projection``); this module adds what the paper has not: the packed
-projection, caches, rotary/ALiBi, and the sparse dispatch to
-``attnlab.kernels.block_sparse_attention``.
+projection, caches, rotary/ALiBi, and the backend it calls for the heads' attention.
 
 Padding: key and value inputs at positions that no query may attend are zeroed
 before the projections (``torch.where``), so NaN or inf there never reaches an
 output or any gradient, W_k's and W_v's included. In self-attention a bool
 ``(b, 1, 1, n)`` padding mask (or ``(b, n)``, b != n) also marks padded *queries*:
-their inputs are zeroed too and their outputs (and weights) are defined as zeros.
+their inputs are zeroed too and their outputs (and weights) are defined as zeros, whichever
+backend runs (the rule of ``attnlab.functional.multihead.padded_queries`` and ``zero_padded``, which
+``attnlab.functional.multi_head_attention`` follows too).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 from torch import nn
 
-from .. import _checks, masks, patterns
-from ..functional.attention import attention
+from .. import _checks, masks
 from ..functional.multihead import (
+    ProjectionWeights,
     check_inputs,
     merge_heads,
     output_projection,
     project,
     project_packed,
-    repeat_kv,
     split_heads,
     zero_unreachable,
 )
-from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
 from ..patterns import Pattern
 from ..trace import active
+from .backends import Backend, BlockSparse, ContextParallel, Dense
 from .cache import LayerCache, MemoryCache
 from .padding import padded_queries, zero_padded
 from .positional import ALiBi, RotaryEmbedding
 from .registry import register
 
 CONTIGUOUS_HEADS_FROM = 3072  # query length from which inference makes the heads contiguous (see forward)
-
-
-class ProjectionWeights(TypedDict):
-    """``MultiHeadAttention.projection_weights()``: W_q (h·d_h, dim), W_k, W_v (h_kv·d_h, kdim|vdim), biases or None."""
-
-    w_q: torch.Tensor
-    w_k: torch.Tensor
-    w_v: torch.Tensor
-    b_q: torch.Tensor | None
-    b_k: torch.Tensor | None
-    b_v: torch.Tensor | None
 
 
 def _unbatched(query: object, key: object, value: object) -> bool:
@@ -123,6 +117,26 @@ def _batched(
     k = None if key is None else q if key is query else key.unsqueeze(0)
     v = None if value is None else q if value is query else k if value is key else value.unsqueeze(0)
     return q, k, v
+
+
+def _backend_from(
+    backend: Backend | None, pattern: Pattern | None, block: int, context_parallel: Any, cp_mode: str, cp_layout: str,
+) -> Backend:
+    """The constructor's backend: ``backend=`` as given, else the one the older arguments select
+    (``pattern=``, ``block=``: ``BlockSparse``; ``context_parallel=``, ``cp_mode=``, ``cp_layout=``:
+    ``ContextParallel``, True for the default group), else ``Dense()``."""
+    legacy = pattern is not None or context_parallel is not None
+    if backend is not None:
+        if legacy:
+            raise ValueError(f"give backend= alone (pattern= and context_parallel= select a backend too); got "
+                             f"backend={backend!r}, pattern={pattern!r}, context_parallel={context_parallel!r}")
+        return backend
+    if context_parallel is not None:
+        group = None if context_parallel is True else context_parallel
+        return ContextParallel(group, mode=cp_mode, layout=cp_layout, pattern=pattern)
+    if pattern is not None:
+        return BlockSparse(pattern, block=block)
+    return Dense()
 
 
 @register("multi-head")
@@ -150,6 +164,7 @@ class MultiHeadAttention(nn.Module):
         rope: bool = False,
         rope_base: float = 10000.0,
         alibi: bool = False,
+        backend: Backend | None = None,
         pattern: Pattern | None = None,
         block: int = 64,
         context_parallel: Any = None,
@@ -164,22 +179,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"dim must be a positive multiple of num_heads (divisible by it); got dim={dim}, num_heads={num_heads}"
             )
-        if pattern is not None and not isinstance(pattern, Pattern):
-            raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
-        if pattern is not None and alibi:
-            raise ValueError("pattern= and alibi=True do not combine: the block-sparse kernel adds no bias")
         h_kv = num_heads if num_kv_heads is None else num_kv_heads
         if h_kv < 1 or num_heads % h_kv:
             raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={num_kv_heads}")
         if rope and alibi:
             raise ValueError("choose one of rope=True and alibi=True")
-        if context_parallel is not None and (alibi or (rope and cp_layout != "contiguous")):
-            raise ValueError("context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
-                             f"(global positions rank·n/W + i); got alibi={alibi}, rope={rope}, cp_layout={cp_layout!r}")
-        if (add_bias_kv or add_zero_attn) and (pattern is not None or context_parallel is not None or rope or alibi):
-            raise ValueError("add_bias_kv and add_zero_attn (torch.nn.MultiheadAttention's extra keys) work without "
-                             f"pattern=, context_parallel, rope and alibi; got pattern={pattern!r}, "
-                             f"context_parallel={context_parallel!r}, rope={rope}, alibi={alibi}")
+        backend = _backend_from(backend, pattern, block, context_parallel, cp_mode, cp_layout)
         # the scores' factor: None for 1/√d_h; T5 uses 1.0 (its relative bias carries the scale)
         self.scale = None if scale is None else _checks.scale(scale)
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
@@ -208,11 +213,51 @@ class MultiHeadAttention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.rotary = RotaryEmbedding(self.head_dim, base=rope_base) if rope else None
         self.alibi = ALiBi(num_heads) if alibi else None
-        self.pattern, self.block = pattern, block
-        # A torch.distributed process group (True: the default group): forward takes this rank's shard of the
-        # sequence, (b, n/W, dim), and attends over the whole one (attnlab.distributed.context_parallel_attention).
-        self.context_parallel, self.cp_mode, self.cp_layout = context_parallel, cp_mode, cp_layout
+        self.backend = backend  # checked against rope, alibi and the extra keys by the setter
         self.reset_parameters()
+
+    @property
+    def backend(self) -> Backend:
+        """The heads' attention (``attnlab.nn.backends``): ``Dense()``, ``BlockSparse(...)``, ``ContextParallel(...)``.
+
+        Swappable on a built module (``m.backend = BlockSparse(pattern)``): the parameters stay as they are."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: Backend) -> None:
+        if not isinstance(backend, Backend):
+            raise ValueError(f"backend must be an attnlab.nn.backends.Backend (Dense(), BlockSparse(pattern), "
+                             f"ContextParallel(group)); got {type(backend).__name__}")
+        rope, alibi = self.rotary is not None, self.alibi is not None
+        backend.check_module(rope=rope, alibi=alibi)
+        if (self.bias_k is not None or self.add_zero_attn) and (rope or alibi or not backend.accepts_extra_keys):
+            raise ValueError("add_bias_kv and add_zero_attn (torch.nn.MultiheadAttention's extra keys, Dense backend "
+                             "only) work without pattern=, context_parallel, rope and alibi; got "
+                             f"backend={backend!r}, rope={rope}, alibi={alibi}")
+        self._backend = backend
+
+    # the arguments that selected a backend before backends were values, read from the backend held
+    @property
+    def pattern(self) -> Pattern | None:
+        return getattr(self._backend, "pattern", None)
+
+    @property
+    def block(self) -> int:
+        return getattr(self._backend, "block", 64)
+
+    @property
+    def context_parallel(self) -> Any:
+        if not isinstance(self._backend, ContextParallel):
+            return None
+        return True if self._backend.group is None else self._backend.group
+
+    @property
+    def cp_mode(self) -> str:
+        return getattr(self._backend, "mode", "ring")
+
+    @property
+    def cp_layout(self) -> str:
+        return getattr(self._backend, "layout", "contiguous")
 
     def reset_parameters(self) -> None:
         for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
@@ -227,7 +272,11 @@ class MultiHeadAttention(nn.Module):
                 nn.init.xavier_normal_(w)
 
     def projection_weights(self) -> ProjectionWeights:
-        """W_q, W_k, W_v and their biases as separate tensors (views of the packed ones)."""
+        """W_q, W_k, W_v (views of the packed one), W_o and their biases (None without): the dict
+        ``attnlab.functional.multi_head_attention`` takes. With the Dense backend and none of rope, alibi,
+        add_bias_kv, add_zero_attn,
+        ``multi_head_attention(x, x, x, m.projection_weights(), num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads, scale=m.scale)`` is ``m(x)``."""
         q_out, kv_out = self.dim, self.num_kv_heads * self.head_dim
         if self.in_proj_weight is not None:  # packed
             w_q, w_k, w_v = self.in_proj_weight.split([q_out, kv_out, kv_out])
@@ -236,7 +285,8 @@ class MultiHeadAttention(nn.Module):
             w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
         b = self.in_proj_bias
         b_q, b_k, b_v = b.split([q_out, kv_out, kv_out]) if b is not None else (None, None, None)
-        return {"w_q": w_q, "w_k": w_k, "w_v": w_v, "b_q": b_q, "b_k": b_k, "b_v": b_v}
+        return {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": self.out_proj.weight,
+                "b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": self.out_proj.bias}
 
     def forward(
         self,
@@ -279,8 +329,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``forward`` on batched inputs (b, q, dim)."""
         key, value, self_attention, cache, memory_cache = self._check_call(query, key, value, cache)
-        if self.context_parallel is not None:
-            return self._context_parallel(query, key, value, self_attention, mask, causal, need_weights, cache)
+        mask = self.backend.check_call(mask, self_attention=self_attention, cached=cache is not None,
+                                       need_weights=need_weights)
         b, q_len = query.shape[:2]
         if mask is not None:
             _checks.tensor("mask", mask)
@@ -290,17 +340,19 @@ class MultiHeadAttention(nn.Module):
         if self_attention:
             query, pad_q = padded_queries(query, smask, padding)
         qh, kh, vh = self._heads(query, key, value, smask, self_attention, cache, memory_cache, need_weights)
-        if causal and q_len == 1:
-            causal = False  # one query at the end of the keys (bottom-right) may attend every key
         if self.bias_k is not None or self.add_zero_attn:
-            kh, vh, smask = self._extra_keys(kh, vh, masks.combine(smask, masks.causal(q_len, kh.shape[2],
-                                                                           device=kh.device) if causal else None))
+            # (one query at the end of the keys may attend every key: no causal mask to add for it)
+            kh, vh, smask = self._extra_keys(kh, vh, masks.combine(smask, masks.causal(
+                q_len, kh.shape[2], device=kh.device) if causal and q_len > 1 else None))
             causal = False  # the causal mask covers the real keys only: the extra ones are open to every query
+        if self.alibi is not None:
+            smask = masks.combine(masks.in_dtype(smask, qh.dtype), self.alibi(q_len, kh.shape[-2]).to(qh.dtype))
         # decoding one token over a cache with a padding mask: the padded positions' keys and values were
         # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
         # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
         kv_finite = cache is not None and q_len == 1 and pad_q is not None
-        ctx, weights = self._attend(qh, kh, vh, smask, causal, need_weights, kv_finite)  # (b, h, q, d_h)
+        ctx, weights = self.backend(qh, kh, vh, mask=smask, causal=causal, need_weights=need_weights, scale=self.scale,
+                                    dropout_p=self.attn_drop if self.training else 0.0, kv_finite=kv_finite)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
         out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
         return self.proj_drop(out), weights
@@ -317,8 +369,6 @@ class MultiHeadAttention(nn.Module):
         self_attention = key is query and value is query  # m(x) and PyTorch-style m(x, x, x)
         if query.dim() != 3 or query.shape[-1] != self.dim:
             raise ValueError(f"query must be (b, q, dim) with dim={self.dim}; got shape {tuple(query.shape)}")
-        if self.pattern is not None and not self_attention:
-            raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
         memory_cache = None
         if isinstance(cache, MemoryCache):
             if self_attention:
@@ -329,8 +379,6 @@ class MultiHeadAttention(nn.Module):
                 "cache is for self-attention (keys that grow by one token a step); "
                 "cross-attention keys are fixed: pass key=memory and an attnlab.nn.MemoryCache (or no cache)"
             )
-        if self.pattern is not None and cache is not None:
-            raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
         check_inputs(query, key, value)
         return key, value, self_attention, cache, memory_cache
 
@@ -374,6 +422,7 @@ class MultiHeadAttention(nn.Module):
             assert k is not None and v is not None  # projected above (nothing cached)
             qh, kh, vh = split_heads(q, h), split_heads(k, h_kv), split_heads(v, h_kv)
         if self.rotary is not None:
+            offset += self.backend.position_offset(q_len)  # a shard of a longer sequence: its first position
             qh = self.rotary(qh, offset)
             kh = kh if cached is not None else self.rotary(kh, offset)
         if memory_cache is not None and cached is None:
@@ -397,108 +446,6 @@ class MultiHeadAttention(nn.Module):
             vs.append(vh.new_zeros(b, h_kv, 1, d_h))
         return torch.cat(ks, dim=2), torch.cat(vs, dim=2), masks.append_keys(smask, k_len, len(ks) - 1)
 
-    def _attend(
-        self, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor, smask: torch.Tensor | None, causal: bool,
-        need_weights: bool, kv_finite: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The heads' attention: (context (b, h, q, d_h), weights (b, h, q, k) or None)."""
-        b, h, q_len, d_h = qh.shape
-        h_kv = kh.shape[1]
-        groups = h // h_kv
-        smask = masks.in_dtype(smask, qh.dtype)  # a float16 bias with float64 queries: in the scores' dtype
-        # one query per head (decoding) with grouped heads: each group's queries attend their key/value head
-        # together as (b, h_kv, groups, d_h), so the cache is never copied per step
-        fold = (groups > 1 and q_len == 1 and not need_weights and self.alibi is None and self.pattern is None
-                and (smask is None or (smask.dim() == 4 and smask.shape[1] == 1 and smask.shape[2] == 1)))
-        if not fold:
-            kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)  # (b, h, k, d_h)
-        if self.alibi is not None:
-            smask = masks.combine(smask, self.alibi(q_len, kh.shape[-2]).to(qh.dtype))
-        if need_weights and not active():
-            qh, kh, vh = qh.contiguous(), kh.contiguous(), vh.contiguous()  # no-ops after the packed copy
-        dropout_p = self.attn_drop if self.training else 0.0
-        if self.pattern is not None:
-            return self._sparse_heads(qh, kh, vh, smask, causal, dropout_p, need_weights)
-        if fold:
-            ctx, _ = attention(qh.reshape(b, h_kv, groups, d_h), kh, vh, mask=smask, dropout_p=dropout_p,
-                               kv_finite=kv_finite, scale=self.scale)
-            return ctx.reshape(b, h, 1, d_h), None
-        return attention(qh, kh, vh, mask=smask, causal=causal, dropout_p=dropout_p, need_weights=need_weights,
-                         kv_finite=kv_finite, scale=self.scale)
-
-    def _context_parallel(
-        self,
-        x: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        self_attention: bool,
-        mask: torch.Tensor | None,
-        causal: bool,
-        need_weights: bool,
-        cache: LayerCache | None,
-    ) -> tuple[torch.Tensor, None]:
-        """Self-attention of this rank's shard x (b, n/W, dim) over the whole sharded sequence."""
-        from ..distributed import context_parallel_attention
-        from ..distributed.layout import world
-
-        if not self_attention or cache is not None or need_weights:
-            raise ValueError("context_parallel is for self-attention m(x) of a sharded sequence, without a cache "
-                             "and without weights (they would be n × n)")
-        if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == tuple(x.shape[:2])):
-            raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
-                             f"{mask.dtype} {tuple(mask.shape)}")
-        group = None if self.context_parallel is True else self.context_parallel
-        b, n_local = x.shape[:2]
-        h, h_kv = self.num_heads, self.num_kv_heads
-        p = self.projection_weights()
-        if mask is not None:  # padded tokens: zero in (no NaN reaches a projection), zero out
-            x = torch.where(mask.unsqueeze(-1), x, torch.zeros((), dtype=x.dtype, device=x.device))
-        qh = split_heads(project(x, p["w_q"], p["b_q"], "query"), h)  # (b, h, n/W, d_h)
-        kh = split_heads(project(x, p["w_k"], p["b_k"], "keys"), h_kv)
-        vh = split_heads(project(x, p["w_v"], p["b_v"], "values"), h_kv)
-        if self.rotary is not None:  # the contiguous layout: this rank's positions start at rank · n/W
-            offset = world(group)[0] * n_local
-            qh, kh = self.rotary(qh, offset), self.rotary(kh, offset)
-        groups = h // h_kv
-        kh, vh = repeat_kv(kh, groups), repeat_kv(vh, groups)
-        ctx, _ = context_parallel_attention(qh, kh, vh, causal=causal, pattern=self.pattern, key_padding_mask=mask,
-                                            mode=self.cp_mode, group=group, layout=self.cp_layout, scale=self.scale)
-        out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, n/W, dim)
-        if mask is not None:
-            out = torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
-        return self.proj_drop(out), None
-
-    def _sparse_heads(
-        self,
-        qh: torch.Tensor,
-        kh: torch.Tensor,
-        vh: torch.Tensor,
-        mask: torch.Tensor | None,
-        causal: bool,
-        dropout_p: float,
-        need_weights: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Self-attention of the heads (b, h, n, d_h) over the pairs the pattern allows, tile by tile."""
-        b, n = qh.shape[0], qh.shape[-2]
-        if mask is not None and not (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n)):
-            raise ValueError(
-                f"with a sparse pattern, mask must be a bool padding mask (b, n) = ({b}, {n}) or (b, 1, 1, n), "
-                f"True = real token; got shape {_checks.shape(mask)} dtype {mask.dtype}"
-            )
-        pattern = self.pattern
-        assert pattern is not None  # called only by a module with a pattern
-        if causal:  # composed once per module, so that the kernel's plan cache is kept
-            if getattr(self, "_causal_pattern", None) is None:
-                self._causal_pattern = pattern & patterns.causal()
-            pattern = self._causal_pattern
-        ctx, _ = block_sparse_attention(qh, kh, vh, pattern, block=self.block, key_padding_mask=mask, dropout_p=dropout_p,
-                                        scale=self.scale)
-        weights = None
-        if need_weights:  # dense (b, h, n, n), by rows: for small n
-            weights = weights_for_rows(qh, kh, pattern, torch.arange(n, device=qh.device), key_padding_mask=mask,
-                                       scale=self.scale)
-        return ctx, weights
-
     def extra_repr(self) -> str:
         extra = []
         if self.num_kv_heads != self.num_heads:
@@ -509,8 +456,8 @@ class MultiHeadAttention(nn.Module):
             extra.append(f"attn_drop={self.attn_drop}")
         if self.scale is not None:
             extra.append(f"scale={self.scale:g}")
-        if self.pattern is not None:
-            extra.append(f"pattern={self.pattern!r}, block={self.block}")
+        if not isinstance(self.backend, Dense):  # the default is left out, as torch leaves out defaults
+            extra.append(f"backend={self.backend!r}")
         if self.bias_k is not None:
             extra.append("add_bias_kv=True")
         if self.add_zero_attn:
@@ -549,4 +496,4 @@ class CrossAttention(MultiHeadAttention):
         return super().forward(query, context, value, mask=mask, causal=causal, need_weights=need_weights, cache=cache)
 
 
-__all__ = ["MultiHeadAttention", "GroupedQueryAttention", "CrossAttention"]
+__all__ = ["MultiHeadAttention", "GroupedQueryAttention", "CrossAttention", "ProjectionWeights"]

@@ -79,8 +79,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         _base(base)
         self.dim, self.base = dim, base
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        pos = torch.arange(offset, offset + x.shape[-2], device=x.device)
+    def forward(self, x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions`` (n,): the rows' positions when they are not offset … offset + n − 1 (a shard)."""
+        pos = torch.arange(offset, offset + x.shape[-2], device=x.device) if positions is None else _positions(x, positions)
         return x + sinusoidal_table(pos, self.dim, self.base).to(x.dtype)
 
 
@@ -92,14 +93,32 @@ class LearnedPositionalEmbedding(nn.Module):
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``positions`` (n,): the rows' positions when they are not offset … offset + n − 1 (a shard)."""
         n = x.shape[-2]
-        if offset + n > self.max_len:
+        first, last = (offset, offset + n - 1) if positions is None else _span(_positions(x, positions))
+        if last >= self.max_len:
             raise ValueError(
-                f"positions {offset}..{offset + n - 1} exceed the learned table of max_len={self.max_len}; "
+                f"positions {first}..{last} exceed the learned table of max_len={self.max_len}; "
                 "use a shorter input or a larger max_len (or rope/alibi/sinusoidal, which have no limit)"
             )
-        return x + self.weight[offset : offset + n].to(x.dtype)
+        rows = self.weight[offset : offset + n] if positions is None else self.weight[positions]
+        return x + rows.to(x.dtype)
+
+
+def _positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``positions`` checked: integer (n,) for the n rows of x (b, n, d), none negative."""
+    if not isinstance(positions, torch.Tensor) or positions.dtype.is_floating_point or positions.dtype == torch.bool \
+            or tuple(positions.shape) != (x.shape[-2],):
+        got = f"{positions.dtype} {tuple(positions.shape)}" if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be integer ({x.shape[-2]},), one per row of x; got {got}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0; got {int(positions.min())}")
+    return positions.to(x.device)
+
+
+def _span(positions: torch.Tensor) -> tuple[int, int]:
+    return (int(positions.min()), int(positions.max())) if positions.numel() else (0, -1)
 
 
 # Each scaling type and the keys it reads besides "type", "factor" and "original_max_position" (L).

@@ -16,6 +16,8 @@ a budget.
 Each failure names its rule in plain words and carries the smallest input that shows it;
 ``failure.reproducer()`` is Python source that rebuilds it, calls ``fn`` and raises the same error.
 ``assert_conforms(fn, ...)`` is the one line for a test suite.
+``check(fn, examples=N)`` also tries N generated inputs (``attnlab.testing.generate``, with hypothesis,
+imported only then) and reports the first failure shrunk to the smallest input.
 """
 
 from .check import assert_conforms, check

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cases import CASES, LADDER, Case
+from .cases import CASES, LADDER, Case, Setup
 from .reference import causal_pairs
 from .report import Failure, Report
 from .rules import RuleBroken, judge
@@ -36,16 +36,21 @@ class _Run:
         """Run ``case`` once at ``shape``: ``None`` if it passed, else (rule, message, inputs).
         Raises ``NotExpressible`` when the signature cannot say the case's mask."""
         s = case.build(shape, torch.Generator().manual_seed(seed), self.sig.pairs)
+        return self.attempt(case.name, s, case.twice)
+
+    def attempt(self, name: str, s: Setup, twice: bool = False):
+        """Call the function on the input ``s`` and judge it by the rules of the case ``name``: ``None``
+        if it passed, else (rule, message, inputs). ``NotExpressible`` as ``trial``."""
         s.causal = self.alignment if s.causal else False
         q, k, v = (_layout(t.to(dtype=self.dtype, device=self.device), s.strided).requires_grad_(self.grad)
                    for t in (s.q, s.k, s.v))
         arg = self.sig.encode(s.allow, s.causal, (*q.shape[:3], k.shape[-2]), self.dtype, self.device)
         inputs = {"q": q, "k": k, "v": v, "allow": s.allow, "causal": s.causal, "argument": arg,
-                  "scale": self.scale, "grad": self.grad, "judge": case.name, "twice": case.twice}
+                  "scale": self.scale, "grad": self.grad, "judge": name, "twice": twice}
         try:
             out = self.sig.call(self.fn, q, k, v, arg)
-            again = self.sig.call(self.fn, q, k, v, arg) if case.twice else None
-            judge(case.name, out, q, k, v, allow=s.allow, causal=s.causal, scale=self.scale, grad=self.grad,
+            again = self.sig.call(self.fn, q, k, v, arg) if twice else None
+            judge(name, out, q, k, v, allow=s.allow, causal=s.causal, scale=self.scale, grad=self.grad,
                   again=again)
         except RuleBroken as e:
             return e.rule, str(e), inputs
@@ -69,7 +74,7 @@ class _Run:
 
 def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.dtype] = (torch.float32,),
           devices: Sequence[str | torch.device] = ("cpu",), grad: bool = True, seed: int = 0,
-          scale: float | None = None, causal: str = "top_left") -> Report:
+          scale: float | None = None, causal: str = "top_left", examples: int = 0) -> Report:
     """Check ``fn`` against attnlab's attention contract; return a ``Report``.
 
     Args:
@@ -85,6 +90,9 @@ def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.d
         causal: how ``fn`` aligns a causal mask when q ≠ k: ``"top_left"`` (key ≤ query, as
             ``scaled_dot_product_attention``) or ``"bottom_right"`` (the last query sees every key,
             as ``attnlab.attention``). Only the ``"qkv_causal"`` signature's function builds its own.
+        examples: also try this many generated inputs (``attnlab.testing.generate``: random shapes
+            with zero lengths, masks, NaN/inf at unattended keys) for each dtype and device, and report
+            the first failure shrunk to the smallest input; needs ``hypothesis``. 0: none.
     """
     sig = _signature(signature)
     causal_pairs(1, 1, causal)  # an unknown alignment is a ValueError now, not a failure of every case
@@ -101,12 +109,20 @@ def check(fn: Callable, *, signature: str = "qkv_mask", dtypes: Sequence[torch.d
                 except NotExpressible:
                     report.skipped.append(label)
                     continue
-                if found is None:
-                    report.passed.append(label)
-                else:
-                    rule, message, inputs = found
-                    report.failures.append(Failure(label, rule, message, inputs, signature, sig.argument, fn))
+                _record(report, label, found, sig, fn)
+            if examples:
+                from .generate import smallest_failure
+                found = smallest_failure(run.attempt, signature, examples, seed)
+                _record(report, f"generated inputs ({examples} examples) {tag}", found, sig, fn)
     return report
+
+
+def _record(report: Report, label: str, found, sig: Signature, fn: Callable) -> None:
+    if found is None:
+        report.passed.append(label)
+    else:
+        rule, message, inputs = found
+        report.failures.append(Failure(label, rule, message, inputs, sig.name, sig.argument, fn))
 
 
 def assert_conforms(fn: Callable, **kwargs) -> Report:

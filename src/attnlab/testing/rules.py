@@ -28,12 +28,68 @@ class RuleBroken(AssertionError):
 
 def _far(got: torch.Tensor, want: torch.Tensor, budget: float) -> str | None:
     """``": max |error| 3.1e-01 at (0, 1, 2, 0)"`` when ``got`` leaves the budget around ``want``."""
-    err = (got.detach().to(torch.float64) - want.detach()).abs()
-    excess = err.nan_to_num(torch.inf) - budget * (1 + want.detach().abs())
+    err = (got.detach().to(torch.float64) - want.detach().to(torch.float64)).abs()
+    excess = err.nan_to_num(torch.inf) - budget * (1 + want.detach().to(torch.float64).abs())
     if not excess.numel() or bool((excess <= 0).all()):
         return None
     at = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
     return f": max |error| {float(err.nan_to_num(torch.inf).max()):.1e} at {at}"
+
+
+# The rules below are public: attnlab's own conformance suite calls the same definitions on its
+# mechanisms (comparing a run with planted NaN/inf against a clean run of the same mechanism).
+
+def close(got: torch.Tensor, want: torch.Tensor, budget: float, rule: str = "differs from the reference") -> None:
+    """|got - want| ≤ budget · (1 + |want|) everywhere (NaN never is), else ``RuleBroken(rule)``."""
+    far = _far(got, want, budget)
+    if far:
+        raise RuleBroken(rule, far)
+
+
+def untouched(planted: str, where: str, got: torch.Tensor, clean: torch.Tensor | None = None,
+              atol: float = 0.0) -> None:
+    """``got``, computed with ``planted`` ("NaN in a masked value") at positions that must not matter,
+    is finite and, given ``clean`` (the same computation without it), within ``atol`` of it."""
+    got = got.detach()
+    if not bool(torch.isfinite(got).all()):
+        raise RuleBroken(f"{planted} reached {where}")
+    if clean is not None:
+        if got.shape != clean.shape:
+            raise RuleBroken(f"{planted} changed the shape of {where}", f": {tuple(got.shape)}, clean {tuple(clean.shape)}")
+        diff = (got.to(torch.float64) - clean.detach().to(torch.float64)).abs().nan_to_num(torch.inf)
+        if diff.numel() and float(diff.max()) > atol:
+            raise RuleBroken(f"{planted} changed {where}", f": max |difference| {float(diff.max()):.1e}")
+
+
+def rows_zero(out: torch.Tensor, rows: torch.Tensor | None = None, what: str = "a fully masked row") -> None:
+    """The rows of ``out`` that ``rows`` selects (bool over its leading axes; ``None``: all of ``out``)
+    are exact zeros."""
+    sel = out.detach() if rows is None else out.detach()[rows]
+    if not bool(torch.isfinite(sel).all()):
+        raise RuleBroken(f"{what} gives NaN" if bool(sel.isnan().any()) else f"{what} is not finite")
+    if bool((sel != 0).any()):
+        raise RuleBroken(f"{what} is not zero", f": max |value| {float(sel.abs().max()):.1e}")
+
+
+def finite_gradients(grads: dict[str, torch.Tensor], case: str | None = None) -> None:
+    """Every gradient is finite; the rule broken is named after ``case`` (what was planted, or the
+    fully masked row)."""
+    for name, g in grads.items():
+        if g is None or bool(torch.isfinite(g).all()):
+            continue
+        if case in PLANTED:
+            raise RuleBroken(f"{PLANTED[case]} reached the gradient of {name}")
+        if case == "fully masked row":
+            raise RuleBroken("a fully masked row gives non-finite gradients", f" (of {name})")
+        raise RuleBroken(f"the gradient of {name} is not finite")
+
+
+def has_shape(out, shape: tuple[int, ...]) -> None:
+    """``out`` is a tensor of ``shape``."""
+    if not isinstance(out, torch.Tensor):
+        raise RuleBroken("the output is not a tensor", f": got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise RuleBroken("the output has the wrong shape", f": {tuple(out.shape)}, expected {tuple(shape)}")
 
 
 def _grads(out, q, k, v, cot):
@@ -48,33 +104,21 @@ def _cotangent(out: torch.Tensor) -> torch.Tensor:
     return torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
 
 
-def _rows_broken(case: str, rows: torch.Tensor, out: torch.Tensor) -> None:
-    """The fully masked rows (``rows``: (b, h, q) bool) must be exact zeros."""
-    sel = out.detach()[rows]
-    if not bool(torch.isfinite(sel).all()):
-        raise RuleBroken("a fully masked row gives NaN" if bool(sel.isnan().any()) else "a fully masked row is not finite")
-    if bool((sel != 0).any()):
-        raise RuleBroken("a fully masked row is not zero", f": max |value| {float(sel.abs().max()):.1e}")
-
-
 def _judge_output(case, out, want, ok, budget):
     planted = PLANTED.get(case)
     rows = ~ok.any(-1)  # (b, h, q)
     if case == "causal":
         early = torch.zeros_like(rows)
         early[..., : max(out.shape[-2] - 1, 0)] = True  # the rows that do not see the last key
-        if not bool(torch.isfinite(out.detach()[early]).all()):
-            raise RuleBroken("a NaN in a future key reached an earlier row")
+        untouched("a NaN in a future key", "an earlier row", out[early])
         keep = early[..., None]
         out = torch.where(keep, out.detach().to(torch.float64), 0.0)
         want = torch.where(keep, want.detach(), 0.0)
-    elif planted and not bool(torch.isfinite(out.detach()[~rows]).all()):
-        raise RuleBroken(f"{planted} reached the output")
+    elif planted:
+        untouched(planted, "the output", out[~rows])
     elif bool(rows.any()):
-        _rows_broken(case, rows, out)
-    far = _far(out, want, budget)
-    if far:
-        raise RuleBroken("differs from the reference", far)
+        rows_zero(out, rows)
+    close(out, want, budget)
 
 
 def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad=True, again=None) -> None:
@@ -86,10 +130,7 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
     """
     b, h, n, _ = q.shape
     want_shape = (b, h, n, v.shape[-1])
-    if not isinstance(out, torch.Tensor):
-        raise RuleBroken("the output is not a tensor", f": got {type(out).__name__}")
-    if tuple(out.shape) != want_shape:
-        raise RuleBroken("the output has the wrong shape", f": {tuple(out.shape)}, expected {want_shape}")
+    has_shape(out, want_shape)
     if out.dtype != q.dtype:
         raise RuleBroken("the output's dtype differs from the input's", f": {out.dtype}, expected {q.dtype}")
     if again is not None:  # the determinism case: only that
@@ -116,16 +157,9 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
     cot = _cotangent(out)
     got = _grads(out, q, k, v, cot.to(out.dtype))
     ref = _grads(want, *leaves, cot)
+    finite_gradients(got, case)
     for name, g in got.items():
-        if not bool(torch.isfinite(g).all()):
-            if case in PLANTED:
-                raise RuleBroken(f"{PLANTED[case]} reached the gradient of {name}")
-            if case == "fully masked row":
-                raise RuleBroken("a fully masked row gives non-finite gradients", f" (of {name})")
-            raise RuleBroken(f"the gradient of {name} is not finite")
-        far = _far(g, ref[name], 10 * budget)
-        if far:
-            raise RuleBroken(f"the gradient of {name} differs from the reference", far)
+        close(g, ref[name], 10 * budget, f"the gradient of {name} differs from the reference")
 
 
-__all__ = ["BUDGET", "RuleBroken", "judge"]
+__all__ = ["BUDGET", "RuleBroken", "close", "finite_gradients", "has_shape", "judge", "rows_zero", "untouched"]

@@ -4,7 +4,8 @@
 3×3 grid, captioned by their names in reading order, ``attnlab.data.scenes``;
 ``data="emoji"``: one Twemoji per image captioned by its CLDR name,
 ``attnlab.data.emoji``), trains ``attnlab.models.captioner.Captioner`` with
-teacher forcing (cross-entropy, padding ignored) and Adam, and on scenes
+teacher forcing (cross-entropy, padding ignored) and Adam (``CaptionTask``, a task of the
+one loop ``train.fit.fit``), and on scenes
 evaluates the held-out layouts with ``evaluate_scenes``:
 
 * exact match: the generated caption equals the reference;
@@ -39,19 +40,14 @@ from .._limits import check_fields, check_step
 from ..data.emoji import BOS, EOS, PAD, join_tokens, load_emoji_items, read_image, tokenize
 from ..data.scenes import SceneConfig, Scenes, make_split, save_png
 from ..data.vocab import Vocab
-from ..models import create_model, model_config
+from ..models import create_model
 from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .finite import FiniteGuard, check_mode
-from .runtime import (
-    Progress,
-    Runtime,
-    device_of,
-    first_step_line,
-    restore_training,
-    training_tensors,
-)
+from .checkpoint import CheckpointError, save_checkpoint
+from .finite import check_mode
+from .fit import FitConfig, Step, model_entry
+from .fit import fit as train_fit
+from .runtime import Runtime, device_of
 
 DATASETS = ("scenes", "emoji")
 DEFAULT_WIDTHS = {"scenes": (16, 32, 64), "emoji": (32, 64, 64)}  # 48 px → 6×6 regions; 32 px → 4×4
@@ -79,10 +75,13 @@ class CaptionTrainConfig:
     lr: float = 1e-2
     seed: int = 0
     on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
+    max_seconds: float | None = None  # wall-time budget, the closing probe and checkpoint included
 
     def __post_init__(self):
         check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
         check_mode(self.on_nonfinite)
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0; got {self.max_seconds}")
 
     def resolved(self) -> CaptionTrainConfig:
         if self.data not in DATASETS:
@@ -135,91 +134,102 @@ def load_corpus(cfg: CaptionTrainConfig) -> tuple[torch.Tensor, list[list[str]],
     return images, [tokenize(it.caption, cfg.lang) for it in items], [it.key for it in items]
 
 
-def fit(
-    model: Captioner,
-    images: torch.Tensor,
-    inp: torch.Tensor,
-    tgt: torch.Tensor,
-    *,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    log: Callable[[str], None] | None = None,
-    on_epoch: Callable[[int], str] | None = None,
-    runtime: Runtime | None = None,
-    progress: bool = False,
-    on_checkpoint: Callable[[dict], None] | None = None,
-    resume_from: tuple[dict, dict] | None = None,
-    stop_after: int | None = None,
-    timing: list[dict] | None = None,
-    on_nonfinite: str = "stop",
-) -> list[float]:
-    """Teacher-forced training with a cosine learning rate; returns the mean loss of each epoch.
+class CaptionTask(Step):
+    """The captioner as a ``fit`` task: each epoch a permutation of the images drawn from one batch
+    generator, Adam with a one-cycle (cosine) learning rate, the teacher-forced loss; the loop
+    logs, probes (``probe``, rank 0) and checkpoints once per epoch (``per_epoch`` steps)."""
 
-    ``runtime``: device, precision and torchrun's processes (each rank trains on its part of
-    every global batch; the default is one CPU process in float32). ``on_checkpoint(state)``
-    is called on rank 0 after every epoch with what a resume needs (``training_tensors`` of
-    the model and optimizer plus the batch generator, the scheduler, the epoch, the history);
-    ``resume_from=(tensors, state)`` continues from it; ``stop_after`` stops after that many
-    epochs, as if the run were killed. ``on_nonfinite``: ``stop`` or ``skip`` a step with non-finite
-    gradients (``train.finite``; read once per epoch, before its checkpoint). ``timing``: a list that gets each epoch's ``wall_s``
-    (since the run began) and ``tokens_per_s`` (caption tokens of all ranks per second)."""
-    rt = runtime or Runtime()
-    net = rt.prepare(model)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    per_epoch = (len(images) + batch_size - 1) // batch_size
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=epochs * per_epoch, pct_start=0.1)
-    g = torch.Generator().manual_seed(seed)
-    history: list[float] = []
-    first = 0
-    if resume_from is not None:
-        first, history = _resume_fit(model, opt, sched, g, *resume_from, timing)
-    guard = FiniteGuard(opt, on_nonfinite, first_step=first * per_epoch)  # the optimizer, its gradients checked
-    bar = Progress(epochs * per_epoch, initial=first * per_epoch, desc="train caption", enabled=progress and rt.is_main)
-    clock = time.perf_counter() - (timing[-1]["wall_s"] if timing else 0.0)
-    for epoch in range(first, epochs):
-        if stop_after is not None and epoch >= stop_after:
-            break
-        t_epoch = time.perf_counter()
-        model.train()
-        order = torch.randperm(len(images), generator=g)
-        total, n = 0.0, 0
-        for i in range(0, len(images), batch_size):
-            idx = order[i : i + batch_size]
-            rows, real = rt.world.shard_or_stand_in(list(range(len(idx))))  # this rank's part of the global batch
-            idx = idx[rows]
-            x, a, y = rt.to(images[idx], inp[idx], tgt[idx])
-            t_step = time.perf_counter()
-            loss_sum, k = rt.step(net, guard, lambda x=x, a=a, y=y: _loss_sum(net, x, a, y), clip=1.0, real=real)
-            if log and rt.is_main and epoch == first and i == 0:  # a line within seconds, not after an epoch
-                msg = "  " + first_step_line(first * per_epoch + 1, epochs * per_epoch, float(loss_sum) / max(1, k),
-                                             time.perf_counter() - t_step)
-                bar.line(msg) if bar.tty else log(msg)
-            sched.step()
-            total, n = total + guard.keep(loss_sum, 0.0), n + k * guard.ok  # tensors: read once per epoch
-            bar.update(epoch * per_epoch + i // batch_size + 1)
-        skipped = guard.read()  # stops a non-finite run (on_nonfinite="stop") before its checkpoint
-        history.append(rt.mean(float(total), int(n)))
-        if timing is not None:
-            timing.append({"wall_s": round(time.perf_counter() - clock, 3),
-                           "tokens_per_s": round(rt.world.sum(int(n)) / max(1e-9, time.perf_counter() - t_epoch), 1),
-                           **({"skipped": skipped} if skipped else {})})
-        model.eval()
-        if log and rt.is_main:
-            extra = on_epoch(epoch) if on_epoch else ""
-            msg = f"  epoch {epoch + 1}/{epochs}: loss {history[-1]:.3f}{extra}"
-            bar.line(msg) if bar.tty else log(msg)
-        if on_checkpoint is not None and rt.is_main:
-            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
-            on_checkpoint({"tensors": {**training_tensors(model, opt), "rng.batches": g.get_state()},
-                           "state": {"epoch": epoch + 1, "history": history, "timing": timing or [],
-                                     "scheduler": sched.state_dict(),
-                                     "param_groups": [{k: v for k, v in group.items() if k != "params"}
-                                                      for group in opt.param_groups]}})
-    bar.close()
+    def __init__(self, model: Captioner, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor, *,
+                 epochs: int, batch_size: int, lr: float, seed: int, probe: Callable[[int], str] | None = None):
+        self.model, self.images, self.inp, self.tgt = model, images, inp, tgt
+        self.epochs, self.batch_size, self.lr, self.probe = epochs, batch_size, lr, probe
+        self.per_epoch = -(-len(images) // batch_size)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.order, self.order_epoch, self.epoch_rng = None, -1, self.gen.get_state()
+        self.checkpoint_extra: tuple[dict, dict] = ({}, {})  # what the caller adds to a checkpoint's config and files
+
+    def optimizer(self):
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.lr)
+        self.sched = torch.optim.lr_scheduler.OneCycleLR(self.opt, max_lr=self.lr, total_steps=self.epochs * self.per_epoch,
+                                                         pct_start=0.1)
+        return self.opt
+
+    def batch(self, step: int, rt: Runtime):
+        epoch, pos = divmod(step, self.per_epoch)
+        if epoch != self.order_epoch:  # the generator's state before the epoch's draw: a checkpoint within it redraws it
+            self.epoch_rng = self.gen.get_state()
+            self.order, self.order_epoch = torch.randperm(len(self.images), generator=self.gen), epoch
+        idx = self.order[pos * self.batch_size : (pos + 1) * self.batch_size]
+        rows, real = rt.world.shard_or_stand_in(list(range(len(idx))))  # this rank's part of the global batch
+        return rt.to(self.images[idx[rows]], self.inp[idx[rows]], self.tgt[idx[rows]]), real
+
+    def loss_sum(self, net, batch):
+        return _loss_sum(net, *batch)
+
+    def after_step(self, step: int) -> None:
+        self.sched.step()
+
+    def evaluate(self, rt: Runtime) -> dict:
+        if self.probe is None or not rt.is_main:
+            return {}
+        words = self.probe(self.order_epoch)
+        self.model.train()
+        return {"probe": words}
+
+    def records(self, step: int, train: dict | None, valid: dict) -> list[dict]:
+        return [{"step": step, "epoch": -(-step // self.per_epoch), **train}] if train else []
+
+    def lines(self, step: int, train: dict | None, valid: dict) -> list[str]:
+        if not train:
+            return []
+        return [f"epoch {-(-step // self.per_epoch)}/{self.epochs}: loss {train['loss']:.3f}{valid.get('probe', '')}"]
+
+    def checkpoint(self, step: int, records: list[dict]):
+        state = {"epoch": step // self.per_epoch, "history": history_of(records), "timing": timing_of(records),
+                 "scheduler": self.sched.state_dict(),
+                 "param_groups": [{k: v for k, v in group.items() if k != "params"} for group in self.opt.param_groups]}
+        rng = self.gen.get_state() if step % self.per_epoch == 0 else self.epoch_rng
+        config, files = self.checkpoint_extra
+        return {"rng.batches": rng}, {**config, "state": state}, dict(files)
+
+    def restore(self, out: Path, tensors: dict, config: dict) -> int:
+        """A state that is not what this task writes is a ``CheckpointError`` naming it, not a crash."""
+        where, state = "the checkpoint's config.json: state", config.get("state")
+        if not isinstance(state, dict) or not _finite(state):
+            raise CheckpointError(f"{where} must be an object of finite numbers (written by fit); got {str(state)[:80]}")
+        epoch = check_step(state.get("epoch"), f"{where}.epoch")
+        step = check_step(state.get("step", epoch * self.per_epoch), f"{where}.step")
+        try:
+            self.gen.set_state(tensors["rng.batches"])
+            self.sched.load_state_dict(state["scheduler"])
+            for group, saved in zip(self.opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
+                group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+        except (KeyError, TypeError, AttributeError, RuntimeError, ValueError) as e:
+            raise CheckpointError(f"{where} is not the state fit writes ({type(e).__name__}: {e})") from None
+        return step
+
+    def fit_config(self, on_nonfinite: str = "stop", max_seconds: float | None = None) -> FitConfig:
+        e = self.per_epoch
+        return FitConfig(self.epochs * e, e, e, e, 1.0, max_seconds, on_nonfinite, "train caption")
+
+
+def history_of(records: list[dict]) -> list[float]:
+    """The mean loss of each epoch, from the run log."""
+    return [r["loss"] for r in records if "loss" in r]
+
+
+def timing_of(records: list[dict]) -> list[dict]:
+    """Each epoch's ``wall_s`` and ``tokens_per_s`` (and the steps skipped so far), from the run log."""
+    return [{k: r[k] for k in ("wall_s", "tokens_per_s", "skipped") if k in r} for r in records if "loss" in r]
+
+
+def fit(model: Captioner, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor, *, epochs: int, batch_size: int,
+        lr: float, seed: int, runtime: Runtime | None = None) -> list[float]:
+    """Train ``model`` without a checkpoint with ``train.fit.fit`` (``CaptionTask``); returns each epoch's mean loss."""
+    task = CaptionTask(model, images, inp, tgt, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
+    result = train_fit(task, task.fit_config(), runtime)
     model.eval()
-    return history
+    return history_of(result.history)
 
 
 def _finite(obj) -> bool:
@@ -231,28 +241,6 @@ def _finite(obj) -> bool:
     if isinstance(obj, (list, tuple)):
         return all(_finite(v) for v in obj)
     return True
-
-
-def _resume_fit(model, opt, sched, g: torch.Generator, tensors: dict, state: dict,
-                timing: list[dict] | None) -> tuple[int, list[float]]:
-    """Load a ``fit`` checkpoint's tensors and state; returns (the epochs done, the loss history).
-    A state that is not what ``fit`` writes is a ``CheckpointError`` naming it, not a crash."""
-    where = "the checkpoint's config.json: state"
-    if not isinstance(state, dict) or not _finite(state):
-        raise CheckpointError(f"{where} must be an object of finite numbers (written by fit); got {str(state)[:80]}")
-    epoch = check_step(state.get("epoch"), f"{where}.epoch")
-    restore_training(model, opt, tensors, "the checkpoint")
-    try:
-        g.set_state(tensors["rng.batches"])
-        sched.load_state_dict(state["scheduler"])
-        for group, saved in zip(opt.param_groups, state["param_groups"]):  # the schedule's lr and betas
-            group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
-        history = [float(v) for v in state["history"]]
-    except (KeyError, TypeError, AttributeError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{where} is not the state fit writes ({type(e).__name__}: {e})") from None
-    if timing is not None:
-        timing[:] = state.get("timing", [])
-    return epoch, history
 
 
 def _loss_sum(net, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -307,7 +295,8 @@ def train_captioner(
     progress: bool = False, out: str | Path | None = None, resume: bool = False, stop_after: int | None = None,
 ) -> tuple[Captioner, Vocab, list[float], dict]:
     """Train on ``cfg.data``; returns the model, vocabulary, loss history and a result dict
-    (``scores``: held-out scene scores, ``test``: the held-out Scenes; both None for emoji).
+    (``scores``: held-out scene scores, ``test``: the held-out Scenes, both None for emoji; ``records``:
+    the run log, one record per epoch; ``timing``: each epoch's wall time and tokens per second).
 
     With ``out``, rank 0 writes a checkpoint after every epoch (with the optimizer, the
     scheduler and the generators) and the final one (with the scores and held-out scenes);
@@ -339,21 +328,15 @@ def train_captioner(
             s = evaluate_scenes(model, vocab, sub, cfg.cells, cfg.lang)
             return f"; first 64 held-out: exact {s['exact_match']:.0%}, attention acc {s['attention_accuracy']:.0%}"
 
-    resume_from, timing = None, []  # timing: each epoch's wall time and tokens per second
-    if resume:
-        tensors, config, _ = load_checkpoint(out)
-        if config.get("model") != model_config(model) or "state" not in config:
-            raise CheckpointError(f"--resume: {out} is not a checkpoint of this run (another model, or weights only)")
-        resume_from = (tensors, config["state"])
-
-    def checkpoint(st: dict) -> None:
-        save_captioner(out, model, vocab, cfg, history=st["state"]["history"], training=(st["tensors"], st["state"]),
-                       timing=st["state"]["timing"])
-
-    history = fit(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                  seed=cfg.seed, log=log, on_epoch=probe, runtime=runtime, progress=progress,
-                  on_checkpoint=checkpoint if out is not None else None, resume_from=resume_from,
-                  stop_after=stop_after, timing=timing, on_nonfinite=cfg.on_nonfinite)
+    task = CaptionTask(model, images, inp, tgt, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=cfg.seed,
+                       probe=probe if log else None)
+    task.checkpoint_extra = ({k: v for k, v in _caption_config(model, cfg).items() if k != "model"},
+                             {"vocab.json": vocab.to_json()})
+    result = train_fit(task, task.fit_config(cfg.on_nonfinite, cfg.max_seconds), runtime, out, resume=resume,
+                       stop_after=None if stop_after is None else stop_after * task.per_epoch, progress=progress,
+                       log=(lambda msg: log("  " + msg)) if log else None)
+    model.eval()
+    history, timing = history_of(result.history), timing_of(result.history)
     main = runtime is None or runtime.is_main
     scores = evaluate_scenes(model, vocab, test, cfg.cells, cfg.lang) if test is not None and main else None
     seconds = time.perf_counter() - t0
@@ -361,36 +344,29 @@ def train_captioner(
         log(f"trained in {seconds:.1f} s")
         if scores:
             log(f"validation: {format_scores(scores)}")
-    return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds, "timing": timing}
+    return model, vocab, history, {"scores": scores, "test": test, "seconds": seconds, "timing": timing,
+                                   "records": result.history}
 
 
-def epoch_records(history: list[float], train_cfg: CaptionTrainConfig, timing: list[dict] | None = None) -> list[dict]:
-    """The run log: one record per epoch, its step the epoch's last optimizer step (scenes) or the epoch,
-    with the epoch's ``wall_s`` and ``tokens_per_s`` where ``timing`` has them."""
+def _caption_config(model: Captioner, train_cfg: CaptionTrainConfig, scores: dict | None = None) -> dict:
+    """A captioner checkpoint's config.json entries (the training state aside)."""
     cfg = train_cfg.resolved()
-    steps = -(-cfg.n_train // cfg.batch_size) if cfg.data == "scenes" else None
-    timing = timing or []
-    return [{"step": (e + 1) * steps if steps else e + 1, "epoch": e + 1, "loss": loss,
-             **(timing[e] if e < len(timing) else {})} for e, loss in enumerate(history)]
+    return {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
+            "model": model_entry(model), "train": {**asdict(cfg), "widths": list(cfg.widths)}, "scores": scores}
 
 
 def save_captioner(directory: str | Path, model: Captioner, vocab: Vocab, train_cfg: CaptionTrainConfig,
                    scores: dict | None = None, examples: Scenes | None = None, n_examples: int = 8,
-                   history: list[float] | None = None, training: tuple[dict, dict] | None = None,
-                   timing: list[dict] | None = None) -> Path:
-    """The checkpoint folder; with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out);
-    with ``training=(tensors, state)`` what ``fit`` needs to resume (a ``fit`` checkpoint)."""
+                   records: list[dict] | None = None) -> Path:
+    """The trained model's checkpoint folder (weights, config, vocabulary and, with ``records``, the run
+    log); with ``examples`` also ``test-scenes/NNN.png`` + ``scenes.json`` (held-out). The checkpoints
+    a run writes while it trains (with what a resume needs) are ``train.fit``'s."""
     cfg = train_cfg.resolved()
-    config = {"kind": "captioner", "lang": cfg.lang, "data": cfg.data, "cells": cfg.cells if cfg.data == "scenes" else None,
-              "model": model_config(model), "train": {**asdict(cfg), "widths": list(cfg.widths)},
-              "scores": scores}
+    config = _caption_config(model, cfg, scores)
     files = {"vocab.json": vocab.to_json()}
-    if history is not None:
-        files[runlog.NAME] = runlog.jsonl(epoch_records(history, cfg, timing))
-    tensors = dict(model.state_dict())
-    if training is not None:
-        tensors, config["state"] = training
-    path = save_checkpoint(directory, tensors, config, files=files)
+    if records is not None:
+        files[runlog.NAME] = runlog.jsonl(records)
+    path = save_checkpoint(directory, dict(model.state_dict()), config, files=files)
     if examples is not None:
         d = path / "test-scenes"
         d.mkdir(exist_ok=True)
@@ -413,5 +389,5 @@ def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tens
     return Caption(join_tokens(words, lang), words, head_maps.mean(0), head_maps)
 
 
-__all__ = ["CaptionTrainConfig", "Caption", "train_captioner", "save_captioner", "caption_image",
-           "encode_captions", "load_corpus", "fit", "epoch_records", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]
+__all__ = ["CaptionTrainConfig", "CaptionTask", "Caption", "train_captioner", "save_captioner", "caption_image",
+           "encode_captions", "load_corpus", "fit", "history_of", "timing_of", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]

@@ -4,8 +4,9 @@
     random windows of block_size + 1 characters from the first 90 % of the text;
     validation loss on the last 10 %; AdamW with linear warm-up and cosine decay.
 
-``train_lm`` returns a ``TrainResult`` (losses, tokens per second) and writes a
-checkpoint folder (``model.safetensors``, ``config.json``, ``vocab.json``) with
+``LMTask`` is this model's task of the one loop ``train.fit.fit``; ``train_lm`` runs it and
+returns a ``TrainResult`` (losses, tokens per second), writing a checkpoint folder
+(``model.safetensors``, ``config.json``, ``vocab.json``, ``metrics.jsonl``) with
 ``attnlab.train.checkpoint``; ``attnlab.train.load.load_model`` reads it back.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -21,21 +23,12 @@ import torch.nn.functional as F
 
 from .._limits import check_fields, check_step
 from ..data.vocab import Vocab, read_vocab
-from ..models import create_model, model_config
+from ..models import create_model
 from ..models.gpt import GPT, GPTConfig
-from . import runlog
-from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
-from .finite import FiniteGuard, check_mode
-from .runtime import (
-    Deadline,
-    Progress,
-    RunLog,
-    Runtime,
-    device_of,
-    first_step_line,
-    restore_training,
-    training_tensors,
-)
+from .checkpoint import CheckpointError, read_text
+from .finite import check_mode
+from .fit import FitConfig, Step, TrainResult, fit
+from .runtime import Runtime, device_of
 
 
 @dataclass
@@ -59,6 +52,8 @@ class LMTrainConfig:
     max_seconds: float | None = None  # stop early after this much wall time
     save_every: int = 0  # steps between checkpoints (0: only at the end)
     on_nonfinite: str = "stop"  # a step with non-finite gradients: stop the run, or skip its update (train.finite)
+    context_parallel: int = 1  # > 1: each window split across this many processes (all of torchrun's)
+    cp_mode: str = "ring"  # how they attend over the whole window: "ring" or "ulysses"
 
     def __post_init__(self):
         check_fields(self)  # types, finiteness and ranges of every field (attnlab._limits)
@@ -81,16 +76,17 @@ class LMTrainConfig:
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0; got {self.max_seconds}")
         check_mode(self.on_nonfinite)
+        if self.cp_mode not in ("ring", "ulysses"):
+            raise ValueError(f"cp_mode must be 'ring' or 'ulysses'; got {self.cp_mode!r}")
+        parts = self.context_parallel * (1 if self.positional == "rope" else 2)
+        if self.context_parallel > 1 and self.block_size % parts:
+            raise ValueError(f"block_size={self.block_size} does not split across context_parallel="
+                             f"{self.context_parallel} processes: it must be divisible by {parts}")
 
-
-@dataclass
-class TrainResult:
-    steps: int
-    train_loss: float
-    val_loss: float
-    tokens_per_second: float
-    seconds: float
-    history: list[dict] = field(default_factory=list)
+    @property
+    def cp_layout(self) -> str:
+        """How a window is split: zigzag (equal causal work on every rank), contiguous under rotary positions."""
+        return "contiguous" if self.positional == "rope" else "zigzag"
 
 
 def split(ids: torch.Tensor, val_fraction: float, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,18 +113,29 @@ def _loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, ids: torch.Tensor, cfg: LMTrainConfig, generator: torch.Generator) -> float:
+def evaluate(model: GPT, ids: torch.Tensor, cfg: LMTrainConfig, generator: torch.Generator,
+             part: Callable[[torch.Tensor, torch.Tensor], Window] | None = None) -> float:
+    """The mean validation loss over ``cfg.eval_batches`` random batches; ``part``: this rank's part of
+    each batch when one window is split across processes (the mean is then this rank's share)."""
     model.eval()
     dev = device_of(model)
-    losses = [model.loss(*(t.to(dev) for t in batch(ids, cfg.batch_size, cfg.block_size, generator))).item()
-              for _ in range(cfg.eval_batches)]
+    losses = []
+    for _ in range(cfg.eval_batches):
+        x, y, pos = (part or _whole)(*batch(ids, cfg.batch_size, cfg.block_size, generator))
+        losses.append(model.loss(x.to(dev), y.to(dev), positions=pos).item())
     model.train()
     return sum(losses) / len(losses)
 
 
+Window = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]  # inputs, targets (b, n), positions (n,) or None
+
+
+def _whole(x: torch.Tensor, y: torch.Tensor) -> Window:
+    return x, y, None
+
+
 @torch.no_grad()
-@torch.no_grad()
-def _forward_seconds(model: GPT, x: torch.Tensor, y: torch.Tensor, rt: Runtime) -> float:
+def _forward_seconds(model: GPT, x: torch.Tensor, y: torch.Tensor, pos: torch.Tensor | None, rt: Runtime) -> float:
     """How long the loss of one batch takes in evaluation mode, as ``evaluate`` runs it (no gradients,
     no random number drawn): the faster of two timings, since the first call also pays its warm-up."""
     model.eval()
@@ -136,7 +143,7 @@ def _forward_seconds(model: GPT, x: torch.Tensor, y: torch.Tensor, rt: Runtime) 
     for _ in range(2):
         t = time.perf_counter()
         with rt.autocast():
-            model.loss(x, y).item()
+            model.loss(x, y, positions=pos).item()
         times.append(time.perf_counter() - t)
     model.train()
     return min(times)
@@ -156,162 +163,124 @@ def build_model(cfg: LMTrainConfig, vocab_size: int) -> GPT:
     ))
 
 
+class LMTask(Step):
+    """The character GPT as a ``fit`` task: random windows drawn from one batch generator (saved
+    with each checkpoint), AdamW with warm-up and cosine decay, the next-character loss, the
+    validation loss on every rank (it draws from the same generator), the vocabulary saved beside."""
+
+    def __init__(self, text: str, cfg: LMTrainConfig, data: dict | None = None):
+        self.cfg, self.data = cfg, data
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.vocab = Vocab.chars(text)
+        self.train_ids, self.val_ids = split(self.vocab.encode_tensor(text), cfg.val_fraction, cfg.block_size)
+        self.model = build_model(cfg, len(self.vocab))
+        self.last = None  # the latest batch (x, y, positions): the evaluation's time is estimated on it
+        self.part: Callable[[torch.Tensor, torch.Tensor], Window] | None = None  # one window across processes
+
+    def optimizer(self):
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": self.cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW(groups, lr=self.cfg.lr, betas=(0.9, 0.95))
+        return self.opt
+
+    def batch(self, step: int, rt: Runtime):
+        for g in self.opt.param_groups:
+            g["lr"] = _lr(step, self.cfg)
+        x, y = batch(self.train_ids, self.cfg.batch_size, self.cfg.block_size, self.gen)
+        if self.part is not None:  # every rank the same windows, each its positions of them
+            x, y, pos = self.part(x, y)
+            self.last = (*rt.to(x, y), pos)
+            return self.last, True
+        rows, real = rt.world.shard_or_stand_in(list(range(self.cfg.batch_size)))  # this rank's rows
+        self.last = (*rt.to(x[rows], y[rows]), None)
+        return self.last, real
+
+    def loss_sum(self, net, xyp):
+        x, y, pos = xyp
+        return _loss_sum(net(x, positions=pos), y), y.numel()
+
+    def split_windows(self, rt: Runtime) -> None:
+        """Split every window across the processes (``cfg.context_parallel`` of them, all of ``rt``'s):
+        each rank holds ``block_size / W`` positions of each and attends over all of them
+        (``GPT.context_parallel``, in a process group of its own)."""
+        import torch.distributed as dist
+
+        from ..distributed import positions
+
+        w, layout = self.cfg.context_parallel, self.cfg.cp_layout
+        if rt.world.size != w:
+            raise ValueError(f"context_parallel={w} splits each window across all processes: run it under "
+                             f"torchrun with --nproc-per-node {w}; got {rt.world.size} process(es)")
+        self.model.context_parallel(dist.new_group(list(range(w))), mode=self.cfg.cp_mode, layout=layout)
+        pos = positions(self.cfg.block_size, w, rt.world.rank, layout)
+        self.part = lambda x, y: (x[:, pos], y[:, pos], pos.to(rt.device))
+
+    def evaluate(self, rt: Runtime) -> dict:
+        loss = evaluate(self.model, self.val_ids, self.cfg, self.gen, self.part)  # every rank: the generators stay equal
+        return {"loss": loss if self.part is None else rt.world.mean(loss)}
+
+    def eval_seconds(self, rt: Runtime) -> float:
+        return self.cfg.eval_batches * _forward_seconds(self.model, *self.last, rt)
+
+    def records(self, step: int, train: dict | None, valid: dict) -> list[dict]:
+        if not train:
+            return []
+        return [{"step": step, "train_loss": round(train["loss"], 4), "val_loss": round(valid.get("loss", math.nan), 4),
+                 "tokens_per_second": round(train["tokens_per_s"], 1),
+                 **({"skipped": train["skipped"]} if "skipped" in train else {})}]
+
+    def lines(self, step: int, train: dict | None, valid: dict) -> list[str]:
+        return [f"step {step:>5}  train {train['loss']:.4f}  val {valid.get('loss', math.nan):.4f}  "
+                f"{train['tokens_per_s']:,.0f} tokens/s"] if train else []
+
+    def checkpoint(self, step: int, records: list[dict]):
+        config = {"kind": "char-lm", "train": asdict(self.cfg), **({"data": self.data} if self.data is not None else {})}
+        return {"rng.batches": self.gen.get_state()}, config, {"vocab.json": self.vocab.to_json()}
+
+    def restore(self, out: Path, tensors: dict, config: dict) -> int:
+        if read_vocab(read_text(out, "vocab.json")).itos != self.vocab.itos:
+            raise CheckpointError(f"--resume: the text has other characters than the run at {out} was trained on")
+        if "state" not in config or "rng.batches" not in tensors:
+            raise CheckpointError(f"--resume: {out} holds weights only (written before checkpoints kept the optimizer)")
+        st = config["state"]
+        if not isinstance(st, dict):
+            raise CheckpointError(f"--resume: {out}/config.json: 'state' must be an object; got {type(st).__name__}")
+        step = check_step(st.get("step"), f"--resume: {out}/config.json: state.step")
+        ema = st.get("loss_ema")  # written by earlier versions
+        if ema is not None and (isinstance(ema, bool) or not isinstance(ema, (int, float)) or not math.isfinite(ema)):
+            raise CheckpointError(f"--resume: {out}/config.json: state.loss_ema must be a finite number; got {ema!r}")
+        self.gen.set_state(tensors["rng.batches"])
+        return step
+
+    def fit_config(self) -> FitConfig:
+        c = self.cfg
+        return FitConfig(c.steps, c.eval_every, c.eval_every, c.save_every, 1.0, c.max_seconds, c.on_nonfinite, "train lm")
+
+
 def train_lm(text: str, cfg: LMTrainConfig, out_dir: str | Path | None = None, *, log=None,
              runtime: Runtime | None = None, progress: bool = False, tensorboard: bool = False,
              resume: bool = False, stop_after: int | None = None, data: dict | None = None
              ) -> tuple[GPT, Vocab, TrainResult]:
-    """Train a character GPT on ``text``; write a checkpoint to ``out_dir`` if given (``data``: where
-    the text came from, kept in its config so that later commands find the held-out part again).
+    """Train a character GPT on ``text`` with ``train.fit.fit`` (``LMTask``); write a checkpoint to
+    ``out_dir`` if given (``data``: where the text came from, kept in its config so that later
+    commands find the held-out part again).
 
     ``runtime``: device, precision and torchrun's processes (``train.runtime``; default one CPU
-    process in float32): every rank draws the same global batch and trains on its rows; rank 0
-    writes the checkpoint. ``progress``: a tqdm bar on a terminal. ``log``: called with a line
-    at each validation. Checkpoints every ``cfg.save_every`` steps and at the end hold the
-    optimizer and every generator too, so ``resume=True`` continues the run in ``out_dir``
-    exactly (with any number of processes); ``stop_after`` stops after that many steps
-    without saving, as if the run were killed."""
-    rt = runtime or Runtime()
+    process in float32). ``progress``: a tqdm bar on a terminal. ``log``: called with each line.
+    Checkpoints every ``cfg.save_every`` steps and at the end hold the optimizer and every
+    generator too, so ``resume=True`` continues the run in ``out_dir`` exactly (with any number
+    of processes); ``stop_after`` stops after that many steps without saving, as if killed."""
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    vocab = Vocab.chars(text)
-    ids = vocab.encode_tensor(text)
-    train_ids, val_ids = split(ids, cfg.val_fraction, cfg.block_size)
-    model = build_model(cfg, len(vocab))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95)
-    )
-    out = Path(out_dir) if out_dir is not None else None
-    runlog_ = RunLog(tensorboard=out / "tensorboard" if tensorboard and out is not None and rt.is_main else None)
-    net = rt.prepare(model)  # on the device first: a resumed optimizer state then lands beside its parameters
-    first, train_time, loss_ema = 0, 0.0, None
-    if resume:
-        first, train_time, loss_ema = _resume(out, model, opt, gen, vocab, runlog_)
-    guard = FiniteGuard(opt, cfg.on_nonfinite, first_step=first)  # the optimizer, with each step's gradients checked
-    bar = Progress(cfg.steps, initial=first, desc="train lm", enabled=progress and rt.is_main)
-    rows, real = rt.world.shard_or_stand_in(list(range(cfg.batch_size)))  # this rank's rows of each global batch
-    start = time.perf_counter() - (runlog_.records[-1]["wall_s"] if runlog_.records else 0.0)
-    deadline = Deadline(cfg.max_seconds, start)
-    say = (lambda msg: bar.line(msg) if bar.tty else log(msg)) if log is not None and rt.is_main else None
-    model.train()
-    step, killed = first - 1, False
-    for step in range(first, cfg.steps):
-        if stop_after is not None and step >= stop_after:
-            step, killed = step - 1, True
-            break
-        t0 = time.perf_counter()
-        for g in opt.param_groups:
-            g["lr"] = _lr(step, cfg)
-        x, y = batch(train_ids, cfg.batch_size, cfg.block_size, gen)
-        x, y = rt.to(x[rows], y[rows])
-        total, _ = rt.step(net, guard, lambda x=x, y=y: (_loss_sum(net(x), y), y.numel()), clip=1.0, real=real)
-        step_s = time.perf_counter() - t0
-        train_time += step_s
-        if step == first and say is not None:  # a line within seconds, not at the first evaluation (one read)
-            say(first_step_line(step + 1, cfg.steps, float(total) / y.numel(), time.perf_counter() - t0))
-        # the running loss stays a tensor on the device (no read, no collective per step); each rank's
-        # is its sum over the global token count times the world size, so that the mean of the ranks'
-        # running losses is the running global loss even when their shares differ (a batch of 5 on 2)
-        loss = total.detach() * rt.world.size / (cfg.batch_size * cfg.block_size)
-        ema = loss if loss_ema is None else 0.9 * loss_ema + 0.1 * loss
-        loss_ema = guard.keep(ema, torch.zeros_like(loss) if loss_ema is None else loss_ema)  # a skipped step: unchanged
-        bar.update(step + 1)
-        if step == first and cfg.max_seconds is not None:  # until an evaluation is timed: one batch's, times its batches
-            deadline.took("eval", cfg.eval_batches * _forward_seconds(model, x, y, rt))
-        last = step == cfg.steps - 1 or deadline.due(step_s, rt.world)  # --max-seconds: stop while the end fits
-        if last or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
-            skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
-            t_eval = time.perf_counter()
-            with rt.autocast():
-                val = evaluate(model, val_ids, cfg, gen)  # every rank, so that the generators stay equal
-            deadline.took("eval", time.perf_counter() - t_eval)
-            guard.check_loss(val)
-            train_loss = rt.world.mean(float(loss_ema))
-            tps = (step + 1) * cfg.batch_size * cfg.block_size / train_time
-            runlog_.add({"step": step + 1, "train_loss": round(train_loss, 4), "val_loss": round(val, 4),
-                         "tokens_per_second": round(tps, 1), "wall_s": round(time.perf_counter() - start, 3),
-                         **({"skipped": skipped} if skipped else {})})
-            bar.update(step + 1, loss=train_loss)
-            if say is not None:
-                say(f"step {step + 1:>5}  train {train_loss:.4f}  val {val:.4f}  {tps:,.0f} tokens/s")
-        if out is not None and not last and cfg.save_every and (step + 1) % cfg.save_every == 0:
-            state = {"step": step + 1, "loss_ema": rt.world.mean(float(loss_ema)), "train_time": train_time}
-            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
-            if rt.is_main:
-                t_save = time.perf_counter()
-                save_lm(out, model, vocab, cfg, history=runlog_.records, training=(opt, gen, state), data=data)
-                deadline.took("save", time.perf_counter() - t_save)
-        if last:
-            break
-    bar.close()
-    runlog_.close()
-    history = runlog_.records
-    steps_done = step + 1
-    result = TrainResult(
-        steps=steps_done,
-        train_loss=history[-1]["train_loss"] if history else float("nan"),
-        val_loss=history[-1]["val_loss"] if history else float("nan"),
-        tokens_per_second=steps_done * cfg.batch_size * cfg.block_size / max(train_time, 1e-9),
-        seconds=time.perf_counter() - start,
-        history=history,
-    )
-    if out is not None and not killed:
-        guard.check_weights(model)
-        ema = None if loss_ema is None else rt.world.mean(float(loss_ema))  # every rank: a collective
-        if rt.is_main:
-            save_lm(out, model, vocab, cfg, result, data=data, training=(opt, gen, {"step": steps_done, "loss_ema": ema,
-                                                                          "train_time": train_time}))
-    rt.world.barrier()
-    return model, vocab, result
+    task = LMTask(text, cfg, data)
+    runtime = runtime or Runtime()
+    if cfg.context_parallel > 1:
+        task.split_windows(runtime)
+    result = fit(task, task.fit_config(), runtime, out_dir, resume=resume, stop_after=stop_after, progress=progress,
+                 log=log, tensorboard=tensorboard)
+    if cfg.context_parallel > 1:
+        task.model.whole_sequence()  # the trained model runs in one process again
+    return task.model, task.vocab, result
 
 
-def _resume(out: Path | None, model: GPT, opt, gen: torch.Generator, vocab: Vocab, log: RunLog) -> tuple[int, float, float]:
-    """Load the run in ``out`` into ``model``, ``opt``, ``gen`` and ``log``; returns (step, train time, loss EMA)."""
-    if out is None or not (out / "config.json").exists():
-        raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
-    tensors, config, _ = load_checkpoint(out)
-    if read_vocab(read_text(out, "vocab.json")).itos != vocab.itos:
-        raise CheckpointError(f"--resume: the text has other characters than the run at {out} was trained on")
-    if config.get("model") != model_config(model):
-        raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')}); "
-                              "resume with the flags of the run it continues")
-    if "state" not in config or "rng.batches" not in tensors:
-        raise CheckpointError(f"--resume: {out} holds weights only (written before checkpoints kept the optimizer)")
-    restore_training(model, opt, tensors, str(out))
-    gen.set_state(tensors["rng.batches"])
-    st = config["state"]
-    if not isinstance(st, dict):
-        raise CheckpointError(f"--resume: {out}/config.json: 'state' must be an object; got {type(st).__name__}")
-    step = check_step(st.get("step"), f"--resume: {out}/config.json: state.step")
-    train_time, ema = st.get("train_time"), st.get("loss_ema")
-    for name, v in (("train_time", train_time), ("loss_ema", ema)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-            raise CheckpointError(f"--resume: {out}/config.json: state.{name} must be a finite number; got {v!r}")
-    log.records = [r for r in runlog.read(out) if r["step"] <= step]
-    return step, float(train_time or 0.0), ema
-
-
-def save_lm(out_dir: str | Path, model: GPT, vocab: Vocab, cfg: LMTrainConfig, result: TrainResult | None = None,
-            *, history: list[dict] | None = None, training: tuple | None = None, data: dict | None = None) -> Path:
-    """The checkpoint folder: the weights, ``config.json``, ``vocab.json`` and ``metrics.jsonl``;
-    with ``training=(optimizer, batch generator, state)`` also what ``resume`` needs; ``data``: the
-    text's source (``{"name": "shakespeare", "plays": N}`` or ``{"name": "text", "path": ...}``)."""
-    config = {"kind": "char-lm", "model": model_config(model), "train": asdict(cfg)}
-    if data is not None:
-        config["data"] = data
-    if result is not None:
-        config["result"] = asdict(result)
-    files = {"vocab.json": vocab.to_json()}
-    records = history if history is not None else (result.history if result is not None else None)
-    if records is not None:
-        files[runlog.NAME] = runlog.jsonl(records)
-    tensors = dict(model.state_dict())
-    if training is not None:
-        opt, gen, state = training
-        tensors = {**training_tensors(model, opt), "rng.batches": gen.get_state()}
-        config["state"] = state
-    return save_checkpoint(out_dir, tensors, config, files=files)
-
-
-__all__ = ["LMTrainConfig", "TrainResult", "train_lm", "save_lm", "batch", "split", "evaluate"]
+__all__ = ["LMTrainConfig", "TrainResult", "LMTask", "train_lm", "batch", "split", "evaluate"]

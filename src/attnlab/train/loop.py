@@ -1,7 +1,7 @@
-"""The training loop for translation models, with validation, checkpoints and exact resume.
+"""Training translation models: the task ``Seq2SeqTask`` of the one loop ``train.fit.fit``.
 
-Any model with ``forward(src, src_mask, tgt_in) -> logits (b, t, V)``, a
-``config_dict()`` for its checkpoint, and (for validation by decoding) the step
+Any registered model (``attnlab.models``, whose ``model_config`` its checkpoint keeps) with
+``forward(src, src_mask, tgt_in) -> logits (b, t, V)`` and (for validation by decoding) the step
 interface of ``attnlab.train.decode`` trains here. The loss is the mean
 cross-entropy over target tokens (padding ignored); Adam with gradient-norm
 clipping.
@@ -23,28 +23,19 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .._limits import check_fields, check_step, check_values
+from .._limits import check_fields, check_values
 from ..data.batching import Example, batch_order, batches_in_order, collate, source_batch
 from ..data.vocab import PAD
-from . import runlog
-from .checkpoint import CheckpointError, load_checkpoint, read_text, save_checkpoint
-from .finite import FiniteGuard, check_mode
-from .runtime import (
-    Deadline,
-    Progress,
-    RunLog,
-    Runtime,
-    device_of,
-    first_step_line,
-    restore_training,
-    training_tensors,
-)
+from .checkpoint import CheckpointError, read_text
+from .finite import check_mode
+from .fit import FitConfig, Step, TrainResult, fit
+from .runtime import Runtime, device_of
 
 
 @dataclass
@@ -70,15 +61,6 @@ class TrainConfig:
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0; got {self.lr}")
         check_mode(self.on_nonfinite)
-
-
-@dataclass
-class TrainResult:
-    step: int
-    train_loss: float
-    valid: dict = field(default_factory=dict)
-    tokens_per_s: float = 0.0
-    history: list = field(default_factory=list)
 
 
 def loss_on(model, batch) -> tuple[torch.Tensor, int]:
@@ -139,125 +121,81 @@ def valid_words(valid: dict) -> str:
     return ", ".join(words)
 
 
-def save(out: Path, model, opt, cfg: TrainConfig, step: int, extra: dict, files: dict, valid: dict,
-         log: list[dict] | None = None) -> None:
-    tensors = training_tensors(model, opt)
-    config = {"model": model.config_dict(), "train": asdict(cfg), "state": {"step": step, "valid": valid}, **extra}
-    save_checkpoint(out, tensors, config, {**files, runlog.NAME: runlog.jsonl(log or [])})
+class Seq2SeqTask(Step):
+    """Translation as a ``fit`` task: the batches of step i a pure function of (seed, i)
+    (``batch_order``), Adam, the teacher-forced loss, validation on rank 0, the vocabularies
+    and the data's entries saved with each checkpoint."""
 
+    def __init__(self, model, train_examples: Sequence[Example], valid_examples: Sequence[Example], cfg: TrainConfig,
+                 extra: dict | None = None, files: dict[str, str] | None = None):
+        if not train_examples:
+            raise ValueError("no training examples")
+        self.model, self.train_examples, self.valid_examples, self.cfg = model, train_examples, valid_examples, cfg
+        self.extra, self.files = dict(extra or {}), dict(files or {})
+        self.n_batches = len(batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=0))
+        self.order, self.order_epoch = None, -1
 
-def train(
-    model,
-    train_examples: Sequence[Example],
-    valid_examples: Sequence[Example],
-    cfg: TrainConfig,
-    *,
-    out: str | Path | None = None,
-    resume: bool = False,
-    extra_config: dict | None = None,
-    files: dict[str, str] | None = None,
-    progress: bool = True,
-    stream=None,
-    stop_after: int | None = None,
-    runtime: Runtime | None = None,
-    tensorboard: bool = False,
-    desc: str = "train",
-) -> TrainResult:
-    """Train ``model`` for ``cfg.steps`` steps; checkpoints go to ``out`` (a folder).
+    def optimizer(self):
+        return torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr)
 
-    ``resume=True`` continues from the checkpoint in ``out``. ``stop_after``
-    stops after that many steps *without* saving (as if the run were killed).
-    ``runtime`` (``train.runtime.Runtime``): device, precision and torchrun's processes
-    (default: one CPU process in float32). Under torchrun, rank r trains on its shard of
-    each global batch; rank 0 validates, logs and writes the checkpoint. ``desc`` names the
-    run in the progress bar and lines (an experiment's model, say).
-    """
-    if not train_examples:
-        raise ValueError("no training examples")
-    rt = runtime or Runtime()
-    stream = stream or sys.stderr
-    extra, files = dict(extra_config or {}), dict(files or {})
-    torch.manual_seed(cfg.seed)
-    net = rt.prepare(model)  # on the device; DDP when there are several processes
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    step, valid = 0, {}
-    out = Path(out) if out is not None else None
-    log = RunLog(tensorboard=out / "tensorboard" if tensorboard and out is not None and rt.is_main else None)
-    wall0 = time.perf_counter()
-    if resume:
-        if out is None or not (out / "config.json").exists():
-            raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
-        tensors, config, _ = load_checkpoint(out)
-        if config.get("model") != model.config_dict():
-            raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')})")
-        restore_training(model, opt, tensors, str(out))
-        state = config.get("state")
-        step = check_step(state.get("step") if isinstance(state, dict) else None, f"{out}/config.json: state.step")
-        log.records = [r for r in runlog.read(out) if r["step"] <= step]
-        wall0 -= max((r.get("wall_s", 0.0) for r in log.records), default=0.0)  # wall time continues
-        for name in files:
+    def batch(self, step: int, rt: Runtime):
+        epoch, pos = divmod(step, self.n_batches)
+        if epoch != self.order_epoch:
+            self.order = batch_order(self.train_examples, self.cfg.batch_size, seed=self.cfg.seed, epoch=epoch)
+            self.order_epoch = epoch
+        mine, real = rt.world.shard_or_stand_in(self.order[pos])  # every rank draws the same global batch
+        return collate([self.train_examples[i] for i in mine]).to(rt.device), real
+
+    def loss_sum(self, net, batch):
+        return loss_sum_on(net, batch)
+
+    def evaluate(self, rt: Runtime) -> dict:
+        return validate(self.model, self.valid_examples, self.cfg) if rt.is_main and self.valid_examples else {}
+
+    def eval_seconds(self, rt: Runtime) -> float:
+        return _validation_seconds(self.model, self.valid_examples, self.cfg, rt) if rt.is_main and self.valid_examples else 0.0
+
+    def records(self, step: int, train: dict | None, valid: dict) -> list[dict]:
+        return ([{"step": step, **train}] if train else []) + (
+            [{"step": step, **{f"valid_{k}": v for k, v in valid.items()}}] if valid else [])
+
+    def lines(self, step: int, train: dict | None, valid: dict) -> list[str]:
+        out = [f"step {step}/{self.cfg.steps}  loss {train['loss']:.4f}  {train['tokens_per_s']:,.0f} tok/s"] if train else []
+        return out + ([f"step {step}: {valid_words(valid)}"] if valid else [])
+
+    def checkpoint(self, step: int, records: list[dict]):
+        return {}, {"train": asdict(self.cfg), **self.extra}, dict(self.files)
+
+    def restore(self, out: Path, tensors: dict, config: dict) -> int:
+        for name in self.files:
             read_text(out, name)  # the vocabularies must be there too
-    guard = FiniteGuard(opt, cfg.on_nonfinite, first_step=step)  # the optimizer, with each step's gradients checked
-    model.train()
-    history, tok, t0 = [], 0, time.perf_counter()
-    loss_sum, loss_n = torch.zeros((), device=rt.device), 0
-    n_batches = len(batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=0))
-    order, order_epoch = None, -1
-    bar = Progress(cfg.steps, initial=step, desc=desc, enabled=progress and rt.is_main, stream=stream)
-    train_loss = float("nan")
-    deadline, first = Deadline(cfg.max_seconds, wall0), step
-    while step < cfg.steps:
-        if stop_after is not None and step >= stop_after:
-            break
-        epoch, pos = divmod(step, n_batches)
-        if epoch != order_epoch:
-            order, order_epoch = batch_order(train_examples, cfg.batch_size, seed=cfg.seed, epoch=epoch), epoch
-        # every rank draws the same global batch, then trains on its shard
-        mine, real = rt.world.shard_or_stand_in(order[pos])
-        t_step = time.perf_counter()
-        batch = collate([train_examples[i] for i in mine]).to(rt.device)
-        total, n = rt.step(net, guard, lambda b=batch: loss_sum_on(net, b), clip=cfg.clip, real=real)
-        step, step_s = step + 1, time.perf_counter() - t_step
-        if step == first + 1 and cfg.max_seconds is not None and rt.is_main and valid_examples:
-            deadline.took("eval", _validation_seconds(model, valid_examples, cfg, rt))
-        last = step == cfg.steps or deadline.due(step_s, rt.world)  # --max-seconds: stop while the end fits
-        if step == first + 1 and step % cfg.log_every and not last and bar.enabled:  # a line within seconds (one read)
-            bar.line(f"{desc}: " + first_step_line(step, cfg.steps, float(total) / max(1, n), time.perf_counter() - t_step))
-        loss_sum, loss_n, tok = loss_sum + guard.keep(total, 0.0), loss_n + n * guard.ok, tok + n
-        if step % cfg.log_every == 0 or last:
-            skipped = guard.read()  # stops a non-finite run (--on-nonfinite stop) before anything is saved
-            train_loss = rt.mean(float(loss_sum), int(loss_n))  # the one host read of the interval
-            rate = rt.world.sum(tok) / max(1e-9, time.perf_counter() - t0)
-            history.append({"step": step, "loss": train_loss, "tokens_per_s": rate, **({"skipped": skipped} if skipped else {})})
-            log.add({**history[-1], "wall_s": round(time.perf_counter() - wall0, 3)})
-            bar.update(step, loss=train_loss)
-            if not bar.tty:
-                bar.line(f"{desc}: step {step}/{cfg.steps}  loss {train_loss:.4f}  {rate:,.0f} tok/s")
-            loss_sum, loss_n = torch.zeros((), device=rt.device), 0
-        if rt.is_main and valid_examples and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
-            guard.read()
-            t_eval = time.perf_counter()
-            with rt.autocast():
-                valid = validate(model, valid_examples, cfg)
-            guard.check_loss(valid["loss"])
-            deadline.took("eval", time.perf_counter() - t_eval)
-            t0 += time.perf_counter() - t_eval  # the rate counts training time only
-            log.add({"step": step, **{f"valid_{k}": v for k, v in valid.items()},
-                     "wall_s": round(time.perf_counter() - wall0, 3)})
-            bar.line(f"{desc}: step {step}: {valid_words(valid)}")
-        if rt.is_main and out is not None and ((cfg.save_every and step % cfg.save_every == 0) or last):
-            t_save = time.perf_counter()
-            guard.check_weights(model)  # a non-finite model never overwrites the last good checkpoint
-            save(out, model, opt, cfg, step, extra, files, valid, log.records)
-            deadline.took("save", time.perf_counter() - t_save)
-            t0 += time.perf_counter() - t_save
-        if last:
-            break
-    bar.close()
-    log.close()
-    rt.world.barrier()  # the checkpoint is complete before any rank returns
-    elapsed = time.perf_counter() - t0
-    return TrainResult(step, train_loss, valid, tok / max(1e-9, elapsed), history)
+        return super().restore(out, tensors, config)
+
+    def fit_config(self, desc: str) -> FitConfig:
+        c = self.cfg
+        return FitConfig(c.steps, c.log_every, c.eval_every, c.save_every, c.clip, c.max_seconds, c.on_nonfinite, desc)
+
+
+def train(model, train_examples: Sequence[Example], valid_examples: Sequence[Example], cfg: TrainConfig, *,
+          out: str | Path | None = None, resume: bool = False, progress: bool = True, stop_after: int | None = None,
+          runtime: Runtime | None = None, desc: str = "train") -> TrainResult:
+    """Train ``model`` for ``cfg.steps`` steps: ``train.fit.fit`` on a ``Seq2SeqTask`` (``attnlab train
+    seq2seq`` builds its task itself, with the data's entries and the vocabularies); checkpoints go to
+    ``out`` (a folder).
+
+    ``resume=True`` continues from the checkpoint in ``out``. ``stop_after`` stops after that many
+    steps *without* saving (as if the run were killed). ``runtime`` (``train.runtime.Runtime``):
+    device, precision and torchrun's processes (default: one CPU process in float32). ``progress``:
+    lines on stderr (a bar on a terminal); ``desc`` names the run in them (an experiment's model, say)."""
+    torch.manual_seed(cfg.seed)
+    task = Seq2SeqTask(model, train_examples, valid_examples, cfg)
+    return fit(task, task.fit_config(desc), runtime, out, resume=resume, stop_after=stop_after, progress=progress,
+               log=progress_lines if progress else None)
+
+
+def progress_lines(msg: str) -> None:
+    """A progress line on stderr (where the bar would be)."""
+    print(msg, file=sys.stderr, flush=True)
 
 
 def train_config_from(d: dict, where: str = "config.json") -> TrainConfig:
@@ -276,4 +214,4 @@ def train_config_from(d: dict, where: str = "config.json") -> TrainConfig:
 
 
 
-__all__ = ["TrainConfig", "TrainResult", "train", "validate", "valid_words", "loss_on", "loss_sum_on", "train_config_from"]
+__all__ = ["TrainConfig", "TrainResult", "Seq2SeqTask", "train", "progress_lines", "validate", "valid_words", "loss_on", "loss_sum_on", "train_config_from"]

@@ -1,8 +1,8 @@
 """Where and how a training run computes: device, precision, processes, the step, progress and logs.
 
-The three training loops (translation ``train.loop``, language model ``train.lm``, captioner
-``train.caption``) differ in their data and their model; what they share is here, once, so
-that each flag means the same in every ``attnlab train`` command:
+The one training loop (``train.fit``) runs every task (translation ``train.loop``, language model
+``train.lm``, captioner ``train.caption``); where and how it computes is here, once, so that each
+flag means the same in every ``attnlab train`` command:
 
 * ``--device auto|cpu|cuda|mps`` (``resolve_device``; auto = CUDA when present, else CPU);
 * ``--precision fp32|bf16`` (``Runtime.autocast``: ``torch.autocast`` with bfloat16 around
@@ -109,7 +109,7 @@ def restore_training(model: torch.nn.Module, opt: torch.optim.Optimizer, tensors
     """Load ``training_tensors`` back: weights (strictly), the optimizer's state (onto the
     parameters' device) and the generators; ``where`` names the checkpoint in errors. The
     optimizer's hyperparameters (``param_groups``: lr, betas) stay the caller's: a run whose
-    scheduler changes them restores them itself (``train.caption.fit`` does)."""
+    scheduler changes them restores them itself (``train.caption.CaptionTask`` does)."""
     sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(sd, strict=True)
