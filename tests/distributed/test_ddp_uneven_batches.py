@@ -148,4 +148,7 @@ def test_three_processes_end_with_the_weights_of_one(runs, which):
             d = _lm_config().dim
             torch.testing.assert_close(x[d:2 * d], y[d:2 * d], atol=1e-3, rtol=0, msg=k)
             x, y = torch.cat([x[:d], x[2 * d:]]), torch.cat([y[:d], y[2 * d:]])
-        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=k)
+        # Adam divides by the root of the squared gradients, so an entry whose gradient is near rounding
+        # level moves by a noticeable part of a step: 1.5e-5 seen on an AVX-512 CPU, against a step of 1e-2
+        # (lr) that a skipped or doubled example would change
+        torch.testing.assert_close(x, y, atol=1e-4, rtol=1e-4, msg=k)
