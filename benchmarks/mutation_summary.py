@@ -25,13 +25,13 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 LINE = re.compile(r"\s*(\S+__mutmut_\d+): (.+?)\s*$")
-PACKAGES = ("attnlab.functional", "attnlab.nn", "attnlab.kernels")
 TEXT_KEYWORDS = {"latex", "note"}
 
 
 def package(name: str) -> str:
+    """attnlab.nn.multihead.x_f__mutmut_3 -> attnlab.nn; a top-level module is its own row (attnlab.masks)."""
     module = re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
-    return next((p for p in PACKAGES if module.startswith(p + ".")), module)
+    return ".".join(module.split(".")[:2])
 
 
 def _functions(path: Path, cache: dict) -> dict[str, ast.AST]:
