@@ -2,7 +2,7 @@
 #   make demo   set up .venv with what the demo needs (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
 #   make docs   the documentation site into site/
-#   make mutation  mutation testing (mutmut) of the core packages; long, not part of make test
+#   make mutation  mutation testing (mutmut) of every package; hours, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
 PYTHON ?= python3
@@ -72,7 +72,8 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 # Mutation testing with mutmut (config: [tool.mutmut] in pyproject.toml). MUTANTS narrows the
 # run to some packages, e.g. make mutation MUTANTS='attnlab.masks.* attnlab.train.metrics.*'.
-# The default is every package of the config; see benchmarks/RESULTS.md for scores and run times.
+# The default is every package of the config (hours); a sample of some packages in a worktree of its
+# own: benchmarks/mutation_package.sh (see its header). benchmarks/RESULTS.md has scores and run times.
 MUTANTS ?=
 MUTATION_JOBS ?= 2
 mutation: $(STAMP)
