@@ -174,3 +174,13 @@ def test_folder_without_weights(tmp_path, capsys):
     folder = bert(tmp_path / "m")
     (folder / "model.safetensors").unlink()
     assert "no weights" in view(capsys, tmp_path, folder)
+
+
+def test_every_pickle_file_is_named_in_sorted_order(tmp_path, capsys):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    for name in ("rng_state.pth", "pytorch_model.bin", "optimizer.pt"):
+        (folder / name).write_bytes(b"")  # never opened: the names alone refuse the folder
+    err = view(capsys, tmp_path, folder)
+    assert f"{folder} holds its weights as a Python pickle (optimizer.pt, pytorch_model.bin, rng_state.pth)" in err

@@ -204,3 +204,66 @@ def test_masked_cells_hatched_with_a_legend_colour_bar_and_named_axes(tmp_path):
     assert (data["y_axis"], data["x_axis"]) == ("row (height)", "column (width)")
     sp = heatmap(data["layers"][0, 0], xlabel=data["x_axis"], ylabel=data["y_axis"])
     assert sp.axes[0].get_xlabel() == "column (width)" and sp.axes[0].get_ylabel() == "row (height)"
+
+
+def _inside(fig, artists):
+    """The artists (drawn) whose boxes stick out of the figure, as (text, box) pairs."""
+    fig.canvas.draw()
+    r, W, H = fig.canvas.get_renderer(), fig.bbox.width, fig.bbox.height
+    out = []
+    for a in artists:
+        b = a.get_window_extent(r)
+        if b.x0 < -0.5 or b.y0 < -0.5 or b.x1 > W + 0.5 or b.y1 > H + 0.5:
+            out.append((a.get_text(), tuple(np.round(b.extents, 1))))
+    return out
+
+
+def test_heatmap_long_labels_and_the_colour_bar_fit_inside_the_figure():
+    # a 2 × 3 heatmap is 4.0 × 2.6 inches; a 29-character query label is wider than the default left margin
+    fig = heatmap(np.full((2, 3), 1 / 3), ["k1", "k2", "k3"], ["a very long query token label", "q2"],
+                  title="title", xlabel="keys of the sentence", ylabel="queries")
+    ax, bar = fig.axes
+    assert tuple(fig.get_size_inches()) == (4.0, 2.6)
+    texts = [*ax.get_xticklabels(), *ax.get_yticklabels(), ax.xaxis.label, ax.yaxis.label, ax.title, bar.yaxis.label]
+    assert [t.get_text() for t in texts][-4:] == ["keys of the sentence", "queries", "title", "weight"]
+    assert _inside(fig, texts) == []
+    assert ax.get_position().x1 < bar.get_position().x0  # the colour bar beside the map, not over it
+
+
+def test_head_grid_hatches_each_heads_masked_cells():
+    w = np.full((1, 2, 3, 3), 1 / 3)
+    masked = np.zeros((1, 2, 3, 3), bool)
+    masked[0, 0] = np.triu(np.ones((3, 3), bool), 1)  # head 1 causal, head 2 one masked cell
+    masked[0, 1, 2, 0] = True
+    fig = head_grid(w, masked=masked)
+    panels = [a for a in fig.axes if a.images]
+    assert [a.get_title() for a in panels] == ["head 1", "head 2"]
+    for a, m in zip(panels, masked[0]):
+        shown = a.images[0].get_array()
+        assert np.ma.getmaskarray(shown).tolist() == m.tolist()
+        np.testing.assert_array_equal(shown.compressed(), np.full(int((~m).sum()), 1 / 3))
+        assert any(p.get_hatch() == "///" for p in a.patches)
+    shared = head_grid(w[0], masked=masked[0, 0])  # one (q, k) mask for every head
+    for a in [a for a in shared.axes if a.images]:
+        assert np.ma.getmaskarray(a.images[0].get_array()).tolist() == masked[0, 0].tolist()
+
+
+def test_head_grid_has_one_colour_bar_beside_the_whole_grid():
+    fig = head_grid(np.random.default_rng(0).random((2, 2, 3, 3)))
+    fig.canvas.draw()  # constrained layout places the axes when drawn
+    panels = [a for a in fig.axes if a.images]
+    bars = [a for a in fig.axes if not a.images]
+    assert len(panels) == 4 and len(bars) == 1 and bars[0].get_ylabel() == "weight"
+    bar, boxes = bars[0].get_position(), [a.get_position() for a in panels]
+    assert all(bar.x0 > b.x1 for b in boxes)  # right of every panel
+    top, bottom = max(b.y1 for b in boxes), min(b.y0 for b in boxes)
+    assert bar.y0 < bottom + 0.25 * (top - bottom) and bar.y1 > top - 0.25 * (top - bottom)  # spans both rows
+    widths = {round(b.width, 6) for b in boxes}
+    assert len(widths) == 1  # no panel gave up room for the bar
+
+
+def test_png_is_written_at_120_dpi(tmp_path):
+    fig = heatmap(np.eye(2))  # 4.0 × 2.6 inches
+    png = save(fig, tmp_path / "e.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (480, 312)
