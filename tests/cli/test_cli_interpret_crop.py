@@ -100,3 +100,16 @@ def test_the_picture_is_labelled_with_the_tokens(tmp_path, monkeypatch):
     assert [t.get_text() for t in ax.get_yticklabels()] == tokens
     width, height = drawn["fig"].get_size_inches() * drawn["fig"].dpi
     assert max(width, height) <= 4000
+
+
+def test_a_long_inputs_summary_lines_up_its_columns(capsys, tmp_path):
+    # the widest cell is a 2-digit position, a space and a 1-letter token: 4 characters; every cell is
+    # right-aligned to 4, cells are joined by two spaces (worked by hand)
+    tokens = [chr(97 + i) for i in range(20)]
+    path = _json(tmp_path, tokens, _long(20))
+    assert main(["interpret", "rollout", "--json", path, "--no-residual"]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert lines[0] == " 1 a ←  1 a 1.000"
+    assert lines[5] == " 6 f ←  6 f 0.700   1 a 0.300"
+    assert lines[11] == "12 l ← 12 l 0.700   1 a 0.300"
+    assert {line.index("←") for line in lines} == {5}

@@ -49,6 +49,26 @@ def test_translate_prints_output_and_alignment(run_dir, capsys, tmp_path):
     assert re.fullmatch(r"zwei → [^\n]*\n", capsys.readouterr().out)  # one line, no alignment
 
 
+def test_the_alignment_picture_shows_the_weights_with_upright_source_labels(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    import torch
+
+    from attnlab.cli.translate import plot_alignment
+
+    drawn = []
+    subplots = plt.subplots
+    monkeypatch.setattr(plt, "subplots", lambda *a, **k: drawn.append(subplots(*a, **k)) or drawn[-1])
+    weights = torch.tensor([[0.875, 0.125, 0.0], [0.0, 0.25, 0.75]])
+    png = tmp_path / "a.png"
+    plot_alignment(str(png), ["a", " ", "b"], ["x", "</s>"], weights, title="t")
+    fig, ax = drawn[0]
+    assert ax.images[0].get_array().tolist() == [[0.875, 0.125, 0.0], [0.0, 0.25, 0.75]]
+    assert [(t.get_text(), t.get_rotation()) for t in ax.get_xticklabels()] == [("a", 90), ("␣", 90), ("b", 90)]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["x", "</s>"]
+    assert (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()) == ("source", "output", "t")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_evaluate_matches_sacrebleu_on_translate_output(run_dir, capsys):
     check_evaluate_against_translate(run_dir, capsys, "bahdanau decoder")
 
