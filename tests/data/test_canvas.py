@@ -52,3 +52,26 @@ def test_bad_input():
         cluttered(*_items(), n=1, size=20)
     with pytest.raises(ValueError, match=r"images must be \(N ≥ 2, 28, 28\)"):
         cluttered(np.zeros((1, 28, 28), np.uint8), np.zeros(1), n=1)
+
+
+def test_fragment_sizes_1_to_28_and_a_whole_item_as_clutter():
+    """fragment = 28 cuts the whole 28 × 28 of another item: here item 1, all 7s, so every canvas of item 0
+    holds a full 28 × 28 square of ink ≥ 7; fragment = 1 adds single pixels; 0 and 29 are refused."""
+    items = np.zeros((2, 28, 28), dtype=np.uint8)
+    items[0, 10:14, 12:15] = 200
+    items[1] = 7
+    canv, y, _ = cluttered(items, np.array([0, 1]), n=6, size=40, clutter=1, fragment=28, seed=2)
+    assert (y == 0).sum() >= 2
+    for c, lab in zip(canv, y):
+        if lab == 0:
+            ink = (c >= 7).astype(int)
+            windows = np.lib.stride_tricks.sliding_window_view(ink, (28, 28)).sum((-1, -2))
+            assert windows.max() == 28 * 28
+            assert 28 * 28 - 12 <= (c == 7).sum() <= 28 * 28  # the item's 12 blob pixels may cover some (maximum)
+    canv, y, _ = cluttered(items, np.array([0, 1]), n=6, size=40, clutter=3, fragment=1, seed=2)
+    for c, lab in zip(canv, y):
+        if lab == 0:
+            assert (c == 7).sum() <= 3 and set(np.unique(c)) <= {0, 7, 200}
+    for bad in (0, 29):
+        with pytest.raises(ValueError, match=f"fragment must be in 1..28; got {bad}"):
+            cluttered(items, np.array([0, 1]), n=1, size=40, fragment=bad)

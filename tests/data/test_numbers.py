@@ -122,3 +122,55 @@ def test_real_ding_corpus():
         assert not re.search(r"[{}\[\]<>]", de + en)
     ds = load_dataset("ding-de-en")
     assert ds.src_level == "word" and len(ds.splits.test) > 500
+
+
+def test_sample_numbers_can_draw_every_number_of_the_digit_range_and_no_more():
+    """Three-digit numbers: 100..999, 900 of them. All 900 can be drawn; asking for 901 is refused at once
+    (a too-large capacity would search forever for a number that does not exist, so the call is timed)."""
+    import signal
+
+    assert sorted(sample_numbers(900, seed=3, min_digits=3, max_digits=3)) == list(range(100, 1000))
+    assert sorted(sample_numbers(10, seed=3, max_digits=1)) == list(range(10))  # one digit: 0..9
+
+    def too_slow(*_):
+        raise TimeoutError("sample_numbers did not refuse an impossible request")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    try:
+        with pytest.raises(ValueError, match="cannot draw 901 distinct numbers with at most 3 digits"):
+            sample_numbers(901, seed=3, min_digits=3, max_digits=3)
+        with pytest.raises(ValueError, match="cannot draw 91 distinct numbers with at most 2 digits"):
+            sample_numbers(91, min_digits=2, max_digits=2)  # 10..99
+        with pytest.raises(ValueError, match="cannot draw 11 distinct numbers with at most 1 digits"):
+            sample_numbers(11, max_digits=1)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_vocab_tokens_read_lists_arrays_tensors_and_any_array_like():
+    import numpy as np
+
+    w = Vocab(["a", "b", "c"], "word")  # ids: 0 pad, 1 bos, 2 eos, 3 unk, 4 a, 5 b, 6 c
+    ids = [1, 4, 0, 6, 99, 5, 2, 4]  # bos skipped, pad skipped, 99 unknown, stop at eos
+    want = ["a", "c", "<unk>", "b"]
+
+    class ArrayLike:  # an array type that converts with tolist() but is not iterable itself
+        def tolist(self):
+            return list(ids)
+
+    for given in (ids, np.array(ids), torch.tensor(ids), ArrayLike()):
+        assert w.tokens(given) == want, type(given)
+    assert w.decode(ArrayLike()) == "a c <unk> b"
+
+
+def test_ding_phrases_follow_the_direction_when_reversed(tmp_path):
+    """en → de: the sentences and the added dictionary phrases are both (English, German)."""
+    f = tmp_path / "de-en"
+    f.write_text(FIXTURE, encoding="utf-8")
+    kw = dict(valid_frac=0.34, test_frac=0.34, reverse=True)
+    plain, joined = ding_splits(f, **kw), ding_splits(f, **kw, phrases=True)
+    assert plain.train == [("He will be back tomorrow.", "Er kommt morgen zurück.")]
+    assert (joined.valid, joined.test) == (plain.valid, plain.test)
+    assert sorted(joined.train) == [("He will be back tomorrow.", "Er kommt morgen zurück."), ("tomorrow", "morgen")]

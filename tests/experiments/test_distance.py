@@ -9,8 +9,15 @@ import pytest
 import torch
 from torch import nn
 
+import attnlab.experiments.distance as distance
 from attnlab.cli import main
-from attnlab.experiments.distance import DistanceConfig, gradient_by_distance, interval, make_batch
+from attnlab.experiments.distance import (
+    DistanceConfig,
+    gradient_by_distance,
+    interval,
+    make_batch,
+    train_one,
+)
 
 
 def test_the_cue_sits_k_positions_before_the_query():
@@ -28,6 +35,35 @@ def test_interval_by_hand():
     mean, hw = interval([1.0, 2.0, 3.0])  # sd = 1, t(0.975, 2) = 4.303
     assert mean == 2.0 and math.isclose(hw, 4.303 / math.sqrt(3))
     assert math.isnan(interval([0.5])[1])
+
+
+def test_every_model_trains_on_the_same_batches_for_a_seed(monkeypatch):
+    """The comparison is fair: for one seed the GRU, the LSTM and the attention model (whose parameter
+    initialisations draw different amounts of randomness) see the same training batches, those of a generator
+    seeded with the seed, and the same test batch; another seed gives other batches."""
+    cfg = DistanceConfig(steps=3, batch_size=4, hidden=8, test_size=5, classes=3, distractors=4, prefix=1)
+    seen = {}
+
+    def recording(cfg_, k, size, g):
+        x, y = make_batch(cfg_, k, size, g)
+        seen[current].append((x.clone(), y.clone()))
+        return x, y
+
+    monkeypatch.setattr(distance, "make_batch", recording)
+    for current in ("gru", "lstm", "attention"):
+        seen[current] = []
+        torch.manual_seed(123)  # whatever the global state before: the batches do not depend on it
+        train_one(current, 2, 7, cfg)
+    current = "other seed"
+    seen[current] = []
+    train_one("gru", 2, 8, cfg)
+    g, t = torch.Generator().manual_seed(7), torch.Generator().manual_seed(10_000 + 7)
+    want = [make_batch(cfg, 2, 4, g) for _ in range(3)] + [make_batch(cfg, 2, 5, t)]
+    for name in ("gru", "lstm", "attention"):
+        assert len(seen[name]) == 4
+        for (x, y), (wx, wy) in zip(seen[name], want):
+            assert torch.equal(x, wx) and torch.equal(y, wy)
+    assert not torch.equal(seen["other seed"][0][0], want[0][0])
 
 
 class _Weighted(nn.Module):

@@ -83,6 +83,20 @@ def test_dirichlet_draws_sum_to_one_on_real_keys_with_mean_one_over_n(mask):
     torch.testing.assert_close(mean[mask], (1 / n).expand(4, 6)[mask], atol=0.02, rtol=0)  # E[Dir(1..1)] = 1/n
 
 
+def test_replacement_draws_come_from_the_given_generator_alone(mask):
+    """Seeded alike, two generators give the same Dirichlet and permutation draws whatever the global RNG
+    has done meanwhile; another seed gives other draws."""
+    w = uniform_weights(mask) * torch.linspace(1, 2, 6)
+    draws = []
+    for seed, global_seed in ((3, 0), (3, 1), (4, 1)):
+        torch.manual_seed(global_seed)
+        g = torch.Generator().manual_seed(seed)
+        draws.append((dirichlet_weights(mask, g, torch.float64), permuted_weights(w, mask, g)))
+    assert draws[0][0].dtype == torch.float64
+    assert torch.equal(draws[0][0], draws[1][0]) and torch.equal(draws[0][1], draws[1][1])
+    assert not torch.equal(draws[0][0], draws[2][0])
+
+
 def test_distances_against_numpy():
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(7), 5), rng.dirichlet(np.ones(7), 5)
@@ -152,6 +166,28 @@ def test_the_adversary_stays_within_epsilon(decoder):
     torch.testing.assert_close(j, jsd(adv, w), atol=1e-6, rtol=0)
     assert float(j.max()) > 0.05  # it does move the weights somewhere
     assert not any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in model.parameters())
+
+
+def test_the_adversary_works_in_the_model_dtype():
+    """A bfloat16 model: α', its JSD and the output TVD come back in bfloat16, within ε (recomputed in float64)."""
+    model, _, _, y = model_and_step("luong")
+    model = model.to(torch.bfloat16)
+    src, mask = torch.randint(4, 11, (4, 6)), torch.ones(4, 6, dtype=torch.bool)
+    mask[1, 3:] = False
+    with torch.no_grad():
+        memory, state = model.start(src.masked_fill(~mask, 0), mask)
+        logits, _, w = model.step(memory, state, y)
+    assert w.dtype == torch.bfloat16
+    p = torch.softmax(logits, -1)
+    eps = 0.05
+    adv, j, t = adversarial_weights(model, memory, state, y, w, p, epsilon=eps, steps=5, lr=0.3, penalty=10.0,
+                                    generator=torch.Generator().manual_seed(0))
+    assert adv.dtype == j.dtype == t.dtype == torch.bfloat16
+    with torch.no_grad():
+        q = torch.softmax(model.step(memory, state, y, weights_override=lambda _w: adv)[0], -1)
+    out_tvd = 0.5 * np.abs(p.double().numpy() - q.double().numpy()).sum(-1)
+    assert (out_tvd <= eps + 1e-2).all()
+    np.testing.assert_allclose(t.double().numpy(), out_tvd, atol=1e-2)
 
 
 def test_config_checks():
