@@ -16,6 +16,7 @@ import torch.nn.functional as F
 import attnlab
 from attnlab.testing import RuleBroken, assert_conforms, check, judge, reference, scorecard
 from attnlab.testing.cases import CASES
+from attnlab.testing.signatures import SIGNATURES, NotExpressible
 
 
 def ours(q, k, v, mask):
@@ -248,3 +249,38 @@ def test_an_additive_mask_with_the_lowest_float_instead_of_minus_inf():
     rules = check(lowest, signature="qkv_bias").rules()
     assert "a fully masked row is not zero" in rules and "NaN in a masked value reached the output" in rules
     assert "mask polarity looks inverted" not in rules
+
+
+def test_each_case_draws_its_inputs_from_the_seed_given_not_from_torchs_global_generator():
+    with torch.random.fork_rng():
+        torch.manual_seed(123)  # the global generator, which a case must not read
+        report = check(wrong_scale, seed=5)
+    (values,) = [f for f in report.failures if f.case == "values [float32, cpu]"]
+    b, h, n, d = values.inputs["q"].shape
+    # "values", the first case, draws q first from a generator seeded with seed + 0, in float64
+    want = torch.randn(b, h, n, d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert torch.equal(values.inputs["q"].detach(), want.float())
+
+
+def test_a_padding_signature_runs_every_case_a_key_mask_can_say_the_empty_ones_included():
+    report = check(lambda q, k, v, keep: attnlab.attention(q, k, v, mask=keep[:, None, None, :]), signature="qkv_padding")
+    assert report.ok
+    assert report.skipped == ["broadcast mask (q, k) [float32, cpu]", "causal [float32, cpu]",
+                              "causal alignment (q < k) [float32, cpu]"]
+    assert {"empty keys (k = 0) [float32, cpu]", "empty batch (b = 0) [float32, cpu]",
+            "empty queries (q = 0) [float32, cpu]"} <= set(report.passed)
+
+
+def test_signatures_encode_a_key_mask_or_a_causal_flag_and_say_what_they_cannot_express():
+    padding, causal = SIGNATURES["qkv_padding"], SIGNATURES["qkv_causal"]
+    keep = torch.tensor([[True, False, True], [False, True, True]]).reshape(2, 1, 1, 3)
+    assert torch.equal(padding.encode(keep, False, (2, 4, 5, 3), torch.float32, "cpu"),
+                       torch.tensor([[True, False, True], [False, True, True]]))
+    assert torch.equal(padding.encode(keep[:1], False, (2, 4, 5, 3), torch.float32, "cpu"),
+                       torch.tensor([[True, False, True], [True, False, True]]))  # one row for every batch element
+    with pytest.raises(NotExpressible, match=r"^a \(b, k\) padding mask cannot forbid single \(query, key\) pairs$"):
+        padding.encode(torch.ones(2, 1, 5, 3, dtype=torch.bool), False, (2, 4, 5, 3), torch.float32, "cpu")
+    assert causal.encode(None, "top_left", (2, 4, 5, 3), torch.float32, "cpu") is True
+    assert causal.encode(torch.ones(2, 1, 1, 3, dtype=torch.bool), False, (2, 4, 5, 3), torch.float32, "cpu") is False
+    with pytest.raises(NotExpressible, match=r"^is_causal cannot forbid keys$"):
+        causal.encode(keep, "top_left", (2, 4, 5, 3), torch.float32, "cpu")

@@ -99,6 +99,27 @@ def test_build_plants_only_at_keys_no_query_may_attend():
     assert not row.allow[..., 0, :].any()
 
 
+def test_build_plants_nan_in_the_values_or_inf_in_the_keys_no_query_may_attend():
+    spec = dict(b=2, h=1, q=2, k=4, d=2, mask="key padding", seed=0)
+    name, s = build(Spec(**spec, plant="masked NaN value"))
+    unattended = ~s.allow[:, 0, 0, :]  # (b, k): a key padding mask, the same for every query
+    assert name == "masked NaN value" and unattended.any()
+    assert torch.isnan(s.v[:, 0][unattended]).all() and torch.isfinite(s.v[:, 0][~unattended]).all()
+    assert torch.isfinite(s.k).all()
+    name, s = build(Spec(**spec, plant="masked inf key"))
+    assert name == "masked inf key"
+    assert torch.equal(torch.isinf(s.k[:, 0]).all(-1), unattended) and (s.k[:, 0][unattended] > 0).all()
+    assert torch.isfinite(s.v).all()
+
+
+def test_check_tries_as_many_generated_inputs_as_it_is_asked():
+    from attnlab.testing.generate import smallest_failure
+
+    tried = []
+    assert smallest_failure(lambda name, s: tried.append(name), "qkv_mask", 7, seed=0) is None  # every one passes
+    assert len(tried) == 7
+
+
 @settings(max_examples=25, database=None, deadline=None)
 @given(specs("qkv_padding"))
 def test_the_strategy_in_a_users_own_property_test(spec):

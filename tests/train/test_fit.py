@@ -158,6 +158,19 @@ def test_the_loss_is_read_to_the_host_where_the_loop_logs_not_at_every_step(monk
     assert 0 < c20 - c10 <= 5  # ...a few each (the loss, its count, the guard's flags), none per step
 
 
+def test_tokens_per_second_counts_each_logged_interval_alone(monkeypatch):
+    import types
+
+    from attnlab.train import fit as fit_module
+
+    ticks = iter(range(1, 10_000))  # the loop's clock: a quarter second per reading
+    monkeypatch.setattr(fit_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 4))
+    result = fit(Linear(), FitConfig(steps=3, log_every=1, clip=0.0))
+    # each step reads the clock twice in a row: 0.25 s a step, 2 rows (tokens) a step
+    assert [r["tokens_per_s"] for r in result.history] == [8.0, 8.0, 8.0]
+    assert result.tokens_per_s == 6 / 0.75
+
+
 def test_a_captioner_stopped_within_an_epoch_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     from attnlab.models.captioner import Captioner, CaptionerConfig
     from attnlab.train.caption import CaptionTask

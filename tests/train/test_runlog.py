@@ -58,3 +58,13 @@ def test_plot_run_errors(tmp_path, capsys):
 def test_jsonl_writes_null_for_non_finite(tmp_path):
     text = runlog.jsonl([{"step": 1, "loss": float("nan")}])
     assert json.loads(text) == {"step": 1, "loss": None}
+
+
+@pytest.mark.parametrize("line", ['{"loss": 2.0}', '{"step": "3", "loss": 2.0}', '[1, 2]', '7'])
+def test_read_refuses_a_line_that_is_not_an_object_with_an_integer_step(tmp_path, line):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n\n' + line + "\n")
+    with pytest.raises(ValueError) as err:
+        runlog.read(tmp_path)
+    assert str(err.value) == f"{tmp_path / 'metrics.jsonl'}, line 3: expected an object with an integer 'step'"
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n\n{"step": 4}\n')
+    assert runlog.read(tmp_path) == [{"step": 1, "loss": 2.0}, {"step": 4}]
