@@ -16,6 +16,7 @@ from attnlab.explain import (
     builtin_names,
     document,
     load,
+    parse,
     render,
     render_markdown,
     run,
@@ -156,3 +157,53 @@ def test_cli_errors(capsys):
     assert main(["explain", "nope"]) == 2
     assert main(["explain", "dot", "--example", "seed-000-additive"]) == 2
     assert "not 'dot'" in capsys.readouterr().err
+
+
+def _elu1(x):
+    return np.where(x > 0, x + 1.0, np.exp(x))  # elu(x) + 1
+
+
+@pytest.mark.parametrize("mask", [None, [1, 0, 1]])  # no mask, a key mask: both keep linear attention's linear form
+def test_linear_walkthrough_without_causal_shows_similarities_and_weights(mask):
+    """Katharopoulos et al. 2020, eq. 4: s_ij = φ(q_i)ᵀφ(k_j) over the allowed keys, α_ij = s_ij / Σ_j s_ij."""
+    q, k, v = [[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [-1.0, 1.0], [0.0, 2.0]], [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    text = (f'mechanism = "linear"\n[inputs]\nquery = {q}\nkeys = {k}\nvalues = {v}\n'
+            + (f"mask = {mask}\n" if mask else ""))
+    t = run(parse(text, "lin.toml"))
+    allowed = np.array(mask if mask else [1, 1, 1], dtype=bool)
+    s = np.where(allowed, _elu1(np.array(q)) @ _elu1(np.array(k)).T, 0.0)
+    a = s / s.sum(-1, keepdims=True)
+    assert t.names() == ["query_features", "key_features", "similarities", "weights", "context"]
+    np.testing.assert_allclose(t["similarities"].value.numpy(), s, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(t["weights"].value.numpy(), a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(t["context"].value.numpy(), a @ np.array(v), rtol=0, atol=1e-12)
+
+
+def test_attentional_walkthrough_applies_the_mask():
+    """Luong et al. 2015: dot scores, masked keys get weight 0; h̃ = tanh(W_c [c; s] + b_c)."""
+    q, k = np.array([0.6, -0.2]), np.array([[0.2, 0.5], [0.3, 0.1], [-0.1, 0.4]])
+    w_c = np.array([[1.0, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.5]])
+    text = ('mechanism = "attentional"\n[inputs]\nquery = [0.6, -0.2]\nkeys = [[0.2, 0.5], [0.3, 0.1], [-0.1, 0.4]]\n'
+            'mask = [1, 0, 1]\n[params]\nw_c = [[1.0, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.5]]\n')
+    ex = parse(text, "att.toml")
+    t = run(ex)
+    e = np.exp(k @ q) * [1, 0, 1]
+    a = e / e.sum()
+    c = a @ k
+    np.testing.assert_allclose(display_value(ex, "weights", t["weights"].value).numpy().ravel(), a, atol=1e-12)
+    np.testing.assert_allclose(t["context"].value.numpy().ravel(), c, atol=1e-12)
+    np.testing.assert_allclose(t["output"].value.numpy().ravel(), np.tanh(w_c @ np.concatenate([c, q])), atol=1e-12)
+
+
+def test_example_errors_name_the_line_and_what_is_allowed():
+    from attnlab.explain.examples import ExampleError
+
+    text = 'mechanism = "general"\n[inputs]\nquery = [1.0]\nkeys = [[1.0]]\n[params]\nscore = "cosine"\n'
+    with pytest.raises(ExampleError) as e:
+        run(parse(text, "s.toml"))
+    assert str(e.value) == ("s.toml, line 6: [params] score: unknown score 'cosine'; "
+                            "known: dot, scaled_dot, general, additive, concat")
+    text = 'mechanism = "gqa"\n[inputs]\nx = [[1, 0, 0, 1]]\n[params]\nnum_heads = 3\nnum_kv_heads = 2\n'
+    with pytest.raises(ExampleError) as e:
+        run(parse(text, "g.toml"))
+    assert str(e.value) == "g.toml, line 6: [params] num_kv_heads: must divide num_heads=3; got 2"

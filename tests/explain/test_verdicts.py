@@ -9,6 +9,7 @@ import numpy as np
 
 from attnlab.cli import main
 from attnlab.explain import parse, render, run, verify
+from attnlab.explain.render_text import render_claims
 from attnlab.explain.verify import CONVENTION, EXACT, OTHER_STEP, WRONG
 
 
@@ -125,3 +126,20 @@ def test_a_wrong_value_invisible_at_the_later_precision_is_not_upstream():
     assert np.round(_softmax([1, 3, 2.5]), 1).tolist() == [0.1, 0.6, 0.3]
     v = verify(parse(text, "t.toml"))
     assert v[1].status == WRONG and v[1].upstream == "scores[3]" and v[1].follows_from == "scores[3]"
+
+
+def test_argmax_claims_print_the_true_position_and_its_value_in_english_by_default():
+    # scores = qᵀk = [0, -1, -2]: the largest is 0, at position 1; weights = softmax(scores), largest at 1 too
+    text = ('mechanism = "dot"\n[inputs]\nquery = [1.0, 0.0]\nkeys = [[0.0, 0.0], [-1.0, 0.0], [-2.0, 0.0]]\n'
+            '[[claim]]\nstep = "scores"\nrelation = "argmax"\nvalue = 1\n'
+            '\n[[claim]]\nstep = "weights"\nrelation = "argmax"\nvalue = 2\n')
+    verdicts = verify(parse(text, "a.toml"))
+    top = _softmax([0.0, -1.0, -2.0]).max()
+    assert f"{top:.4f}" == "0.6652"
+    lines = render_claims(verdicts, 4)
+    assert lines == render_claims(verdicts, 4, "en")
+    assert lines[1] == "Claims written in the example, checked against attnlab:"
+    assert lines[2].endswith("true: position 1 (0.0000)") and "✓" in lines[2]
+    assert lines[3].endswith("true: position 1 (0.6652)") and "✗" in lines[3]
+    zh = render_claims(verdicts, 4, "zh")
+    assert zh[2].endswith("真值：第 1 位（0.0000）") and zh[3].endswith("真值：第 1 位（0.6652）")

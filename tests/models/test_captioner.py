@@ -196,3 +196,16 @@ def test_a_tiny_training_run_looks_at_the_right_emoji():
     # 0.48 on an AVX-512 CPU, above 0.5 on the CPU the test was written on; both cells right by guessing:
     # about chance squared (1/16)
     assert s["exact_match"] > 0.4, s
+
+
+def test_the_transformer_decoder_has_no_dropout_training_gives_the_eval_outputs():
+    """The decoder layers are built with dropout 0: in training mode the logits and maps are those of eval mode."""
+    torch.manual_seed(3)
+    m = Captioner(CaptionerConfig(vocab_size=12, num_heads=2, decoder="transformer", layers=2, **SMALL)).eval()
+    x, tok = torch.rand(2, 3, 32, 32), torch.randint(0, 12, (2, 4))
+    with torch.no_grad():
+        want_logits, want_w = m(x, tok)
+        m.decoder.train()  # the decoder only: the encoder's batch norm would use batch statistics
+        logits, w = m(x, tok)
+    torch.testing.assert_close(logits, want_logits, rtol=0, atol=0)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=0)

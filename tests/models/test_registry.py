@@ -71,3 +71,21 @@ def test_old_lm_checkpoint_without_model_kind_still_loads(tmp_path):
 def test_model_config_refuses_an_unregistered_module():
     with pytest.raises(TypeError, match="Linear"):
         model_config(torch.nn.Linear(2, 2))
+
+
+def test_counting_builds_big_tensors_on_meta_and_small_or_placed_ones_for_real():
+    """``_Shapes`` (what ``count_parameters`` builds under): more than 2**16 numbers in all (not per axis)
+    goes to meta, drawn or not; a small table, or a tensor made with an explicit device, is made as asked."""
+    from attnlab.models import _Shapes
+
+    assert _Shapes.SMALL == 2**16
+    with _Shapes():
+        wide = torch.zeros(2, 40_000)  # 80,000 numbers, each axis under 2**16
+        drawn = torch.randn(300, 300, generator=torch.Generator().manual_seed(0))
+        filled = torch.full((3, 30_000), 1.5)
+        small = torch.ones(4, 4)
+        placed = torch.zeros(300, 300, device="cpu")
+    for t, shape in ((wide, (2, 40_000)), (drawn, (300, 300)), (filled, (3, 30_000))):
+        assert t.is_meta and t.shape == shape
+    assert not small.is_meta and torch.equal(small, torch.ones(4, 4))
+    assert placed.device.type == "cpu" and torch.equal(placed, torch.zeros(300, 300))

@@ -56,6 +56,22 @@ def test_registered_and_rebuilt_from_its_config():
         TransformerConfig(src_vocab=5, tgt_vocab=5, positional="alibi")
 
 
+def test_positions_need_an_even_dim_for_sinusoidal_and_an_even_head_size_for_rope():
+    """Sinusoidal positions pair the model's dim (sin, cos); rotary ones pair each head's dims: dim=6 over
+    2 heads (head size 3) suits sinusoidal and learned positions, not rope; dim=6 over 3 heads (size 2) suits all."""
+    for positional in ("sinusoidal", "learned"):
+        cfg = TransformerConfig(src_vocab=5, tgt_vocab=5, dim=6, num_heads=2, positional=positional)
+        assert TransformerTranslator(cfg).config.dim == 6
+    with pytest.raises(ValueError) as e:
+        TransformerConfig(src_vocab=5, tgt_vocab=5, dim=6, num_heads=2, positional="rope")
+    assert str(e.value) == "rope positions need an even the head size dim / num_heads; got dim=6, num_heads=2"
+    assert TransformerTranslator(TransformerConfig(src_vocab=5, tgt_vocab=5, dim=6, num_heads=3, positional="rope"))
+    TransformerConfig(src_vocab=5, tgt_vocab=5, dim=5, num_heads=1, positional="learned")  # an odd dim: learned only
+    with pytest.raises(ValueError) as e:
+        TransformerConfig(src_vocab=5, tgt_vocab=5, dim=5, num_heads=1, positional="sinusoidal")
+    assert str(e.value) == "sinusoidal positions need an even dim; got dim=5, num_heads=1"
+
+
 def test_transformer_learns_reversal():
     train_ex = encode_pairs(reversal(1500, 0), VOCAB, VOCAB)
     test_ex = encode_pairs(reversal(100, 1), VOCAB, VOCAB)
