@@ -50,6 +50,7 @@ done
 test -s sample.txt || { echo "no mutants listed for $pkgs" >&2; exit 1; }
 "$mutmut" run --max-children "${MUTATION_JOBS:-2}" $(cat sample.txt) > run.log 2>&1 || true
 end=$(date +%s)
-"$mutmut" results --all true | grep -F -f sample.txt > results.txt || true
+sed "s/$/:/" sample.txt > sample-names.txt
+"$mutmut" results --all true | grep -F -f sample-names.txt > results.txt || true
 echo "$(grep -c . all.txt) mutants in $pkgs; a sample of $size per package (seed $seed); tests: $*; $(( (end - start) / 60 )) min"
 "$py" "$repo/benchmarks/mutation_summary.py" --sample-of "${sample_of[@]}" < results.txt

@@ -4,7 +4,7 @@ and ring attention without padding and without autograd (the fused inference pat
 The reference is dense float64 NumPy written here: the allowed pairs from the patterns'
 definitions (window |band|, global rows and columns, strides) and causality, a softmax with
 −inf where masked (a row with no key gives zeros), and the backward by hand
-(dV = Wᵀ dO, dS = W ⊙ (dO Vᵀ − rowsum), dQ = dS K / √d, dK = dSᵀ Q / √d). Each gloo worker
+(dV = Wᵀ dO, dS = W ⊙ (dO Vᵀ − rowsum), dQ = dS K · scale, dK = dSᵀ Q · scale, scale = 1/√d unless a case gives one). Each gloo worker
 process runs ``context_parallel_attention`` on its shard, with autograd (backward of its shard
 of a fixed upstream gradient) and under ``torch.no_grad()``; the gathered results must match
 the reference to 1e-10 with 2 processes (and 4 with ``-m slow``).
@@ -35,6 +35,11 @@ CASES = {
     "ring-full": dict(mode="ring", layout="contiguous", causal=False, pattern=None, pad=False),
     "ring-zigzag-causal-strided": dict(mode="ring", layout="zigzag", causal=True, pattern=("strided", 3), pad=False),
     "ring-causal-window-halo": dict(mode="ring", layout="contiguous", causal=True, pattern=("window", 3, 3), pad=False),
+    # a scale that is not 1/sqrt(d), on each path (the window's halo exchange, the ring, Ulysses)
+    "ring-causal-window-halo-pad-scale": dict(mode="ring", layout="contiguous", causal=True, pattern=("window", 3, 3),
+                                              pad=True, scale=0.3),
+    "ring-zigzag-causal-scale": dict(mode="ring", layout="zigzag", causal=True, pattern=None, pad=False, scale=0.3),
+    "ulysses-causal-pad-scale": dict(mode="ulysses", layout="contiguous", causal=True, pattern=None, pad=True, scale=0.3),
 }
 
 
@@ -76,14 +81,15 @@ def _reference(case):
     """Dense float64 NumPy attention over the whole sequence → (out, dq, dk, dv)."""
     q, k, v, up, pad = (t.numpy() for t in _inputs())
     allow = _allowed(case)[None, None] & (pad[:, None, None, :] if case["pad"] else True)  # (b, 1, n, n)
-    s = np.where(allow, q @ k.transpose(0, 1, 3, 2) / np.sqrt(D), -np.inf)
+    sc = case.get("scale", 1 / np.sqrt(D))
+    s = np.where(allow, q @ k.transpose(0, 1, 3, 2) * sc, -np.inf)
     live = allow.any(-1, keepdims=True)
     e = np.where(allow, np.exp(s - np.where(live, s.max(-1, keepdims=True), 0.0)), 0.0)
     w = np.where(live, e / np.where(live, e.sum(-1, keepdims=True), 1.0), 0.0)  # a row with no key: zeros
     out = w @ v
     dw = up @ v.transpose(0, 1, 3, 2)
     ds = w * (dw - (dw * w).sum(-1, keepdims=True))
-    return out, ds @ k / np.sqrt(D), ds.transpose(0, 1, 3, 2) @ q / np.sqrt(D), w.transpose(0, 1, 3, 2) @ up
+    return out, ds @ k * sc, ds.transpose(0, 1, 3, 2) @ q * sc, w.transpose(0, 1, 3, 2) @ up
 
 
 def _run_case(case):
@@ -92,7 +98,7 @@ def _run_case(case):
 
     q, k, v, up, pad = _inputs()
     lay = case["layout"]
-    kw = dict(causal=case["causal"], pattern=_pattern(case["pattern"]), mode=case["mode"], layout=lay,
+    kw = dict(causal=case["causal"], pattern=_pattern(case["pattern"]), mode=case["mode"], layout=lay, scale=case.get("scale"),
               mask=shard(pad, dim=-1, layout=lay) if case["pad"] else None)
     ql, kl, vl = (shard(t, layout=lay).clone().requires_grad_() for t in (q, k, v))
     out, _ = context_parallel_attention(ql, kl, vl, **kw)
