@@ -104,6 +104,37 @@ def all_gather(x: torch.Tensor, dim: int, group=None) -> torch.Tensor:
     return _AllGather.apply(group, dim, x)
 
 
+def _all_to_all(chunks: list[torch.Tensor], group) -> list[torch.Tensor]:
+    """out[i] = rank i's chunks[my rank]. gloo has no all_to_all: one scatter from each rank, named by
+    its rank in ``group`` (torch.distributed.nn's all_to_all passes it as a global rank, which fails in
+    a group smaller than the world)."""
+    out = [torch.empty_like(c) for c in chunks]
+    if dist.get_backend(group) != dist.Backend.GLOO:
+        dist.all_to_all(out, chunks, group=group)
+        return out
+    me = dist.get_rank(group)
+    for i in range(len(chunks)):
+        dist.scatter(out[i], chunks if i == me else None, group=group, group_src=i)
+    return out
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, group, *chunks):
+        ctx.group = group
+        return tuple(_all_to_all([c.contiguous() for c in chunks], group))
+
+    @staticmethod
+    def backward(ctx, *grads):  # the gradient of what rank i received goes back to rank i: the same exchange
+        return (None, *_all_to_all([g.contiguous() for g in grads], ctx.group))
+
+
+def all_to_all(chunks: list[torch.Tensor], group=None) -> list[torch.Tensor]:
+    """Chunk i of every rank to rank i: returns, in rank order, what each rank sent this one
+    (one chunk per rank of ``group``, each the same shape on every rank); differentiable."""
+    return list(_AllToAll.apply(group, *chunks))
+
+
 def rotate_(tensors: list[torch.Tensor], group=None, chunks: int = 8) -> None:
     """Pass each contiguous tensor to the next rank of the ring, in place: it then holds the previous
     rank's. No autograd. The exchange goes ``chunks`` pieces at a time through one buffer of a
@@ -123,4 +154,4 @@ def rotate_(tensors: list[torch.Tensor], group=None, chunks: int = 8) -> None:
             part.copy_(got)
 
 
-__all__ = ["all_gather", "exchange", "rotate_", "tie"]
+__all__ = ["all_gather", "all_to_all", "exchange", "rotate_", "tie"]

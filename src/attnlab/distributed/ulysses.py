@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_fn
 
 from .. import patterns as P
 from .._checks import RENAMED
 from ..functional.attention import attention
 from ..kernels import block_sparse_attention
+from .comm import all_to_all
 from .layout import check_shards, empty_result, positions, world
 
 
 def _to_heads(x: torch.Tensor, size: int, order: torch.Tensor | None, group) -> torch.Tensor:
     """(b, h, n/W, d) sequence shard → (b, h/W, n, d) head shard, in sequence order."""
     chunks = [c.contiguous() for c in x.chunk(size, dim=1)]  # W × (b, h/W, n/W, d)
-    got = dist_fn.all_to_all([torch.empty_like(c) for c in chunks], chunks, group=group)
+    got = all_to_all(chunks, group)
     whole = torch.cat(got, dim=2)  # (b, h/W, n, d), in rank order
     return whole if order is None else whole.index_select(2, torch.argsort(order))
 
@@ -37,7 +37,7 @@ def _to_sequence(x: torch.Tensor, size: int, order: torch.Tensor | None, group) 
     if order is not None:
         x = x.index_select(2, order)  # sequence order → rank order
     chunks = [c.contiguous() for c in x.chunk(size, dim=2)]  # W × (b, h/W, n/W, d)
-    got = dist_fn.all_to_all([torch.empty_like(c) for c in chunks], chunks, group=group)
+    got = all_to_all(chunks, group)
     return torch.cat(got, dim=1)
 
 
