@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import argparse
 
+from cli_parsers import every_parser
+
 from attnlab.cli import build_parser
 
 # options whose name says what they are (written here, not taken from attnlab)
 SELF_EXPLANATORY = {"--seed", "--quiet", "--epochs", "--split", "--beam", "--lang", "--format"}
-
-
-def _parsers(parser: argparse.ArgumentParser, name: str = "attnlab"):
-    """Every (name, parser) under ``parser``: each verb and each task of a verb."""
-    yield name, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub, p in action.choices.items():
-                yield from _parsers(p, f"{name} {sub}")
 
 
 def _flat(text: str) -> str:
@@ -27,7 +20,7 @@ def _flat(text: str) -> str:
 
 def test_the_examples_of_a_description_keep_their_lines_in_help():
     shown = 0
-    for name, parser in _parsers(build_parser()):
+    for name, parser in every_parser(build_parser()):
         lines = parser.format_help().splitlines()
         for line in (parser.description or "").splitlines():
             if line.startswith("    attnlab "):  # an indented example command
@@ -38,7 +31,7 @@ def test_the_examples_of_a_description_keep_their_lines_in_help():
 
 def test_every_option_says_what_it_is_unless_its_name_does():
     unexplained, seen = [], 0
-    for name, parser in _parsers(build_parser()):
+    for name, parser in every_parser(build_parser()):
         for action in parser._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
                 continue
@@ -52,7 +45,7 @@ def test_every_option_says_what_it_is_unless_its_name_does():
 def test_help_of_the_options_a_verb_documents():
     def help_of(*verb: str) -> str:
         parser = build_parser(only=verb[0])
-        for _, p in _parsers(parser):
+        for _, p in every_parser(parser):
             if p.prog == "attnlab " + " ".join(verb):
                 return _flat(p.format_help())
         raise AssertionError(verb)
@@ -70,7 +63,7 @@ def test_help_of_the_options_a_verb_documents():
 
 def test_every_default_is_one_of_the_choices():
     checked = 0
-    for name, parser in _parsers(build_parser()):
+    for name, parser in every_parser(build_parser()):
         for action in parser._actions:
             if action.choices is None or isinstance(action, argparse._SubParsersAction):
                 continue

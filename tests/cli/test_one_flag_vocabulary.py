@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from cli_parsers import every_parser
 
 from attnlab.cli import build_parser
 
@@ -86,18 +87,9 @@ def test_an_old_spelling_is_checked_as_the_new_one(capsys):
     assert "alibi" in err and "Traceback" not in err
 
 
-def _parsers(parser: argparse.ArgumentParser, name: str = "attnlab"):
-    """Every (name, parser) under ``parser``: each verb and each task of a verb."""
-    yield name, parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub, p in action.choices.items():
-                yield from _parsers(p, f"{name} {sub}")
-
-
 def test_no_verb_shows_a_synonym_of_a_canonical_flag():
     seen = 0
-    for name, parser in _parsers(build_parser()):
+    for name, parser in every_parser(build_parser()):
         usage, listed = parser.format_usage(), parser.format_help().split("options:", 1)[-1]
         for action in parser._actions:
             shown = action.help is not argparse.SUPPRESS
@@ -111,7 +103,7 @@ def test_no_verb_shows_a_synonym_of_a_canonical_flag():
 
 def test_the_old_spellings_are_hidden_but_accepted_where_they_were():
     hidden = {}
-    for name, parser in _parsers(build_parser()):
+    for name, parser in every_parser(build_parser()):
         for action in parser._actions:
             for flag in action.option_strings:
                 if flag in SYNONYMS:
