@@ -68,6 +68,10 @@ def test_batches_masks_and_determinism():
     o1 = batch_order(c.train, 16, seed=3, epoch=2)
     assert o1 == batch_order(c.train, 16, seed=3, epoch=2) and o1 != batch_order(c.train, 16, seed=3, epoch=1)
     assert sorted(i for bt in o1 for i in bt) == list(range(len(c.train)))
+    ones = batch_order(c.train[:7], 1, seed=0, epoch=0)  # the smallest batch is one example
+    assert sorted(ones) == [[i] for i in range(7)]
+    with pytest.raises(ValueError, match="batch_size must be >= 1; got 0"):
+        batch_order(c.train, 0, seed=0, epoch=0)
 
 
 FIXTURE = """# Version :: test

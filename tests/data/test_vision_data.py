@@ -97,13 +97,21 @@ def test_image_rules(tmp_path):
     with pytest.raises(ValueError, match="at least 8"):
         E.read_image(tmp_path / "tiny.png", 16)
     Image.new("CMYK", (16, 16)).save(tmp_path / "cmyk.jpg")
-    with pytest.raises(ValueError, match="mode 'CMYK'"):
+    with pytest.raises(ValueError, match=r"mode 'CMYK'; expected one of RGB, L, RGBA, LA, P, PA \(convert it, e\.g\. "
+                                         r"with Pillow's Image\.convert\('RGB'\)\)"):
         E.read_image(tmp_path / "cmyk.jpg", 16)
     (tmp_path / "text.png").write_text("not an image")
     with pytest.raises(ValueError, match="not an image"):
         E.read_image(tmp_path / "text.png", 16)
     with pytest.raises(FileNotFoundError):
         E.read_image(tmp_path / "absent.png", 16)
+
+
+def test_caption_words_split_and_join_by_language():
+    """Words for English, French and German (joined with spaces); characters for Chinese (joined with nothing)."""
+    assert E.tokenize("Dog  Face") == ["dog", "face"] and E.join_tokens(["dog", "face"]) == "dog face"
+    assert E.join_tokens(["visage", "de", "chien"], "fr") == "visage de chien"
+    assert E.tokenize("狗 脸", "zh") == ["狗", "脸"] and E.join_tokens(["狗", "脸"], "zh") == "狗脸"
 
 
 def test_vocab_round_trip():

@@ -1,5 +1,6 @@
 """Context parallelism where the older tests are thin: Ulysses with ``causal`` and a pattern together,
-and ring attention without padding and without autograd (the fused inference path).
+and ring attention without padding and without autograd (the fused inference path), and the path that
+devices other than the CPU take (the core's attention in place of the CPU kernels), run on the CPU.
 
 The reference is dense float64 NumPy written here: the allowed pairs from the patterns'
 definitions (window |band|, global rows and columns, strides) and causality, a softmax with
@@ -40,6 +41,11 @@ CASES = {
                                               pad=True, scale=0.3),
     "ring-zigzag-causal-scale": dict(mode="ring", layout="zigzag", causal=True, pattern=None, pad=False, scale=0.3),
     "ulysses-causal-pad-scale": dict(mode="ulysses", layout="contiguous", causal=True, pattern=None, pad=True, scale=0.3),
+    # the path that devices other than the CPU take (the core's attention instead of the CPU kernels), run here
+    "ring-zigzag-causal-pad-scale-explicit": dict(mode="ring", layout="zigzag", causal=True, pattern=None, pad=True,
+                                                  scale=0.3, explicit=True),
+    "ring-causal-window-halo-pad-scale-explicit": dict(mode="ring", layout="contiguous", causal=True,
+                                                       pattern=("window", 3, 3), pad=True, scale=0.3, explicit=True),
 }
 
 
@@ -93,7 +99,20 @@ def _reference(case):
 
 
 def _run_case(case):
-    """This rank's part of one case, gathered: {"grad": [out, dq, dk, dv], "nograd": [out]}."""
+    """This rank's part of one case, gathered: {"grad": [out, dq, dk, dv], "nograd": [out]}; an
+    ``explicit`` case switches the ring's CPU kernels off for its duration."""
+    from attnlab.distributed import ring
+
+    saved = ring._fused_ok, ring._window_kernel_ok
+    if case.get("explicit"):
+        ring._fused_ok = ring._window_kernel_ok = lambda q: False
+    try:
+        return _run(case)
+    finally:
+        ring._fused_ok, ring._window_kernel_ok = saved
+
+
+def _run(case):
     from attnlab.distributed import context_parallel_attention, gather, shard
 
     q, k, v, up, pad = _inputs()

@@ -67,6 +67,9 @@ def test_shapes_that_disagree_or_have_no_feature_are_named(entry):
         ENTRIES[entry](q[..., :0], k[..., :0], v)
     with pytest.raises(ValueError, match=re.escape("q must be this rank's shard (b, h, n/W, d); got shape (2, 4, 3)")):
         ENTRIES[entry](q[0], k, v)
+    with pytest.raises(ValueError, match=re.escape("context-parallel attention needs query and key feature sizes to "
+                                                   "match: query (1, 2, 4, 3) has d=3, key (1, 2, 4, 2) has d=2")):
+        ENTRIES[entry](q, k[..., :2], v)
 
 
 # --- empty shards, two processes ----------------------------------------------------------------------------
@@ -110,6 +113,8 @@ def _empty_worker(rank, world, port, results):
             got["shorter than the world"] = "no error"
         except ValueError as e:
             got["shorter than the world"] = str(e)
+        for layout in ("contiguous", "zigzag"):  # an empty sequence splits into empty shards
+            got[f"empty sequence/{layout}"] = tuple(shard(torch.zeros(1, 2, 0, 3), layout=layout).shape)
         if rank == 0:
             results.update(got)
     finally:
@@ -149,3 +154,8 @@ def test_a_sequence_shorter_than_the_world_is_named_when_sharded(empty_results):
     assert empty_results["shorter than the world"] == (
         "a sequence of n=1 positions does not split evenly: the contiguous layout over 2 processes needs n "
         "divisible by 2; pad the sequence (and mask the padding)")
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_an_empty_sequence_shards_into_empty_shards(empty_results, layout):
+    assert empty_results[f"empty sequence/{layout}"] == (1, 2, 0, 3)

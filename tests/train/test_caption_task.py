@@ -46,3 +46,17 @@ def test_train_captioner_trains_on_the_runtime_it_is_given():
     _, _, history, _ = train_captioner(cfg, log=None, runtime=rt)
     assert rt.steps == 2  # 8 scenes in batches of 4, one epoch
     assert len(history) == 1
+
+
+def test_a_checkpoint_keeps_each_epochs_loss_and_timing_from_the_run_log():
+    """The checkpoint's state names the epoch and carries the losses and timings the log recorded."""
+    task = _task()
+    task.optimizer()
+    records = [{"step": 3, "epoch": 1, "loss": 2.5, "wall_s": 0.5, "tokens_per_s": 80.0},
+               {"step": 6, "epoch": 2, "loss": 1.5, "wall_s": 0.25, "tokens_per_s": 160.0, "skipped": 1},
+               {"step": 6, "event": "resumed"}]  # a record without a loss is not an epoch
+    tensors, config, files = task.checkpoint(6, records)
+    state = config["state"]
+    assert state["epoch"] == 2 and state["history"] == [2.5, 1.5]
+    assert state["timing"] == [{"wall_s": 0.5, "tokens_per_s": 80.0}, {"wall_s": 0.25, "tokens_per_s": 160.0, "skipped": 1}]
+    assert set(tensors) == {"rng.batches"} and files == {}

@@ -47,3 +47,20 @@ def test_context_parallel_asks_for_as_many_processes_as_it_splits_a_window_acros
         train_lm(TEXT, _cfg(context_parallel=2), runtime=Runtime())
     assert str(err.value) == ("context_parallel=2 splits each window across all processes: run it under torchrun "
                               "with --nproc-per-node 2; got 1 process(es)")
+
+
+def test_the_held_out_text_is_the_share_the_checkpoint_says_training_left_out():
+    """``lm_held_out`` splits with the run's own ``val_fraction``: 0.3 of 40 characters is the last 12
+    (not the default 0.1, which would leave the block size + 1 = 5)."""
+    from types import SimpleNamespace
+
+    from attnlab.data.vocab import Vocab
+    from attnlab.train.heldout import lm_held_out
+
+    text = "abcdefghij" * 4
+    vocab = Vocab.chars(text)
+    model = SimpleNamespace(config=SimpleNamespace(block_size=4))
+    loaded = SimpleNamespace(config={"train": {"val_fraction": 0.3}}, vocabs={"vocab": vocab}, model=model)
+    assert vocab.decode(lm_held_out(loaded, text).tolist()) == text[-12:]
+    loaded.config = {}  # a checkpoint without the field: the default share, at least a block and one more
+    assert vocab.decode(lm_held_out(loaded, text).tolist()) == text[-5:]

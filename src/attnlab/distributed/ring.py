@@ -169,7 +169,13 @@ def _reach(bad: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, allow: t
 
 
 def _fused_ok(q: torch.Tensor) -> bool:
+    """PyTorch's fused flash kernel runs the ring's blocks (on the CPU); elsewhere the core's attention."""
     return flash.HAS_FUSED and q.device.type == "cpu"
+
+
+def _window_kernel_ok(q: torch.Tensor) -> bool:
+    """attnlab's block-sparse CPU kernel runs the window's halo; elsewhere the core's attention."""
+    return q.device.type == "cpu"
 
 
 def _bias(call: _Call, b: int, dtype) -> torch.Tensor | None:
@@ -245,7 +251,7 @@ def _halo(q, k, v, pad, win: P.Window, n: int, scale: float, group) -> torch.Ten
     v_all = torch.cat([b[1] for b in blocks], -2)
     p_all = None if pad is None else torch.cat([b[2] > 0.5 if b is not mine else b[2] for b in blocks], -1)
     k_pos = torch.arange(start - (win.before if lo is not None else 0), start + c + (win.after if hi is not None else 0))
-    if q.device.type == "cpu":  # the block-sparse kernel: O(c·w), on queries padded to the keys' span
+    if _window_kernel_ok(q):  # the block-sparse kernel: O(c·w), on queries padded to the keys' span
         lo_n, hi_n = int(start - k_pos[0]), int(k_pos[-1] + 1 - start - c)
         zeros = q.new_zeros
         q_ext = torch.cat([zeros(*q.shape[:-2], lo_n, q.shape[-1]), q, zeros(*q.shape[:-2], hi_n, q.shape[-1])], -2)
