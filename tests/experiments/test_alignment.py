@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -52,12 +54,33 @@ def test_quick_run(tmp_path, capsys):
         data_root()
     except FileNotFoundError as e:
         pytest.skip(str(e))
+    t0 = time.perf_counter()
     assert main(["experiment", "alignment", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
+    took = time.perf_counter() - t0
     assert "smoke-run figures" in capsys.readouterr().out
     res = json.loads((tmp_path / "results.json").read_text())
+    assert 0 < max(res["seconds"].values()) <= res["wall_seconds"] <= took  # each method's time within the run's
     methods = {"diagonal", "ibm1", "bahdanau argmax", "bahdanau ≥0.3", "luong argmax", "luong ≥0.3"}
     assert set(res["aer"]) == methods
     assert all(0.0 <= a <= 1.0 for a in res["aer"].values())
     assert all(len(v) == len(res["buckets"]) for v in res["aer_by_length"].values())
     if importlib.util.find_spec("matplotlib"):
         assert (tmp_path / "alignment.png").stat().st_size > 1000
+
+
+def test_the_plot_shows_aer_in_percent_at_each_buckets_middle(tmp_path, monkeypatch):
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from attnlab.experiments import alignment
+
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to read it back
+    res = {"buckets": [[1, 10], [11, 20]], "aer_by_length": {"ibm1": [0.5, 0.25], "luong argmax": [0.2, 0.1]},
+           "n_test": 7}
+    assert alignment.plot(res, tmp_path / "a.png") == tmp_path / "a.png" and (tmp_path / "a.png").exists()
+    ax = kept[0].axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("source verse length (words)", "AER (%), lower is better")
+    assert ax.get_title() == "Alignment error on 7 held-out verses"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    np.testing.assert_allclose(lines["ibm1"].get_xydata(), [[5.5, 50.0], [15.5, 25.0]])
+    np.testing.assert_allclose(lines["luong argmax"].get_xydata(), [[5.5, 20.0], [15.5, 10.0]])
+    assert lines["ibm1"].get_linestyle() == "--" and lines["luong argmax"].get_linestyle() == "-"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -217,10 +218,13 @@ def test_cli_on_a_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*train, "--attention", "luong", "--out", str(run)]) == 0
     out = tmp_path / "f"
+    t0 = time.perf_counter()
     assert main(["experiment", "faithfulness", "--run", str(run), "--test-size", "5", "--adv-steps", "2",
                  "--quiet", "--out", str(out)]) == 0
+    took = time.perf_counter() - t0
     assert "| luong | uniform |" in capsys.readouterr().out
-    assert json.loads((out / "results.json").read_text())["config"]["run"] == str(run)
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["run"] == str(run) and 0 < res["seconds"] <= took  # the measurement's own wall time
     none = tmp_path / "none"
     assert main([*train, "--attention", "none", "--out", str(none)]) == 0
     capsys.readouterr()

@@ -173,6 +173,8 @@ def test_cli_json(capsys):
         ('mechanism = "dot"\n[inputs]\nquery = [1.0]\nkeys = [[1.0]]\n\n[[claim]]\nstep = "scores"\nindex = [3]\nvalue = 1\n',
          ["line 6", "out of range"]),
         ('mechanism = "multi_head"\n[inputs]\nx = [[1.0, 2.0]]\n[params]\nnum_heads = 0\n', ["line 5", "num_heads"]),
+        ('mechanism = "gqa"\n[inputs]\nx = [[1.0, 2.0]]\n[params]\nnum_heads = 2\n',
+         ["bad.toml, line 4: [params]: mechanism 'gqa' needs num_kv_heads"]),
     ],
 )
 def test_malformed_files_name_field_and_line(text, words):

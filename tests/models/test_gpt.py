@@ -74,6 +74,15 @@ def test_sampling_temperature_and_top_k():
         model.generate(torch.zeros(1, 1, dtype=torch.long), 1, temperature=-1)
 
 
+def test_a_tiny_temperature_samples_each_rows_own_best_token():
+    """Each row is shifted by its own maximum: a row far below another's logits still samples its best token
+    at a tiny temperature (shifted by the batch's maximum it would read as all −inf and draw NaN)."""
+    logits = torch.tensor([[0.0, 500.0, 1.0], [-900.0, -901.0, -899.5]])
+    g = torch.Generator().manual_seed(0)
+    for t in (1e-3, 1e-40):
+        assert sample(logits, temperature=t, generator=g).flatten().tolist() == [1, 2]
+
+
 def test_attention_maps_are_the_models_weights():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=9, block_size=12, dim=16, num_layers=3, num_heads=2)).eval()

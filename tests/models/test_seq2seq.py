@@ -8,7 +8,7 @@ import torch
 from attnlab.data.batching import collate, encode_pairs
 from attnlab.data.vocab import EOS, Vocab
 from attnlab.models import Seq2Seq, Seq2SeqConfig, build_model
-from attnlab.train.decode import beam_search, greedy
+from attnlab.train.decode import beam_search, greedy, length_guard
 from attnlab.train.loop import TrainConfig, train
 
 LETTERS = "abcdef"
@@ -115,6 +115,22 @@ def test_max_len_guard():
         assert len(h.tokens) == 9 and not h.ended
     with pytest.raises(ValueError, match="max_len"):
         greedy(m, b.src, b.src_mask, max_len=0)
+
+
+def test_held_out_translations_are_cut_at_twice_the_longest_reference_plus_ten():
+    from attnlab.train.heldout import translate_examples
+
+    assert length_guard([3, 7]) == 24 and length_guard([0]) == 10 and length_guard(iter([5, 1])) == 20
+    m = small("luong").eval()
+    with torch.no_grad():  # never ends, and writes only letters (no padding or sentence start, which decoding drops)
+        m.output.predict.bias[[EOS, VOCAB.pad_id, VOCAB.bos_id]] = -1e4
+    ex = encode_pairs(reversal(6, 4), VOCAB, VOCAB)
+    hyps, refs, lengths = translate_examples(m, ex, VOCAB, batch_size=3)
+    batches = [sorted(range(6), key=lambda j: len(ex[j][0]))[i : i + 3] for i in (0, 3)]  # by source length
+    for idx in batches:
+        guard = 2 * max(len(ex[i][1]) for i in idx) + 10
+        assert [len(hyps[i]) for i in idx] == [guard] * 3  # one character a token
+    assert refs == [VOCAB.decode(t) for _, t in ex] and lengths == [len(s) for s, _ in ex]
 
 
 def test_resume_gives_the_same_weights(tmp_path):

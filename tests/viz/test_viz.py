@@ -69,6 +69,12 @@ def test_head_grid_alignment_pattern_overlay(tmp_path):
 
 def test_cjk_labels_get_a_font_or_a_warning(monkeypatch):
     assert fonts.has_cjk(["猫"]) and not fonts.has_cjk(["cat"])
+    # the blocks' edges: CJK radicals from U+2E80 to the last unified ideograph U+9FFF, hangul syllables,
+    # compatibility ideographs and full-width forms; Yi (U+A000), Hangul Jamo Extended-B (U+D7B0) are not
+    inside = ["\u2e80", "\u9fff", "\uac00", "\ud7af", "\uf900", "\ufaff", "\uff00", "\uffef"]
+    outside = ["\u2e7f", "\ua000", "\uabff", "\ud7b0", "\uf8ff", "\ufb00", "\ufeff", "\ufff0"]
+    assert [fonts.has_cjk([c]) for c in inside] == [True] * 8
+    assert [fonts.has_cjk(["a" + c]) for c in outside] == [False] * 8
     if fonts.cjk_font() is None:
         pytest.skip("no CJK font installed (Debian: fonts-wqy-microhei or fonts-noto-cjk); fallback tested below")
     name = fonts.use_cjk_font(["猫"])

@@ -24,14 +24,14 @@ def translator_page(loaded, text: str | None, rt) -> dict:
 def translation_page(loaded, ids: list[int], src_tokens: list[str], rt) -> dict:
     """The greedy translation of the source ``ids`` (shown as ``src_tokens``) and its attention."""
     from ..data import source_batch
-    from ..train.decode import greedy
+    from ..train.decode import greedy, length_guard
     from .translate import attention_document
 
     sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
     src, mask = rt.to(*source_batch([ids]))
     model = loaded.model.to(rt.device)
     with rt.autocast():
-        hyp = greedy(model, src, mask, max_len=2 * len(ids) + 10)[0]
+        hyp = greedy(model, src, mask, max_len=length_guard([len(ids)]))[0]
         out_tokens = tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else [])
         return attention_document(model, src, mask, src_tokens, out_tokens, hyp,
                                   title=f"{sv.decode(ids)} → {tv.decode(hyp.tokens)}")

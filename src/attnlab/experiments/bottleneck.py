@@ -30,7 +30,7 @@ from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
 from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
 from ..train import metrics
-from ..train.decode import greedy
+from ..train.decode import greedy, length_guard
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
 
@@ -88,7 +88,7 @@ def _evaluate(model, corpus, test, batch_size):
     for idx in batches_in_order(test, batch_size):
         part = [test[i] for i in idx]
         src, mask = source_batch([s for s, _ in part])
-        out = greedy(model, src, mask, max_len=2 * max(len(t) for _, t in part) + 10)
+        out = greedy(model, src, mask, max_len=length_guard(len(t) for _, t in part))
         for h, (s, t) in zip(out, part):
             hyps.append(corpus.tgt_vocab.decode(h.tokens))
             refs.append(corpus.tgt_vocab.decode(t))

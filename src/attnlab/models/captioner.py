@@ -36,7 +36,7 @@ the mean over heads still sums to 1 over regions).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -74,9 +74,6 @@ class CaptionerConfig:
             raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {self.decoder!r}")
         if self.layers < 1:
             raise ValueError(f"layers must be >= 1; got {self.layers}")
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "widths": list(self.widths)}
 
 
 class Encoder(nn.Module):

@@ -14,7 +14,7 @@ gate's maps (``None`` for ``"none"``; M (b, C, 1, 1) for SE/ECA;
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -30,9 +30,6 @@ class CNNConfig:
     attention: str = "none"  # none | se | eca | cbam
     reduction: int = 4  # the MLP ratio r of SE and CBAM (hidden = max(1, C // r))
     kernel_size: int = 7  # CBAM's spatial kernel
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "widths": list(self.widths)}
 
 
 GATES: dict[str, Callable[[int, CNNConfig], nn.Module] | None] = {

@@ -86,14 +86,14 @@ def translate(name: str, text: str) -> Translation:
     """Translate ``text`` greedily with a shipped translator (``de-en``, ``zh-en-numbers``)."""
     from ..data import source_batch
     from ..data.vocab import tokenize
-    from ..train.decode import greedy
+    from ..train.decode import greedy, length_guard
 
     loaded = _cached(name)
     if loaded.kind not in ("seq2seq", "transformer"):
         raise ValueError(f"{name} is a {loaded.kind} model, not a translator")
     sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
     ids = sv.encode(text.strip(), strict=True)
-    hyp = greedy(loaded.model, *source_batch([ids]), max_len=2 * len(ids) + 10)[0]
+    hyp = greedy(loaded.model, *source_batch([ids]), max_len=length_guard([len(ids)]))[0]
     return Translation(tv.decode(hyp.tokens), tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else []),
                        tokenize(text.strip(), sv.level), hyp.weights)
 

@@ -59,6 +59,12 @@ def _check(src, src_mask, max_len):
         raise ValueError(f"max_len must be >= 1; got {max_len}")
 
 
+def length_guard(lengths) -> int:
+    """How many tokens a decoder may write before it is cut: twice the longest of ``lengths`` (the
+    references' lengths, or the source's where there is no reference), plus 10."""
+    return 2 * max(lengths) + 10
+
+
 @torch.no_grad()
 def greedy(model, src: torch.Tensor, src_mask: torch.Tensor, *, max_len: int = 100) -> list[Hypothesis]:
     """The most probable token at every step, for a batch src (b, s) with src_mask (b, s)."""
@@ -134,4 +140,4 @@ def beam_search(
 
 DECODERS = {"greedy": greedy, "beam": beam_search}
 
-__all__ = ["greedy", "beam_search", "Hypothesis", "DECODERS"]
+__all__ = ["greedy", "beam_search", "length_guard", "Hypothesis", "DECODERS"]

@@ -36,7 +36,7 @@ def translate_examples(model, examples, tgt_vocab, *, beam: int = 1, runtime: Ru
     Greedy with ``beam=1``, else beam search; batches of similar length; a bar on a terminal."""
     from ..data import source_batch
     from ..data.batching import batches_in_order
-    from .decode import beam_search, greedy
+    from .decode import beam_search, greedy, length_guard
 
     rt = runtime or Runtime.local("cpu")
     hyps = [""] * len(examples)
@@ -44,7 +44,7 @@ def translate_examples(model, examples, tgt_vocab, *, beam: int = 1, runtime: Ru
     for idx in progress_iter(order, desc="decode", total=len(order)):
         part = [examples[i] for i in idx]
         src, mask = rt.to(*source_batch([s for s, _ in part]))
-        guard = 2 * max(len(t) for _, t in part) + 10
+        guard = length_guard(len(t) for _, t in part)
         with rt.autocast(), torch.no_grad():
             out = greedy(model, src, mask, max_len=guard) if beam == 1 else \
                 beam_search(model, src, mask, beam=beam, max_len=guard)

@@ -80,7 +80,7 @@ def loss_sum_on(model, batch) -> tuple[torch.Tensor, int]:
 @torch.inference_mode()
 def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Callable | None = None) -> dict:
     """Teacher-forced loss on every example; greedy exact match on the first ``valid_decode``."""
-    from .decode import greedy
+    from .decode import greedy, length_guard
 
     was = model.training
     model.eval()
@@ -96,7 +96,7 @@ def validate(model, examples: Sequence[Example], cfg: TrainConfig, decode: Calla
         for i in range(0, len(sub), cfg.batch_size):
             part = sub[i : i + cfg.batch_size]
             src, mask = (t.to(device) for t in source_batch([s for s, _ in part]))
-            guard = min(cfg.max_len, 2 * max(len(t) for _, t in part) + 10)
+            guard = min(cfg.max_len, length_guard(len(t) for _, t in part))
             hyps = (decode or greedy)(model, src, mask, max_len=guard)
             hits += sum(h.tokens == t for h, (_, t) in zip(hyps, part))
         out["exact"] = 100.0 * hits / len(sub)
