@@ -98,6 +98,13 @@ def test_ding_loader_on_a_fixture(tmp_path):
     (tmp_path / "empty").write_text("# nothing\n", encoding="utf-8")
     with pytest.raises(ValueError, match="no sentence pairs"):
         load_pairs(tmp_path / "empty")
+    # the two directions are the same pairs, swapped: German → English and English → German
+    de_en, en_de = load_dataset("ding-de-en", path=str(f)), load_dataset("ding-en-de", path=str(f))
+    assert de_en.splits.train + de_en.splits.valid + de_en.splits.test
+    for split in ("train", "valid", "test"):
+        got, want = getattr(en_de.splits, split), getattr(de_en.splits, split)
+        assert got == [(t, s) for s, t in want]
+    assert de_en.src_level == en_de.tgt_level == "word"
 
 
 def test_ding_phrases_on_a_fixture_join_training_only(tmp_path):
@@ -133,15 +140,14 @@ def test_sample_numbers_can_draw_every_number_of_the_digit_range_and_no_more():
     (a too-large capacity would search forever for a number that does not exist, so the call is timed)."""
     import signal
 
-    assert sorted(sample_numbers(900, seed=3, min_digits=3, max_digits=3)) == list(range(100, 1000))
-    assert sorted(sample_numbers(10, seed=3, max_digits=1)) == list(range(10))  # one digit: 0..9
-
     def too_slow(*_):
-        raise TimeoutError("sample_numbers did not refuse an impossible request")
+        raise TimeoutError("sample_numbers searched for a number that it cannot draw")
 
     old = signal.signal(signal.SIGALRM, too_slow)
-    signal.setitimer(signal.ITIMER_REAL, 2.0)
+    signal.setitimer(signal.ITIMER_REAL, 4.0)
     try:
+        assert sorted(sample_numbers(900, seed=3, min_digits=3, max_digits=3)) == list(range(100, 1000))
+        assert sorted(sample_numbers(10, seed=3, max_digits=1)) == list(range(10))  # one digit: 0..9
         with pytest.raises(ValueError, match="cannot draw 901 distinct numbers with at most 3 digits"):
             sample_numbers(901, seed=3, min_digits=3, max_digits=3)
         with pytest.raises(ValueError, match="cannot draw 91 distinct numbers with at most 2 digits"):

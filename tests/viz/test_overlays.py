@@ -58,3 +58,19 @@ def test_cell_lines_lie_between_the_cells_pixels(tmp_path, saved):
         assert _lines(a) == ([1.5, 3.5, 5.5], [1.5, 3.5, 5.5])
     save_word_overlay(grey, maps[0], "one", tmp_path / "one.png", cells=1)  # one cell: no lines
     assert len(saved[2].axes[0].lines) == 0
+
+
+def test_the_overlay_grid_has_a_row_per_image_titled_columns_and_blank_unused_panels(tmp_path, saved):
+    from attnlab.viz.overlays import save_overlay_grid
+
+    rng = np.random.default_rng(3)
+    images = [rng.random((3, 8, 8)), rng.random((8, 8))]
+    maps = [[rng.random((2, 2)), rng.random((2, 2))], [rng.random((2, 2))]]
+    out = save_overlay_grid(images, maps, tmp_path / "g.png", column_titles=["image", "SE", "CBAM"],
+                            row_titles=["first", "second"])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    axes = np.array(saved[0].axes).reshape(2, 3)
+    assert [a.get_title() for a in axes[0]] == ["image", "SE", "CBAM"]
+    assert [a.get_ylabel() for a in axes[:, 0]] == ["first", "second"]
+    np.testing.assert_array_equal(np.asarray(axes[0, 2].images[1].get_array()), maps[0][1])  # each map over its image
+    assert not axes[1, 2].axison and axes[1, 1].axison  # the second image has one map: its last panel is blank

@@ -28,3 +28,23 @@ def test_labels_that_do_not_fit_the_weights_are_refused():
         attention_json(["a", "b"], np.zeros((1, 1, 2, 3)))
     with pytest.raises(ValueError, match=r"\(layers, h, q, k\)"):
         attention_json(["a", "b"], np.zeros((2, 3)), key_tokens=["x", "y", "z"])
+
+
+def test_a_models_weights_are_taken_as_they_come_with_gradients_and_in_bfloat16():
+    w = torch.tensor([[[[0.25, 0.75]]]], dtype=torch.bfloat16, requires_grad=True)  # straight from a forward pass
+    assert attention_json(["a"], w, key_tokens=["x", "y"])["layers"] == [[[[0.25, 0.75]]]]
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"layers": np.zeros(5)}, "layers must have 2 or 3 or 4 dimensions; got shape (5,)"),
+    ({"layers": np.zeros((1, 1, 1, 2, 2))}, "layers must have 2 or 3 or 4 dimensions; got shape (1, 1, 1, 2, 2)"),
+    ({"layers": np.zeros((2, 2)), "masked": np.zeros(2, dtype=bool)}, "masked must have 2 or 3 or 4 dimensions; got shape (2,)"),
+    ({"layers": np.zeros((2, 2)), "masked": np.zeros((3, 2), dtype=bool)},
+     "'masked' has shape (1, 1, 3, 2); it must broadcast to the weights' (1, 1, 2, 2)"),
+])
+def test_weights_and_masks_of_the_wrong_rank_are_refused_by_name(data, says):
+    from attnlab.viz.viewer import normalise
+
+    with pytest.raises(ValueError) as e:
+        normalise(data)
+    assert str(e.value) == says

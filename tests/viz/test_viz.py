@@ -52,6 +52,27 @@ def test_heatmap_png_and_svg(tmp_path):
         save(heatmap(np.eye(2)), tmp_path / "w.jpg")
 
 
+def test_cells_carry_their_weight_as_text_only_when_asked():
+    w = _rows(3, 4).numpy()
+    texts = [t.get_text() for t in heatmap(w, annotate=True).axes[0].texts]
+    assert texts == [f"{x:.2f}" for x in w.flatten()]
+    assert len(heatmap(w, annotate=False).axes[0].texts) == 0
+    assert all(len(a.texts) == 0 for a in head_grid(np.stack([w, w])).axes)  # head_grid: off by default
+
+
+def test_many_heads_of_a_long_input_draw_block_means_no_bigger_than_their_panels():
+    """32 heads share 28 inches at 120 dpi: 105 pixels a panel, so 300 tokens are drawn as 100 × 100
+    means of 3 × 3 blocks (more cells than pixels would alias)."""
+    w = np.random.default_rng(0).random((32, 300, 300))
+    fig = head_grid(w)
+    panels = [a for a in fig.axes if a.images]
+    assert len(panels) == 32
+    for i in (0, 31):
+        shown = np.asarray(panels[i].images[0].get_array())
+        np.testing.assert_allclose(shown, w[i].reshape(100, 3, 100, 3).mean(axis=(1, 3)), rtol=1e-12)
+    assert "300 × 300 drawn as 100 × 100 (each cell the mean of a 3 × 3 block)" in fig.texts[0].get_text()
+
+
 def test_head_grid_alignment_pattern_overlay(tmp_path):
     fig = head_grid(torch.stack([_rows(3, 3, s) for s in range(4)]).reshape(2, 2, 3, 3))
     assert len([a for a in fig.axes if a.images]) == 4

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .._files import writing
-
 
 def _plt():
     try:
@@ -72,12 +70,7 @@ def save_overlay_grid(
     if column_titles:
         for c, t in enumerate(column_titles[:cols]):
             axes[0][c].set_title(t, fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, plt, path)
 
 
 def _cells(ax, image: np.ndarray, cells: int | None) -> None:
