@@ -76,8 +76,9 @@ def test_sampling_temperature_and_top_k():
 
 def test_a_tiny_temperature_samples_each_rows_own_best_token():
     """Each row is shifted by its own maximum: a row far below another's logits still samples its best token
-    at a tiny temperature (shifted by the batch's maximum it would read as all −inf and draw NaN)."""
-    logits = torch.tensor([[0.0, 500.0, 1.0], [-900.0, -901.0, -899.5]])
+    at a tiny temperature (T is floored at 1e-30; shifted by the batch's maximum, the second row would
+    read as all −inf and draw NaN)."""
+    logits = torch.tensor([[0.0, 5e8, 1.0], [-9e8, -9.1e8, -8.9e8]])
     g = torch.Generator().manual_seed(0)
     for t in (1e-3, 1e-40):
         assert sample(logits, temperature=t, generator=g).flatten().tolist() == [1, 2]
