@@ -79,3 +79,15 @@ def test_bad_flags_exit_with_one_line(bad, capsys):
     with pytest.raises(SystemExit) as info:
         main(["experiment", "recommendation", *bad])
     assert info.value.code != 0
+
+
+def test_progress_reports_each_seed_and_model_with_the_numbers_it_records():
+    from attnlab.experiments.recommendation import run
+
+    lines = []
+    cfg = RecommendationConfig(data=InteractionConfig(num_users=60, min_len=6, max_len=8), seeds=2, steps=3,
+                               batch_size=16, dim=8, window=8, train_negatives=3)
+    res = run(cfg, progress=lines.append)
+    want = [f"seed {s} {m:6s}: hit rate@{cfg.k} {res['per_seed'][m]['hr'][s]:.3f}, "
+            f"NDCG@{cfg.k} {res['per_seed'][m]['ndcg'][s]:.3f}" for s in range(2) for m in cfg.models]
+    assert [line for line in lines if line.startswith("seed ")] == want

@@ -68,3 +68,13 @@ def test_learning_curve_and_paired_difference_figure(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         plt.close(fig)
+
+
+@pytest.mark.parametrize("field, bad, says", [
+    ("clutter", -1, "clutter must be >= 0; got -1"), ("epochs", 0, "epochs must be >= 1; got 0"),
+    ("batch_size", 0, "batch_size must be >= 1; got 0"), ("n_test", 0, "n_test must be >= 1; got 0"),
+])
+def test_sizes_are_checked_and_no_clutter_is_allowed(field, bad, says):
+    VisionConfig(clutter=0, out_dir=None).validate()  # a plain canvas, no distractors
+    with pytest.raises(ValueError, match=f"^{says}$"):
+        VisionConfig(**{field: bad}, out_dir=None).validate()

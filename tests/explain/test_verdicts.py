@@ -143,3 +143,16 @@ def test_argmax_claims_print_the_true_position_and_its_value_in_english_by_defau
     assert lines[3].endswith("true: position 1 (0.6652)") and "✗" in lines[3]
     zh = render_claims(verdicts, 4, "zh")
     assert zh[2].endswith("真值：第 1 位（0.0000）") and zh[3].endswith("真值：第 1 位（0.6652）")
+
+
+def test_a_long_matrix_shows_its_first_and_last_rows_and_its_size():
+    import torch
+
+    from attnlab.explain.render_text import fmt_array
+
+    text = fmt_array(torch.arange(40 * 3, dtype=torch.float64).reshape(40, 3), digits=1)
+    lines = text.splitlines()
+    assert len(lines) == 6 + 1 + 2 + 1  # the first 6 rows, an ellipsis row, the last 2, the size
+    assert lines[0] == "  │   0.0    1.0    2.0 │" and lines[6] == "  │     ⋮      ⋮      ⋮ │"
+    assert lines[8] == "  │ 117.0  118.0  119.0 │" and lines[9] == "    (40 × 3)"
+    assert fmt_array(torch.zeros(16, 2)).splitlines()[-1].endswith("│")  # 16 rows: not long, no size line
