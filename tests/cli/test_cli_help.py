@@ -42,14 +42,16 @@ def test_every_option_says_what_it_is_unless_its_name_does():
     assert seen > 100
 
 
-def test_help_of_the_options_a_verb_documents():
-    def help_of(*verb: str) -> str:
-        parser = build_parser(only=verb[0])
-        for _, p in every_parser(parser):
-            if p.prog == "attnlab " + " ".join(verb):
-                return _flat(p.format_help())
-        raise AssertionError(verb)
+def help_of(*verb: str) -> str:
+    """``attnlab VERB... --help``, on one line."""
+    parser = build_parser(only=verb[0])
+    for _, p in every_parser(parser):
+        if p.prog == "attnlab " + " ".join(verb):
+            return _flat(p.format_help())
+    raise AssertionError(verb)
 
+
+def test_help_of_the_options_a_verb_documents():
     assert "--last N rollout/flow: only the last N tokens (--tokens=-N:)" in help_of("interpret")
     assert "--widths WIDTHS channels per block (default 16,32,48)" in help_of("experiment", "vision")
     assert "--checkpoint DIR a translator: a folder written by attnlab train seq2seq" in help_of("evaluate")
@@ -72,3 +74,21 @@ def test_every_default_is_one_of_the_choices():
             assert action.default in action.choices, f"{name} {action.option_strings}: {action.default!r}"
             checked += 1
     assert checked >= 20
+
+
+def test_every_verb_and_task_is_listed_with_what_it_does():
+    """Each sub-command has a line of help in its parent's list (``attnlab --help``, ``attnlab train --help``, ...)."""
+    listed = {}
+    for name, parser in every_parser(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    listed[f"{name} {choice.dest}".strip()] = choice.help
+    assert [k for k, text in listed.items() if not text] == []
+    assert len(listed) >= 20
+    top = _flat(build_parser().format_help())
+    assert "pretrained the models that ship trained: list them, read a model card, its folder or its recipe" in top
+    assert "check check your own attention function against the contract (masks, NaN, empty input, values)" in top
+    train = help_of("train")
+    assert "caption train an image captioner on Twemoji scenes (or single emoji) and their CLDR names" in train
+    assert "seq2seq a translation model: RNN encoder-decoder or Transformer" in train

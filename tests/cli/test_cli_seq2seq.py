@@ -136,3 +136,18 @@ def test_experiment_bottleneck_quick(tmp_path, capsys):
         assert sum(r["n"] for r in by) == res["models"][m]["overall"]["n"] > 0
         assert [(r["lo"], r["hi"]) for r in by] == buckets
     assert (out / "bottleneck.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_luong_run_takes_its_score_and_says_what_it_trains_on_unless_quiet(tmp_path, capsys):
+    loud = [a for a in TRAIN if a != "--quiet"]
+    out = tmp_path / "luong"
+    assert main([*loud, "--attention", "luong", "--score", "general", "--steps", "2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["model"]["decoder"] == "luong" and cfg["model"]["luong_score"] == "general"
+    data = re.search(r"^numbers-de-en: (\d+) train / (\d+) valid / (\d+) test pairs; ", text, re.M)
+    assert data and sum(map(int, data.groups())) == 300  # --n 300, split three ways
+    assert re.search(rf"^saved {re.escape(str(out))} at step 2", text, re.M)
+    quiet = tmp_path / "quiet"
+    assert main([*TRAIN, "--steps", "2", "--out", str(quiet)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"saved {quiet} at step 2")  # no summary first
