@@ -1,0 +1,55 @@
+"""Run named mutants the way mutmut does, outside mutmut: each against the tests that mutmut's stats say
+reach its function (``-x``, the mutant switched on with ``MUTANT_UNDER_TEST``), two at a time; mutants
+of ``attnlab.distributed`` against ``tests/distributed`` whole, since their functions run in the gloo
+ranks' processes, which the stats do not see.
+
+    cd <a worktree where benchmarks/mutation_package.sh has run>
+    python benchmarks/mutation_run_names.py < names.txt > results.txt
+
+Prints ``NAME: killed by TEST``, ``survived``, ``timeout`` (600 s) or ``no tests``. mutmut 3 runs
+mutants it has listed itself; this runs any names (a sample drawn after the fact, for example).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def run_one(name: str, root: str, stats: dict) -> tuple[str, str]:
+    key = re.sub(r"__mutmut_\d+$", "", name)
+    if name.startswith("attnlab.distributed."):
+        tests = ["tests/distributed"]
+    else:
+        tests = sorted(stats.get(key, []))
+        if not tests:
+            return name, "no tests"
+    env = dict(os.environ, MUTANT_UNDER_TEST=name, PYTHONPATH="src", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-k", "not flex and not compile", *tests]
+    try:
+        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return name, "timeout"
+    if r.returncode == 0:
+        return name, "survived"
+    if r.returncode == 5:
+        return name, "no tests"
+    m = re.search(r"^(FAILED|ERROR) (\S+)", r.stdout, re.M)
+    return name, "killed by " + (m.group(2) if m else f"exit {r.returncode}")
+
+
+def main() -> None:
+    root = "mutants"
+    stats = json.load(open(f"{root}/mutmut-stats.json"))["tests_by_mangled_function_name"]
+    names = [line.strip().rstrip(":") for line in sys.stdin if line.strip()]
+    with cf.ThreadPoolExecutor(int(os.environ.get("JOBS", "2"))) as ex:
+        for name, status in ex.map(lambda n: run_one(n, root, stats), names):
+            print(f"{name}: {status}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
