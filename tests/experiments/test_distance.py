@@ -108,3 +108,14 @@ def test_bad_arguments_exit_2(bad, capsys):
     with pytest.raises(SystemExit) as e:
         main(["experiment", "distance", *bad])
     assert e.value.code == 2
+
+
+def test_the_rnn_classifier_reads_the_state_after_the_last_token():
+    """logits = W h_n + b, with h_n the GRU's state after the last of n inputs (torch's own GRU, run here)."""
+    from attnlab.experiments.distance import RNNClassifier
+
+    torch.manual_seed(0)
+    m = RNNClassifier("gru", vocab=5, hidden=4, classes=3)
+    e = torch.randn(2, 6, 4)
+    _, h_n = m.rnn(e)  # (1, b, hidden): the final state
+    torch.testing.assert_close(m(e), m.out(h_n[0]), rtol=0, atol=1e-6)

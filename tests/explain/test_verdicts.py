@@ -59,6 +59,11 @@ def test_transposed_matrix_is_a_convention():
     v = verify(parse(text, "t.toml"))
     assert (v[0].status, v[0].rule) == (CONVENTION, "transposed")
     assert v[1].status == EXACT
+    # two keys: scores = [[1, 3], [2, 4], [3, 7]] (3 queries × 2 keys), written as its 2 × 3 transpose
+    text = ('mechanism = "dot"\n[inputs]\nquery = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]\nkeys = [[1.0, 2.0], [3.0, 4.0]]\n'
+            + _claims(("scores", "", "[[1, 2, 3], [3, 4, 7]]")))
+    (v,) = verify(parse(text, "t.toml"))
+    assert (v.status, v.rule) == (CONVENTION, "transposed")
 
 
 SCALED = 'mechanism = "scaled_dot"\n[inputs]\nquery = [1.0, 1.0]\nkeys = [[1.0, 2.0], [4.0, 0.0]]\n'

@@ -175,6 +175,13 @@ def test_cli_json(capsys):
         ('mechanism = "multi_head"\n[inputs]\nx = [[1.0, 2.0]]\n[params]\nnum_heads = 0\n', ["line 5", "num_heads"]),
         ('mechanism = "gqa"\n[inputs]\nx = [[1.0, 2.0]]\n[params]\nnum_heads = 2\n',
          ["bad.toml, line 4: [params]: mechanism 'gqa' needs num_kv_heads"]),
+        ('mechanism = "dot"\n[inputs]\nquery = [1.0]\nkeys = [[1.0]]\n[[claim]]\nstep = "scores"\nvalue = 1\n\n'
+         '[[claim]]\nstep = "tanh"\nvalue = 1\n',
+         ["bad.toml, line 9: [[claim]] #2: unknown step 'tanh'; this mechanism's steps: scores, weights, context"]),
+        ('mechanism = "sparse"\n[inputs]\nquery = [[1.0], [0.0]]\nkeys = [[1.0], [0.0]]\nvalues = [[1.0], [0.0]]\n'
+         '[params]\npattern = {name = "nope"}\n',
+         ["bad.toml, line 7: [params] pattern: no pattern 'nope'; known: full, causal, sliding_window, dilated_window, "
+          "strided, fixed, global_tokens, random_blocks"]),
     ],
 )
 def test_malformed_files_name_field_and_line(text, words):
@@ -190,3 +197,21 @@ def test_cli_malformed_file_exits_2(tmp_path, capsys):
     f.write_text('mechanism = "additive"\n[inputs]\nquery = [1.0]\nkeys = [[1.0]]\n', encoding="utf-8")
     assert main(["verify", str(f)]) == 2
     assert "needs w_q" in capsys.readouterr().err
+
+
+def test_an_attentional_example_without_a_score_uses_the_dot_score():
+    """Luong's attentional output with the default (dot) score, by hand: scores [1, 0], weights
+    softmax = [0.7311, 0.2689], context = weights · keys = [0.7311, 0.2689], W_c [c; s] = [c_1, s_2] = [0.7311, 0],
+    tanh → [0.6237, 0]."""
+    text = ('mechanism = "attentional"\n[inputs]\nquery = [1.0, 0.0]\nkeys = [[1.0, 0.0], [0.0, 1.0]]\n'
+            '[params]\nw_c = [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]\n'
+            '[[claim]]\nstep = "scores"\nvalue = [1.0, 0.0]\n\n[[claim]]\nstep = "weights"\nvalue = [0.7311, 0.2689]\n\n'
+            '[[claim]]\nstep = "context"\nvalue = [0.7311, 0.2689]\n\n[[claim]]\nstep = "output"\nvalue = [0.6237, 0.0]\n')
+    assert math.isclose(math.tanh(math.e / (math.e + 1)), 0.6237, abs_tol=5e-5)
+    verdicts = verify(parse(text, "a.toml"))
+    assert [v.status for v in verdicts] == [EXACT] * 4
+    # carried on from weights written as [0.7, 0.3]: context [0.7, 0.3], output tanh(0.7) = 0.6044 (drift, not wrong)
+    drift = text.split("[[claim]]")[0] + ('[[claim]]\nstep = "weights"\nvalue = [0.7, 0.3]\n\n'
+                                          '[[claim]]\nstep = "output"\nvalue = [0.6044, 0.0]\n')
+    assert math.isclose(math.tanh(0.7), 0.6044, abs_tol=5e-5)
+    assert [v.status for v in verify(parse(drift, "a.toml"))] == [EXACT, DRIFT]
