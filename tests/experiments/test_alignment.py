@@ -46,7 +46,7 @@ def test_ibm1_learns_a_lexicon_by_hand():
     assert math.isclose(t1[("the", "das")], 0.5) and math.isclose(t1[("house", "haus")], 0.5)
 
 
-def test_quick_run(tmp_path, capsys):
+def test_quick_run(tmp_path, capsys, monkeypatch):
     pytest.importorskip("sacrebleu")
     try:
         from attnlab.data.bible import data_root
@@ -54,12 +54,20 @@ def test_quick_run(tmp_path, capsys):
         data_root()
     except FileNotFoundError as e:
         pytest.skip(str(e))
+    from attnlab.experiments import alignment
+
+    built, real = [], alignment.Seq2Seq
+    monkeypatch.setattr(alignment, "Seq2Seq", lambda config: built.append(config) or real(config))
     t0 = time.perf_counter()
     assert main(["experiment", "alignment", "--quick", "--quiet", "--out", str(tmp_path)]) == 0
     took = time.perf_counter() - t0
     assert "smoke-run figures" in capsys.readouterr().out
-    res = json.loads((tmp_path / "results.json").read_text())
+    raw = (tmp_path / "results.json").read_text(encoding="utf-8")
+    assert '"bahdanau ≥0.3"' in raw  # written as UTF-8 text a reader can read, not as \u escapes
+    res = json.loads(raw)
     assert 0 < max(res["seconds"].values()) <= res["wall_seconds"] <= took  # each method's time within the run's
+    # each decoder is built at the quick size: embeddings 16, states 24, attention 24
+    assert [(c.decoder, c.emb_dim, c.hidden, c.attn_dim) for c in built] == [("bahdanau", 16, 24, 24), ("luong", 16, 24, 24)]
     methods = {"diagonal", "ibm1", "bahdanau argmax", "bahdanau ≥0.3", "luong argmax", "luong ≥0.3"}
     assert set(res["aer"]) == methods
     assert all(0.0 <= a <= 1.0 for a in res["aer"].values())
