@@ -65,6 +65,7 @@ def test_translate_rnn_writes_its_cross_attention(runs, tmp_path, capsys):
     model, tv, src, mask, out, tgt_in = _translation(runs / "rnn", "zwei")
     (section,) = doc["sections"]
     assert section["key_tokens"] == list("zwei")
+    assert (section["name"], section["y_axis"], section["x_axis"]) == ("cross-attention (α_t)", "output token", "source token")
     assert section["tokens"] == [tv.itos[i] if i != EOS else "</s>" for i in out]
     w = np.array(section["layers"])  # (1, 1, t, s)
     assert w.shape == (1, 1, len(out), 4)
@@ -80,6 +81,8 @@ def test_translate_transformer_writes_encoder_decoder_and_cross_attention(runs, 
     model, tv, src, mask, out, tgt_in = _translation(runs / "tf", "zwei")
     enc, dec, cross = doc["sections"]
     assert [s["name"] for s in doc["sections"]] == ["encoder self-attention", "decoder self-attention", "cross-attention"]
+    assert [(s["y_axis"], s["x_axis"]) for s in doc["sections"]] == [
+        ("source token", "source token"), ("output token", "decoder input"), ("output token", "source token")]
     words = [tv.itos[i] if i != EOS else "</s>" for i in out]
     assert enc["tokens"] == list("zwei") and "key_tokens" not in enc  # self-attention: keys = queries
     assert dec["tokens"] == words and dec["key_tokens"] == ["<s>", *words[:-1]]

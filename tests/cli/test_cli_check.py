@@ -60,3 +60,12 @@ def test_examples_tries_generated_inputs_and_shrinks_the_failure(tmp_path):
     bad = _run(f"{tmp_path / 'goodattn.py'}:attention", "--examples", "-1")
     assert bad.returncode == 2 and "--examples must be >= 0; got -1" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_signature_defaults_to_a_bool_mask_argument(tmp_path, capsys):
+    from attnlab.cli import main
+
+    (tmp_path / "goodattn_default.py").write_text(GOOD)
+    assert main(["check", f"{tmp_path / 'goodattn_default.py'}:attention", "--no-grad"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith("attention (signature 'qkv_mask'): conforms, ")

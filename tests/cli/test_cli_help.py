@@ -92,3 +92,11 @@ def test_every_verb_and_task_is_listed_with_what_it_does():
     train = help_of("train")
     assert "caption train an image captioner on Twemoji scenes (or single emoji) and their CLDR names" in train
     assert "seq2seq a translation model: RNN encoder-decoder or Transformer" in train
+
+
+def test_help_of_the_training_and_pretrained_verbs_says_what_they_take():
+    caption = help_of("train", "caption")
+    assert "Train a captioner whose decoder attends to a grid of image regions. Images: Twemoji (CC-BY 4.0)" in caption
+    assert "--limit LIMIT emoji: train on a random sample of N images (default: all)" in caption
+    assert "--resume continue the run in --out where it stopped" in help_of("train", "seq2seq")
+    assert "name a shipped model (info, path, recipe)" in help_of("pretrained")

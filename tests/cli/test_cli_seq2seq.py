@@ -151,3 +151,17 @@ def test_a_luong_run_takes_its_score_and_says_what_it_trains_on_unless_quiet(tmp
     quiet = tmp_path / "quiet"
     assert main([*TRAIN, "--steps", "2", "--out", str(quiet)]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(f"saved {quiet} at step 2")  # no summary first
+
+
+def test_tgt_level_picks_characters_or_words_for_the_target(tmp_path):
+    tiny = ["train", "seq2seq", "--data", "numbers-de-en", "--n", "100", "--max-digits", "2", "--emb", "8",
+            "--hidden", "8", "--attn-dim", "8", "--batch-size", "16", "--eval-every", "0", "--save-every", "0",
+            "--quiet", "--steps", "1"]
+    for level in ("char", "word"):
+        out = tmp_path / level
+        assert main([*tiny, "--tgt-level", level, "--out", str(out)]) == 0
+        vocab = json.loads((out / "tgt_vocab.json").read_text())
+        assert vocab["level"] == level
+        # English number words ("twenty", "forty") are target tokens only when the target is split into words
+        assert ("twenty" in vocab["tokens"]) == (level == "word")
+        assert all(len(t) == 1 for t in vocab["tokens"] if not t.startswith("<")) == (level == "char")

@@ -59,3 +59,21 @@ def test_cli_rejects_bad_methods(capsys):
     assert main(["experiment", "rope-scaling", "--quick", "--methods", "rope,bogus"]) == 2
     err = capsys.readouterr().err
     assert "--methods" in err and "Traceback" not in err
+
+
+def test_cli_prints_the_table_of_the_results(tmp_path, capsys, monkeypatch):
+    import attnlab.experiments.rope_scaling as rs
+
+    results = {"config": {"lengths": [16, 32], "block_size": 16, "factor": 2.0},
+               "methods": {"rope": {"16": 1.23456, "32": 2.5}, "alibi": {"16": 1.0, "32": 1.0004}}}
+    seen = []
+    monkeypatch.setattr(rs, "run", lambda cfg, out, progress: seen.append((cfg.methods, out, progress)) or results)
+    assert main(["experiment", "rope-scaling", "--quick", "--methods", "rope,alibi", "--out", str(tmp_path),
+                 "--quiet"]) == 0
+    assert seen == [(("rope", "alibi"), str(tmp_path), False)]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:4] == ["| method (trained at L = 16, s = 2) | n = 16 | n = 32 |",
+                         "|---|---:|---:|",
+                         "| rope | 1.235 | 2.500 |",
+                         "| alibi | 1.000 | 1.000 |"]
+    assert lines[4].startswith("(validation loss, nats per character; ") and lines[4].endswith(f"written to {tmp_path})")

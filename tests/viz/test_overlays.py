@@ -74,3 +74,18 @@ def test_the_overlay_grid_has_a_row_per_image_titled_columns_and_blank_unused_pa
     assert [a.get_ylabel() for a in axes[:, 0]] == ["first", "second"]
     np.testing.assert_array_equal(np.asarray(axes[0, 2].images[1].get_array()), maps[0][1])  # each map over its image
     assert not axes[1, 2].axison and axes[1, 1].axison  # the second image has one map: its last panel is blank
+
+
+def test_channels_last_scenes_get_their_cell_lines_and_grey_images_a_grey_colour_map(tmp_path, saved):
+    # (H, W, 3) with 12 pixels a side and 4 cells of 3 pixels: lines at 2.5, 5.5 and 8.5
+    image = np.random.default_rng(4).random((12, 12, 3))
+    save_word_overlay(image, np.eye(4), "sun", tmp_path / "hwc.png", cells=4)
+    (ax,) = saved[0].axes
+    assert _lines(ax) == ([2.5, 5.5, 8.5], [2.5, 5.5, 8.5])
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), image)  # drawn as is, in colour
+    # a grey image, (H, W) or (1, H, W), is drawn in grey, not in a false-colour map
+    for grey in (np.random.default_rng(5).random((8, 8)), np.random.default_rng(6).random((1, 8, 8))):
+        save_word_overlay(grey, np.eye(2), "moon", tmp_path / "g.png")
+        shown = saved[-1].axes[0].images[0]
+        assert shown.get_cmap().name == "gray"
+        np.testing.assert_array_equal(np.asarray(shown.get_array()), grey.reshape(8, 8))

@@ -294,3 +294,59 @@ def test_png_is_written_at_120_dpi(tmp_path):
     png = save(fig, tmp_path / "e.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
     assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (480, 312)
+
+
+def test_pattern_fills_attended_cells_with_the_legends_colours():
+    import matplotlib
+
+    mask = np.array([[True, False, False], [True, True, False]])
+    ax = pattern(mask).axes[0]
+    im = ax.images[0]
+    blues = matplotlib.colormaps["Blues"]  # attended at 1 / 1.3 of the map, not attended at its bottom
+    want = np.where(mask[..., None], np.array(blues(1 / 1.3)), np.array(blues(0.0)))
+    np.testing.assert_allclose(im.to_rgba(im.get_array().astype(float)), want, atol=1e-6)
+    legend = {t.get_text(): p.get_facecolor() for t, p in zip(ax.get_legend().get_texts(), ax.get_legend().get_patches())}
+    np.testing.assert_allclose(legend["attended"], blues(1 / 1.3), atol=1e-6)
+    np.testing.assert_allclose(legend["not attended"], blues(0.0), atol=1e-6)
+
+
+def test_spatial_overlay_of_a_channels_first_image_draws_it_channels_last():
+    img = np.zeros((3, 4, 6))  # (C, H, W): a red left half, a blue right half
+    img[0, :, :3] = 1.0
+    img[2, :, 3:] = 1.0
+    att = np.array([[0.1, 0.2], [0.3, 0.4]])
+    fig = spatial_overlay(img, att)
+    want = np.zeros((4, 6, 3))
+    want[:, :3, 0] = 1.0
+    want[:, 3:, 2] = 1.0
+    for ax in fig.axes[:2]:
+        np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), want)
+    big = np.asarray(fig.axes[1].images[1].get_array())  # each cell covers 2 × 3 pixels
+    np.testing.assert_array_equal(big, np.repeat(np.repeat(att, 2, 0), 3, 1))
+
+
+def test_alignment_legend_sits_under_the_weights_not_over_them():
+    fig = alignment(_rows(3, 4), ["a", "b", "c", "d"], ["x", "y", "z"])
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    box, plot = ax.get_legend().get_window_extent(r), ax.get_window_extent(r)
+    assert box.y1 <= plot.y0 + 0.5  # below the cells
+    assert abs(box.x0 - plot.x0) < 20  # and starts at their left edge
+
+
+def test_head_grid_names_the_axes_on_the_outer_panels_in_small_type():
+    fig = head_grid(np.full((2, 2, 3, 3), 1 / 3), xlabel="source", ylabel="target")
+    panels = np.array([a for a in fig.axes if a.images]).reshape(2, 2)
+    assert [[a.get_xlabel() for a in row] for row in panels] == [["", ""], ["source", "source"]]  # last row only
+    assert [[a.get_ylabel() for a in row] for row in panels] == [["target", ""], ["target", ""]]  # first column only
+    assert {a.xaxis.label.get_fontsize() for a in panels[1]} == {8.0}
+    assert {a.yaxis.label.get_fontsize() for a in panels[:, 0]} == {8.0}
+
+
+def test_viewer_numbers_the_rows_when_an_examples_tokens_do_not_match_its_queries():
+    import dataclasses
+
+    ex = load("seed-001-multi-head")  # 5 queries
+    data = from_example(dataclasses.replace(ex, tokens=list("abcdef")), run(ex))
+    assert data["tokens"] == ["1", "2", "3", "4", "5"] and data["sections"][0]["tokens"] == data["tokens"]
