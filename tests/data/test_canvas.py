@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -75,3 +77,26 @@ def test_fragment_sizes_1_to_28_and_a_whole_item_as_clutter():
     for bad in (0, 29):
         with pytest.raises(ValueError, match=f"fragment must be in 1..28; got {bad}"):
             cluttered(items, np.array([0, 1]), n=1, size=40, fragment=bad)
+
+
+def test_images_not_n_by_28_by_28_are_refused_with_their_shape():
+    for bad in (np.zeros((3, 28, 27), np.uint8), np.zeros((3, 27, 28), np.uint8), np.zeros((3, 784), np.uint8)):
+        with pytest.raises(ValueError, match=re.escape(f"images must be (N ≥ 2, 28, 28); got {bad.shape}") + "$"):
+            cluttered(bad, np.zeros(3), n=1)
+
+
+def test_clutter_is_drawn_from_every_other_item_and_never_from_the_placed_one():
+    """Three items filled whole with 10, 20, 30: outside the placed item's own 28 × 28 square, a canvas
+    shows only fragments of the two other items, and over 60 canvases each other item shows up."""
+    items = np.stack([np.full((28, 28), 10 * (k + 1), np.uint8) for k in range(3)])
+    canv, y, boxes = cluttered(items, np.arange(3), n=60, size=48, clutter=6, fragment=9, seed=0)
+    seen = {k: set() for k in range(3)}
+    for c, lab, (y0, x0, y1, x1) in zip(canv, y, boxes):
+        assert (y1 - y0, x1 - x0) == (28, 28) and (c[y0:y1, x0:x1] >= 10 * (lab + 1)).all()
+        outside = np.ones(c.shape, bool)
+        outside[y0:y1, x0:x1] = False
+        values = set(np.unique(c[outside]).tolist()) - {0}
+        assert values <= {10 * (k + 1) for k in range(3) if k != lab}, (lab, values)
+        seen[int(lab)] |= values
+    for k in range(3):
+        assert seen[k] == {10 * (m + 1) for m in range(3) if m != k}

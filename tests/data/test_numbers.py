@@ -112,6 +112,9 @@ def test_ding_phrases_on_a_fixture_join_training_only(tmp_path):
     f.write_text(FIXTURE, encoding="utf-8")
     assert load_phrases(f) == [("Haus", "house"), ("Häuser", "houses"), ("Das ist eins", "That is one"),
                                ("morgen", "tomorrow")]
+    # max_words bounds both sides, inclusive: "Das ist eins" / "That is one" has 3 words a side
+    assert ("Das ist eins", "That is one") in load_phrases(f, max_words=3)
+    assert load_phrases(f, max_words=2) == [("Haus", "house"), ("Häuser", "houses"), ("morgen", "tomorrow")]
     plain, joined = ding_splits(f, valid_frac=0.34, test_frac=0.34), ding_splits(f, valid_frac=0.34, test_frac=0.34,
                                                                                   phrases=True)
     assert (joined.valid, joined.test) == (plain.valid, plain.test)  # the held-out sentences do not move

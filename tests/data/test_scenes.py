@@ -4,8 +4,9 @@ own cell, centred without jitter, and jitter never pushes it out of the cell."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from attnlab.data.scenes import SceneConfig, _draw
+from attnlab.data.scenes import SceneConfig, _draw, make_scenes
 
 
 def _sprite(p: int, value: float) -> np.ndarray:
@@ -40,3 +41,31 @@ def test_jitter_never_moves_a_sprite_out_of_its_cell():
             assert ((part == 0.25) | (part == 1.0)).all()
             corners.add((c, int(rows.min()), int(cols.min())))
     assert {r for _, r, _ in corners} == {0, 1} and {k for _, _, k in corners} == {0, 1}  # it does move
+
+
+def test_fill_outside_0_to_1_or_a_negative_jitter_is_refused():
+    for fill, jitter in ((0.0, 2), (1.5, 2), (0.5, -1)):
+        with pytest.raises(ValueError, match=rf"^fill must be in \(0, 1\] and jitter >= 0; got fill={fill}, jitter={jitter}$"):
+            SceneConfig(fill=fill, jitter=jitter).validate()
+    SceneConfig(fill=1.0, jitter=0).validate()
+
+
+def test_make_scenes_captions_each_layout_with_the_names_of_its_sprites():
+    """Synthetic sprites (one grey level each) and names: every scene's caption is its objects' names in
+    reading order, each token in its object's cell, the image the drawn layout, and the names kept."""
+    cfg = SceneConfig(canvas=12, cells=2, min_objects=1, max_objects=2, pool=3, jitter=0)
+    sprites = [_sprite(6, v) for v in (0.0, 0.25, 0.5)]
+    names = ["red fox", "owl", "sea lion"]
+    sc = make_scenes(5, cfg, seed=3, _cache={"sprites": (sprites, names)})
+    assert len(sc) == 5 and sc.images.shape == (5, 3, 12, 12) and sc.names == names
+    for img, layout, caption, cells in zip(sc.images, sc.layouts, sc.captions, sc.token_cells):
+        assert 1 <= len(layout) <= 2 and [c for c, _ in layout] == sorted(c for c, _ in layout)
+        want_caption, want_cells = [], []
+        want = np.ones((3, 12, 12), np.float32)
+        for c, e in layout:
+            words = names[e].split()
+            want_caption += words
+            want_cells += [c] * len(words)
+            want[:, (c // 2) * 6 : (c // 2) * 6 + 6, (c % 2) * 6 : (c % 2) * 6 + 6] = (0.0, 0.25, 0.5)[e]
+        assert caption == want_caption and cells == want_cells
+        np.testing.assert_array_equal(img, want)

@@ -49,6 +49,13 @@ def test_idx_round_trip_and_bad_magic(tmp_path):
         mnist.load_idx(tmp_path / "bad")
 
 
+def test_an_idx_file_shorter_than_its_header_says_is_refused_with_both_counts(tmp_path):
+    header = bytes([0, 0, 0x08, 2]) + struct.pack(">2I", 2, 3)  # uint8, shape (2, 3): 6 values
+    (tmp_path / "short").write_bytes(header + bytes(5))
+    with pytest.raises(ValueError, match=r"short: header says shape \(2, 3\) but holds 5 values$"):
+        mnist.load_idx(tmp_path / "short")
+
+
 def test_fashion_loader_reads_a_folder_and_says_what_is_missing(tmp_path):
     imgs = np.random.default_rng(0).integers(0, 256, (5, 28, 28), dtype=np.uint8)
     write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", imgs)
@@ -125,3 +132,10 @@ def test_vocab_round_trip():
         Vocab.from_json('["a"]')
     with pytest.raises(TypeError, match="list of tokens"):
         v.encode("dog cat")
+
+
+def test_vocab_json_writes_non_ascii_tokens_as_themselves():
+    v = Vocab.build([["狗", "脸"], ["chien"]], "tokens")
+    text = v.to_json()
+    assert '"狗"' in text and '"脸"' in text and "\\u" not in text
+    assert Vocab.from_json(text).itos == v.itos

@@ -157,3 +157,14 @@ def test_a_stopped_run_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
         train_lm(TEXT + "§", cfg, tmp_path / "cut", resume=True)
     with pytest.raises(ValueError, match="another model"):
         train_lm(TEXT, LMTrainConfig(**{**TINY, "dim": 16}), tmp_path / "cut", resume=True)
+
+
+def test_a_new_gpt_has_zero_linear_biases_and_weights_of_std_0_02():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=50, block_size=16, dim=64, num_layers=2, num_heads=2))
+    linears = [x for x in m.modules() if isinstance(x, torch.nn.Linear)]
+    assert linears and any(x.bias is not None for x in linears)
+    for x in linears:
+        assert x.bias is None or torch.equal(x.bias, torch.zeros_like(x.bias))
+        assert abs(float(x.weight.detach().std()) - 0.02) < 0.002
+    assert abs(float(m.tok.weight.detach().std()) - 0.02) < 0.002

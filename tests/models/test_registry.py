@@ -89,3 +89,11 @@ def test_counting_builds_big_tensors_on_meta_and_small_or_placed_ones_for_real()
         assert t.is_meta and t.shape == shape
     assert not small.is_meta and torch.equal(small, torch.ones(4, 4))
     assert placed.device.type == "cpu" and torch.equal(placed, torch.zeros(300, 300))
+
+
+def test_load_model_refuses_a_vocabulary_of_another_size_than_the_model(tmp_path):
+    model = build_model({"kind": "gpt", **SMALL["gpt"]})  # vocab_size 5
+    save_checkpoint(tmp_path / "ck", model.state_dict(), {"model": model_config(model)},
+                    files={"vocab.json": Vocab.chars("abc").to_json()})  # 4 tokens: U+FFFD, a, b, c
+    with pytest.raises(CheckpointError, match=r"ck/vocab.json has 4 tokens, the model 5$"):
+        load_model(tmp_path / "ck")

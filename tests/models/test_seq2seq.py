@@ -220,3 +220,20 @@ def test_gru_encoder_equals_torch_packed_gru_with_gradients(bidirectional):
     theirs = torch.autograd.grad((ref * g).sum() + ref_fin.square().sum(), params)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("decoder, dropout, training, calls", [
+    ("bahdanau", 0.3, False, 1), ("none", 0.3, False, 1), ("bahdanau", 0.0, True, 1), ("none", 0.0, True, 1),
+    ("bahdanau", 0.3, True, 5), ("luong", 0.0, False, 5), ("luong", 0.3, False, 5),
+])
+def test_the_output_layer_runs_once_over_all_steps_unless_dropout_is_active_or_luong_feeds_it_back(
+        decoder, dropout, training, calls):
+    """Dropout in eval mode is off, as is a training model with dropout 0: bahdanau and none then run the
+    output layer once over the 5 target steps; luong (h̃_t fed back) or active dropout, once a step."""
+    m = small(decoder, dropout=dropout).train(training)
+    seen = []
+    m.output.register_forward_hook(lambda *_: seen.append(1))
+    src = torch.tensor([[4, 5, 6, 7], [7, 8, 0, 0]])
+    tgt = torch.tensor([[1, 6, 5, 4, 2], [1, 8, 7, 2, 0]])
+    assert m(src, src != 0, tgt).shape == (2, 5, len(VOCAB))
+    assert len(seen) == calls

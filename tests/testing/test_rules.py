@@ -20,6 +20,8 @@ def test_untouched_names_a_planted_value_that_reached_or_changed_the_result():
     clean = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     untouched("NaN in a masked value", "the output", clean + 1e-7, clean, atol=1e-6)
     untouched("NaN in a masked value", "the output", clean.clone(), clean)  # equal: within the default atol 0
+    with pytest.raises(RuleBroken, match=r"^NaN changed the output: max \|difference\| 1\.0e-07$"):
+        untouched("NaN", "the output", clean + torch.tensor([[0.0, 0.0], [0.0, 1e-7]]).double(), clean.double())
     untouched("NaN in a masked value", "the output", clean + 0.5, clean, atol=0.5)  # a difference of atol keeps it
     with pytest.raises(RuleBroken, match=r"^NaN in a masked value reached the output$"):
         untouched("NaN in a masked value", "the output", torch.tensor([1.0, float("nan")]))
