@@ -116,7 +116,7 @@ def test_one_training_step_is_adam_at_the_configured_rate_and_the_accuracy_is_on
             g = g * scale
             # Adam's first step: m̂ = g, v̂ = g², p − lr · g / (|g| + eps)
             torch.testing.assert_close(q, p - 0.05 * g / (g.abs() + 1e-8), rtol=1e-5, atol=1e-6)
-    xt, yt = make_batch(cfg, 2, 40, torch.Generator().manual_seed(10_000 + 5))
+    xt, yt = make_batch(cfg, 2, 301, torch.Generator().manual_seed(10_000 + 5))
     with torch.no_grad():
         want = (model(model.emb(xt)).argmax(-1) == yt).double().mean().item()
     assert acc == pytest.approx(want, abs=1e-7) and 0 <= acc <= 1
