@@ -44,13 +44,23 @@ def test_bootstrap_against_resampling_written_here():
     assert chrf[1] < chrf[39]
 
 
+LONG_HYPS = [
+    "word 0 of a longer sentence here",
+    "word",
+    "word 2 of a",
+    "sentence here",
+    "word 4 of a longer",
+    "no",
+]
+
+
 def _fake_bottleneck(seen):
     def run_models(bcfg, out, progress, keep_outputs):
         seen.append((bcfg, out, progress, keep_outputs))
-        lengths = [2, 3, 3, 9]
-        refs = ["a b", "c d e", "f g h", "i j k l m n o p q"]
+        lengths = [2, 3, 3] + [9] * 6
+        refs = ["a b", "c d e", "f g h"] + [f"word {k} of a longer sentence here" for k in range(6)]
         outputs = {
-            "none": {"hyps": ["a b", "x", "f g h", "i j"], "refs": refs, "lengths": lengths},
+            "none": {"hyps": ["a b", "x", "f g h"] + LONG_HYPS, "refs": refs, "lengths": lengths},
             "luong": {"hyps": refs, "refs": refs, "lengths": lengths},
         }
         models = {}
@@ -60,7 +70,7 @@ def _fake_bottleneck(seen):
                 "by_length": [
                     {"lo": 1, "hi": 3, "n": 3, "bleu": 40.0, "chrf": 50.0},
                     {"lo": 4, "hi": 8, "n": 0, "bleu": 0.0, "chrf": 0.0},
-                    {"lo": 9, "hi": 9, "n": 1, "bleu": 10.0, "chrf": 20.0},
+                    {"lo": 9, "hi": 9, "n": 6, "bleu": 10.0, "chrf": 20.0},
                 ],
                 "seconds": 1.5,
                 "tokens_per_s": 99.0,
@@ -117,7 +127,7 @@ def test_length_run_passes_its_sizes_on_and_adds_a_bootstrap_interval_per_bucket
     )
     # bucket i is resampled with seed cfg.seed + i, over its own sentences; an empty bucket gets (0, 0)
     want0 = bootstrap(["a b", "x", "f g h"], ["a b", "c d e", "f g h"], 9, 3)
-    want2 = bootstrap(["i j"], ["i j k l m n o p q"], 9, 5)
+    want2 = bootstrap(LONG_HYPS, [f"word {k} of a longer sentence here" for k in range(6)], 9, 5)
     rows = none["by_length"]
     assert rows[0] == {
         "lo": 1,
@@ -184,7 +194,7 @@ def test_alignment_run_keeps_splits_trains_and_scores(tmp_path, monkeypatch):
         max_verses=10,
         test_size=4,
         min_count=1,
-        steps=25,
+        steps=30,
         batch_size=3,
         lr=0.01,
         emb_dim=4,
@@ -206,7 +216,7 @@ def test_alignment_run_keeps_splits_trains_and_scores(tmp_path, monkeypatch):
         assert (mc.decoder, mc.emb_dim, mc.hidden, mc.attn_dim) == (desc, 4, 6, 5)
         assert n_train == 6 and valid == [] and progress is True
         assert tcfg == TrainConfig(
-            steps=25, batch_size=3, lr=0.01, seed=1, eval_every=0, save_every=0, log_every=2
+            steps=30, batch_size=3, lr=0.01, seed=1, eval_every=0, save_every=0, log_every=3
         )
     methods = [
         "diagonal",

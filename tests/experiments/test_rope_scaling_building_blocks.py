@@ -32,9 +32,9 @@ def test_the_scaling_of_each_method():
     assert lr["type"] == "longrope" and lr["factor"] == 3.0 and lr["original_max_position"] == 32
     assert lr["short_factor"] == [1.0] * 5
     assert lr["long_factor"] == pytest.approx([1.0, 1.5, 2.0, 2.5, 3.0])
-    assert _scaling("longrope", cfg, 2)["long_factor"] == [
-        1.0
-    ]  # one frequency: no ramp, no division by zero
+    # two frequencies: the ends of the ramp; one frequency: no ramp, no division by zero
+    assert _scaling("longrope", cfg, 4)["long_factor"] == [1.0, 3.0]
+    assert _scaling("longrope", cfg, 2)["long_factor"] == [1.0]
 
 
 class _Bigram(torch.nn.Module):
