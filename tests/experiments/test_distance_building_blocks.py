@@ -101,7 +101,7 @@ def test_the_lstm_classifier_reads_the_state_after_the_last_token():
 
 def test_one_training_step_is_adam_at_the_configured_rate_and_the_accuracy_is_on_the_seeded_test_batch():
     cfg = DistanceConfig(
-        steps=1, batch_size=6, lr=0.05, hidden=4, classes=3, distractors=4, prefix=1, test_size=40
+        steps=1, batch_size=6, lr=0.05, hidden=4, classes=3, distractors=4, prefix=1, test_size=301
     )
     model, acc = train_one("gru", 2, 5, cfg)
     torch.manual_seed(5)
