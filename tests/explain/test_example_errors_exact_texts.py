@@ -314,3 +314,16 @@ def test_the_place_of_a_field_counts_lines_from_one_inside_its_own_table():
     assert ex.at("inputs") == "p.toml, line 4: [inputs]"
     assert ex.at("claim", nth=1) == "p.toml, line 12: [[claim]] #2"
     assert ex.at("params", "scale") == "p.toml: [params] scale"  # no such line: the file alone
+
+
+def test_a_one_row_mask_applies_to_every_query():
+    for mask in ("[1, 0]", "[[1, 0]]"):
+        ex = parse(
+            'mechanism = "dot"\n[inputs]\nquery = [[1.0, 0.0], [0.0, 1.0]]\nkeys = [[1.0, 0.0], [0.0, 1.0]]\n'
+            f"mask = {mask}\n",
+            "m.toml",
+        )
+        assert run(ex)["weights"].value.tolist() == [
+            [1.0, 0.0],
+            [1.0, 0.0],
+        ]  # only the first key may be attended
