@@ -97,8 +97,9 @@ def _tensor(where: str, value: Any) -> torch.Tensor:
             return float(x)
         raise ExampleError(f"{where}: expected numbers or nested lists of numbers; got {x!r}")
 
+    numbers = conv(value)  # a non-number is named as such, not as a ragged row
     try:
-        return torch.tensor(conv(value), dtype=torch.float64)
+        return torch.tensor(numbers, dtype=torch.float64)
     except ValueError as e:  # ragged lists
         raise ExampleError(f"{where}: rows must all have the same length ({e})") from None
 

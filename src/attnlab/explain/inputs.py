@@ -73,8 +73,9 @@ def mask(ex: Example, q_len: int, k_len: int) -> torch.Tensor | None:
                 return bool(x)
             raise ExampleError(f"{ex.at('inputs', 'mask')}: entries must be 1/0 or true/false; got {x!r}")
 
+        bits = conv(raw)  # an entry that is not a bit is named as such, not as a ragged row
         try:
-            m = torch.tensor(conv(raw), dtype=torch.bool)
+            m = torch.tensor(bits, dtype=torch.bool)
         except ValueError as e:
             raise ExampleError(f"{ex.at('inputs', 'mask')}: rows must all have the same length ({e})") from None
         if m.dim() == 1:
