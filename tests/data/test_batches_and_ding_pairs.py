@@ -171,3 +171,24 @@ def test_ding_splits_sizes_reverse_and_phrases(ding_file):
         assert (("Hund", "dog") in b.train) == has and len(b.train) == len(a.train) + has
         r = ding_splits(ding_file, seed=seed, phrases=True, reverse=True)
         assert (("dog", "Hund") in r.train) == has
+
+
+def test_batch_order_follows_its_stated_rule_on_a_small_case():
+    """The rule written out: shuffle the indices with Random(seed · 1_000_003 + epoch), cut them into chunks
+    of batch_size · bucket, sort each chunk by (source, target) length, cut it into batches, shuffle those."""
+    import random
+
+    ex = [([0] * n, [0] * (7 - n)) for n in (3, 1, 4, 1, 5, 2, 6, 3, 2)]
+    for bs, bucket, seed, epoch in ((2, 1, 0, 0), (2, 2, 4, 1), (3, 1, 7, 2), (1, 3, 1, 0)):
+        rng = random.Random(seed * 1_000_003 + epoch)
+        idx = list(range(len(ex)))
+        rng.shuffle(idx)
+        want = []
+        for i in range(0, len(idx), bs * bucket):
+            part = sorted(idx[i : i + bs * bucket], key=lambda j: (len(ex[j][0]), len(ex[j][1])))
+            want += [part[j : j + bs] for j in range(0, len(part), bs)]
+        rng.shuffle(want)
+        assert batch_order(ex, bs, seed=seed, epoch=epoch, bucket=bucket) == want
+    many = [([0] * (i % 7 + 1), [0]) for i in range(45)]  # more than one default chunk of 2 · 20
+    assert batch_order(many, 2, seed=0, epoch=0) == batch_order(many, 2, seed=0, epoch=0, bucket=20)
+    assert batch_order(many, 2, seed=0, epoch=0) != batch_order(many, 2, seed=0, epoch=0, bucket=21)

@@ -93,6 +93,15 @@ def test_read_image_modes_and_resize(tmp_path):
     img = E.read_image(tmp_path / "rgb.png", 16)  # resized, a flat colour stays flat
     assert img.shape == (3, 16, 16)
     np.testing.assert_allclose(img[:, 9, 2], [1.0, 0.0, 0.2], atol=1e-6)
+    grad = Image.fromarray(np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3) * 3, "RGB")
+    grad.save(tmp_path / "grad.png")
+    want = (
+        np.asarray(grad.resize((12, 12), Image.BILINEAR), dtype=np.float32).transpose(2, 0, 1)
+        / 255.0
+    )
+    np.testing.assert_allclose(
+        E.read_image(tmp_path / "grad.png", 12), want, atol=1e-7
+    )  # bilinear, as Pillow does
     Image.new("LA", (8, 8), (0, 255)).save(tmp_path / "la.png")
     assert E.read_image(tmp_path / "la.png", 8).max() == 0.0  # opaque black stays black
     Image.new("LA", (8, 8), (0, 0)).save(tmp_path / "clear.png")

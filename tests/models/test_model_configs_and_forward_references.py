@@ -373,6 +373,11 @@ def test_sample_is_softmax_of_logits_over_temperature_within_the_top_k():
     g = torch.Generator().manual_seed(0)
     draws = torch.cat([sample(logits, temperature=1.0, top_k=1, generator=g) for _ in range(20)], 1)
     assert (draws[0] == 1).all() and (draws[1] == 2).all()  # top_k=1 keeps only the best
+    flat = logits.repeat(
+        100, 1
+    )  # a high temperature: every kept token is likely, the dropped one never drawn
+    drawn = sample(flat, temperature=50.0, top_k=3, generator=g)[:, 0]
+    assert set(drawn[0::2].tolist()) == {0, 1, 2} and set(drawn[1::2].tolist()) == {0, 2, 3}
     tiny = sample(torch.tensor([[0.0, 1e-3, -1e-3]]), temperature=1e-40, generator=g)
     assert tiny.tolist() == [[1]]  # a tiny temperature is floored, not divided by zero
 
