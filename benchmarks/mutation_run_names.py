@@ -8,10 +8,16 @@ ranks' processes, which the stats do not see.
 
 Prints ``NAME: killed by TEST``, ``survived``, ``timeout`` (600 s) or ``no tests``. mutmut 3 runs
 mutants it has listed itself; this runs any names (a sample drawn after the fact, for example).
+
+Tests written after mutmut's stats were taken are unknown to them. ``--also FILE...`` adds such test
+files (copied into ``mutants/tests`` first), each for the mutants of the package whose test folder holds
+it (``tests/viz/...`` for ``attnlab.viz``); ``--deselect NODEID`` leaves out a test that cannot pass under
+mutmut's trampolines (one that reads its caller's frame, say) or on the mutants' older source.
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures as cf
 import json
 import os
@@ -20,16 +26,18 @@ import subprocess
 import sys
 
 
-def run_one(name: str, root: str, stats: dict) -> tuple[str, str]:
+def run_one(name: str, root: str, stats: dict, also=(), deselect=()) -> tuple[str, str]:
     key = re.sub(r"__mutmut_\d+$", "", name)
+    pkg = name.split(".")[1]
     if name.startswith("attnlab.distributed."):
         tests = ["tests/distributed"]
     else:
-        tests = sorted(stats.get(key, []))
+        tests = sorted(stats.get(key, [])) + [f for f in also if f.startswith(f"tests/{pkg}/")]
         if not tests:
             return name, "no tests"
     env = dict(os.environ, MUTANT_UNDER_TEST=name, PYTHONPATH="src", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-k", "not flex and not compile", *tests]
+    cmd += [a for d in deselect for a in ("--deselect", d)]
     try:
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -43,11 +51,15 @@ def run_one(name: str, root: str, stats: dict) -> tuple[str, str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Run named mutants (read from stdin) outside mutmut.")
+    parser.add_argument("--also", nargs="*", default=[], help="test files written after the stats")
+    parser.add_argument("--deselect", nargs="*", default=[], help="test node ids to leave out")
+    args = parser.parse_args()
     root = "mutants"
     stats = json.load(open(f"{root}/mutmut-stats.json"))["tests_by_mangled_function_name"]
     names = [line.strip().rstrip(":") for line in sys.stdin if line.strip()]
     with cf.ThreadPoolExecutor(int(os.environ.get("JOBS", "2"))) as ex:
-        for name, status in ex.map(lambda n: run_one(n, root, stats), names):
+        for name, status in ex.map(lambda n: run_one(n, root, stats, args.also, args.deselect), names):
             print(f"{name}: {status}", flush=True)
 
 
