@@ -142,8 +142,6 @@ def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | No
             if log:
                 log(f"{method:>8}  n={n:>5}  val loss {loss:.4f}  ({count} windows)")
         results["methods"][method] = row
-    if "rope" in models:
-        _set_rotary(models["rope"], None)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)

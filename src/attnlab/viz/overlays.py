@@ -70,7 +70,7 @@ def save_overlay_grid(
     if column_titles:
         for c, t in enumerate(column_titles[:cols]):
             axes[0][c].set_title(t, fontsize=7)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
 def _cells(ax, image: np.ndarray, cells: int | None) -> None:
@@ -82,7 +82,7 @@ def _cells(ax, image: np.ndarray, cells: int | None) -> None:
             ax.axvline(k * side / cells - 0.5, color="grey", lw=0.6)
 
 
-def _save(fig, plt, path: str | Path) -> Path:  # noqa: ARG001 (plt: the callers' handle, closed by save)
+def _save(fig, path: str | Path) -> Path:
     with warnings.catch_warnings():  # no CJK font: use_cjk_font has warned once; silence per-glyph warnings
         warnings.simplefilter("ignore", UserWarning)
         fig.tight_layout()
@@ -102,7 +102,7 @@ def save_word_overlay(image: np.ndarray, amap: np.ndarray, word: str, path: str 
     _overlay(ax, image, amap, vmax=float(np.max(amap)) or 1.0)
     _cells(ax, image, cells)
     ax.set_title(word, fontsize=10)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
 def save_caption_strip(image: np.ndarray, maps: np.ndarray, words: list[str], path: str | Path, *,
@@ -121,7 +121,7 @@ def save_caption_strip(image: np.ndarray, maps: np.ndarray, words: list[str], pa
         _overlay(ax, image, amap, vmax=1.0)
         _cells(ax, image, cells)
         ax.set_title(f"{word} ({float(np.max(amap)):.2f})", fontsize=9)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
 __all__ = ["save_overlay_grid", "save_word_overlay", "save_caption_strip"]
