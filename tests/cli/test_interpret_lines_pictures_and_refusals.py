@@ -207,8 +207,8 @@ def recorded_heads(monkeypatch):
 def test_heads_on_the_shipped_gpt(tmp_path, recorded_heads, capsys):
     text = tmp_path / "t.txt"
     text.write_text(
-        "To be, or not to be, that is the question:\n" * 7, encoding="utf-8"
-    )  # 308 characters
+        "To be, or not to be, that is the question:\n" * 10, encoding="utf-8"
+    )  # 440 characters
     assert (
         main(
             [
@@ -247,7 +247,7 @@ def test_heads_on_the_shipped_gpt(tmp_path, recorded_heads, capsys):
         ["3.1", "2.4"],
         f"head ablation, gpt (4 attention modules × 4 heads), loss on {what}",
     )
-    # the loss: the mean next-character cross-entropy over windows 0-127 and 128-255 (the third, 256-306, is
+    # the loss: the mean next-character cross-entropy over windows 0-127 and 128-255 (the third, 256-383, is
     # past --limit 2), each predicting the characters one further on
     loaded = pretrained.load("char-gpt")
     ids = torch.tensor(loaded.vocabs["vocab"].encode(text.read_text()))
