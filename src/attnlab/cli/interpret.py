@@ -85,7 +85,7 @@ def read_weights(path: str):
     except (ValueError, TypeError):
         raise UsageError(f'{path}: "layers" must be a regular layers × heads × q × k array of numbers') from None
     n = len(tokens)
-    if w.ndim != 4 or w.shape[-2:] != (n, n) or w.shape[0] < 1 or w.shape[1] < 1:
+    if w.ndim != 4 or w.shape[-2:] != (n, n):  # nested JSON lists: 4 dimensions have >= 1 layer and head
         raise UsageError(f'{path}: "layers" must be layers × heads × {n} × {n} for {n} tokens; got shape {w.shape}')
     if not np.isfinite(w).all() or (w < 0).any():
         raise UsageError(f'{path}: attention weights must be finite and >= 0')

@@ -190,8 +190,6 @@ def _fresh(args, out: Path):
     from ..data import build_corpus
     from ..train.loop import TrainConfig
 
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} is a file, not a folder: choose another --out")
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
     data_cfg = _data_config(args)
