@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+import numpy as np
 import pytest
 
 from attnlab.explain import parse, run, verify
@@ -42,3 +43,24 @@ w_uv = [[1, 0], [0, 1]]
 def test_latent_attention_has_one_head_unless_told():
     t = run(parse(LATENT, "l.toml"))
     assert tuple(t["weights"].value.shape) == (1, 1, 1, 2)  # (batch, heads, queries, keys)
+
+
+CROSS = files("attnlab.explain").joinpath("examples/attnlab-cross-attention.toml").read_text(encoding="utf-8")
+
+
+def test_a_wrong_weights_claim_shows_the_softmax_of_the_written_scores():
+    text = CROSS.replace("value = [0.14, 0.28, 0.58]", "value = [0.9, 0.05, 0.05]")
+    assert text != CROSS
+    v = {v.step: v for v in verify(parse(text, "c.toml"))}["weights"]
+    written = np.array([0.71, 1.41, 2.12])  # the example's rounded scaled scores, the earlier claim
+    own = np.exp(written) / np.exp(written).sum()
+    assert v.status == "wrong"
+    assert v.own == pytest.approx(own.tolist(), abs=1e-12)  # one query, one head: a row of three
+
+
+def test_latent_attention_recomputes_with_one_head_unless_told():
+    text = LATENT + '[[claim]]\nstep = "weights"\nvalue = [0.9, 0.1]\n'
+    v = {v.step: v for v in verify(parse(text, "l.toml"))}["weights"]
+    assert v.status == "wrong"
+    # one head: scores q^C·c_j + q^R·k^R_j = [1 + 0, 0 + 1] for both keys, so equal weights
+    np.testing.assert_allclose(v.own, [[0.5, 0.5]], rtol=0, atol=1e-12)
