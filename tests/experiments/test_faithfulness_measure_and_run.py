@@ -172,7 +172,7 @@ def test_run_builds_trains_and_measures_each_decoder(monkeypatch, tmp_path):
 
     corpus = build_corpus(load_dataset("numbers-de-en", n=200, seed=4, max_digits=3))
     want_cfg = TrainConfig(
-        steps=25, batch_size=8, lr=0.02, seed=4, eval_every=0, save_every=0, log_every=2
+        steps=25, batch_size=8, lr=0.02, seed=4, eval_every=0, save_every=0, log_every=5
     )
     assert [t[6] for t in trained] == ["bahdanau", "luong"]
     for (model, initial, n_train, valid, tcfg, progress, desc), (m2, examples, mcfg) in zip(
