@@ -103,6 +103,10 @@ def test_run_records_sizes_seconds_parameters_and_outputs(monkeypatch):
     # the references and lengths are the test split's in source-length order; the length guard is 2·max + 10
     corpus = build_corpus(load_dataset("numbers-en-zh", n=120, seed=3, max_digits=3))
     test = sorted(corpus.test[:5], key=lambda ex: len(ex[0]))
+    sizes = (len(corpus.src_vocab), len(corpus.tgt_vocab))
+    assert sizes[0] != sizes[1]  # the two vocabularies differ in size: a swap would show
+    assert (s2s.config.src_vocab, s2s.config.tgt_vocab) == sizes
+    assert (tf.config.src_vocab, tf.config.tgt_vocab) == sizes
     out = res["models"]["luong"]["outputs"]
     assert out["refs"] == [corpus.tgt_vocab.decode(t) for _, t in test]
     assert out["lengths"] == [len(s) for s, _ in test]
