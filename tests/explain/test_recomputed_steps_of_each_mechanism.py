@@ -296,6 +296,24 @@ CASES = {
         )
         @ v,
     ),
+    "differential-default-scale": (
+        'mechanism = "differential"\n[inputs]\n'
+        + f"query_1 = {Q[:1]}\nkeys_1 = {K}\nquery_2 = {[[0.0, 1.0]]}\nkeys_2 = {V}\nvalues = {V}\n"
+        + "[params]\nlambda = 0.25\n",
+        "context",
+        (
+            softmax(q[:1] @ k.T / np.sqrt(2))
+            - 0.25 * softmax(np.array([[0.0, 1.0]]) @ v.T / np.sqrt(2))
+        )
+        @ v,
+    ),
+    "multi-head-narrow-projections": (  # W_q, W_k, W_v: (2, 4), two heads of one feature each
+        'mechanism = "multi-head"\n[inputs]\n'
+        + f"x = {X.tolist()}\n[params]\nnum_heads = 2\n"
+        + f"w_q = {WX[:2].tolist()}\nw_k = {WO[:2].tolist()}\nw_v = {WX[2:].tolist()}\n",
+        "heads",
+        mha(X, X, X, 2, WX[:2], WO[:2], WX[2:], np.eye(2)),
+    ),
     "self-attention": (
         'mechanism = "self-attention"\n[inputs]\n' + f"x = {X.tolist()}\n",
         "context",
