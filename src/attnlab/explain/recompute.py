@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..functional import steps
-from ..functional.multihead import split_heads
+from ..functional.multihead import split_heads, zero_unreachable
 from ..functional.scores import default_scale
 from . import inputs
 from .examples import Example
@@ -62,8 +62,9 @@ def _projected_env(ex: Example) -> Env:
     w_o = inputs.optional(ex, "params", "w_o")
     e["w_o"] = w_o if w_o is not None else torch.eye(e["w_q"].shape[0], dtype=torch.float64)  # on concat(heads)
     m = inputs.mask(ex, q.shape[0], k.shape[0])
-    if m is not None:
+    if m is not None:  # as the run: keys and values no query may see are zeros before their projections
         e["mask"] = m
+        e["k"], e["v"] = zero_unreachable(e["k"], m), zero_unreachable(e["v"], m)
     d_h = e["w_q"].shape[0] // num_heads(ex)
     e["scale"] = _scalar(float(ex.params["scale"]) if "scale" in ex.params else default_scale(d_h))
     return e
