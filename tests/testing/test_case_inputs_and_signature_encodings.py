@@ -147,6 +147,7 @@ def test_mask_polarity_forbids_the_first_key_only():
     s = C.mask_polarity((2, 2, 2, 3, 2), _gen(), True)
     assert s.allow.shape == (2, 1, 1, 3)
     assert torch.equal(s.allow, torch.tensor([False, True, True]).expand(2, 1, 1, 3))
+    _same_qkv(s, _draw(_gen(), 2, 2, 2, 3, 2))  # drawn from the case's generator
 
 
 @pytest.mark.parametrize(("n", "length"), [(1, 2), (2, 2), (4, 4)])
@@ -181,6 +182,13 @@ def test_causal_alignment_has_one_query_fewer_than_keys(m, n, length):
 def test_the_empty_cases_have_two_heads_three_features_and_an_all_true_key_mask(name, b, n, m):
     (case,) = [c for c in C.CASES if c.name == name]
     s = case.build((1, 1, 1, 2, 1), _gen(), True)  # the shape given is ignored
+    _check_empty(s, b, n, m)
+    built = C._empty(b, n, m)((2, 2, 4, 5, 3), _gen(), False)  # built now, not at import
+    _check_empty(built, b, n, m)
+    _same_qkv(built, _draw(_gen(), b, 2, n, m, 3))
+
+
+def _check_empty(s, b, n, m):
     assert s.q.shape == (b, 2, n, 3) and s.k.shape == (b, 2, m, 3) and s.v.shape == (b, 2, m, 3)
     assert s.q.dtype == s.k.dtype == s.v.dtype == F64
     assert s.allow.shape == (b, 1, 1, m) and s.allow.dtype == torch.bool and s.allow.all()
@@ -309,3 +317,19 @@ def test_call_passes_q_k_v_and_the_argument_and_takes_the_first_of_a_tuple_or_li
     assert sig.call(fn, 1, 2, 3, 4) is first
     out = [first, second]
     assert sig.call(fn, 1, 2, 3, 4) is first
+
+
+def test_the_planted_cases_work_with_one_feature():
+    """The smallest input of the ladder has d = 1: NaN and inf are planted there too."""
+    s = C.masked_nan_value((1, 1, 1, 2, 1), _gen(), True)
+    assert (
+        s.v.shape == (1, 1, 2, 1)
+        and torch.isnan(s.v[..., 1, 0]).all()
+        and torch.isfinite(s.v[..., 0, 0]).all()
+    )
+    s = C.masked_inf_key((1, 1, 1, 2, 1), _gen(), True)
+    assert (
+        s.k.shape == (1, 1, 2, 1)
+        and (s.k[..., 1, 0] == torch.inf).all()
+        and torch.isfinite(s.k[..., 0, 0]).all()
+    )
