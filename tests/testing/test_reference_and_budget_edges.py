@@ -70,9 +70,10 @@ def test_allowed_is_the_dense_mask_and_true_means_top_left():
         [True, False, False],
         [True, False, True],
     ]
-    assert allowed(torch.tensor([1, 0, 1]), False, (1, 1, 1, 3), "cpu").tolist() == [
-        [[[True, False, True]]]
-    ]
+    from_ints = allowed(
+        torch.tensor([1, 0, 1]), False, (1, 1, 1, 3), "cpu"
+    )  # a 0/1 mask is read as bool
+    assert from_ints.dtype == torch.bool and from_ints.tolist() == [[[[True, False, True]]]]
 
 
 @pytest.mark.parametrize("causal", [False, "top_left", "bottom_right", True])
