@@ -275,3 +275,45 @@ def test_plants_go_only_to_keys_that_no_query_of_that_head_may_attend():
     assert name == "masked inf key"
     assert torch.equal((s.k == torch.inf).all(-1), unattended) and torch.equal(s.v, clean.v)
     assert torch.equal(s.k[~unattended], clean.k[~unattended])
+
+
+def test_the_half_column_keys_each_case_by_its_whole_name():
+    r = Report("f", "qkv_mask")
+    r.failures = [
+        _failure("causal alignment (q < k) [float32, cpu]", "raised RuntimeError"),
+        _failure("causal [float16, cpu]", "raised RuntimeError"),
+    ]
+    assert S._half(r) == "✗ raised RuntimeError"  # "causal" is not "causal alignment (q < k)"
+    r.failures = [
+        _failure("causal [float32, cpu]", "raised RuntimeError"),
+        _failure("causal alignment (q < k) [float16, cpu]", "raised RuntimeError"),
+    ]
+    assert S._half(r) == "✗ raised RuntimeError"
+    r.failures = [
+        _failure("values [float32, cpu]", "differs from the reference"),
+        _failure("values [float32, cpu]", "raised KeyError"),  # two rules of one float32 case
+        _failure("values [bfloat16, cpu]", "rule: with a colon"),
+    ]
+    assert S._half(r) == "✗ rule: with a colon"
+
+
+def test_rows_after_a_missing_peer_run_with_their_options_and_half_precision(capsys):
+    import attnlab
+
+    def off_in_float16(q, k, v, mask):  # detached (grad=False declared); 1 % off in float16 only
+        out = attnlab.attention(q, k, v, mask=mask)[0].detach()
+        return out * 1.01 if q.dtype == torch.float16 else out
+
+    rows = [
+        ("missing", S.textbook, "qkv_mask", "attnlab_no_such_package", {}),
+        ("off in float16", off_in_float16, "qkv_mask", "attnlab", {"grad": False}),
+    ]
+    (_, _, line) = S.scorecard(rows).splitlines()
+    assert line == (
+        f"| off in float16 (attnlab {attnlab.__version__}) | `qkv_mask` | "
+        + "✓ | " * len(S.COLUMNS)
+        + "✗ differs from the reference |"
+    )
+    assert (
+        capsys.readouterr().err == "missing: attnlab_no_such_package is not installed, left out\n"
+    )
