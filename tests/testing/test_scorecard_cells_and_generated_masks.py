@@ -258,13 +258,13 @@ def test_a_generated_mask_is_drawn_after_q_k_v_in_the_shape_of_its_kind(mask, sh
 
 def test_no_mask_is_all_true_over_the_keys_and_no_queries_take_no_row_mask():
     _, s = build(Spec(b=2, h=1, q=2, k=3, d=1, mask="none", plant=None, seed=0))
-    assert s.allow.shape == (1, 1, 1, 3) and s.allow.all()
+    assert s.allow.shape == (1, 1, 1, 3) and s.allow.dtype == torch.bool and s.allow.all()
     _, s = build(Spec(b=1, h=2, q=0, k=3, d=1, mask="fully masked rows", plant=None, seed=0))
     assert s.allow.shape == (1, 2, 0, 3)
 
 
 def test_plants_go_only_to_keys_that_no_query_of_that_head_may_attend():
-    spec = dict(b=1, h=2, q=2, k=4, d=1, mask="random", seed=5)
+    spec = dict(b=1, h=2, q=3, k=4, d=1, mask="random", seed=5)
     _, clean = build(Spec(**spec, plant=None))
     name, s = build(Spec(**spec, plant="masked NaN value"))
     unattended = ~clean.allow.any(-2)  # (b, h, k)
