@@ -123,3 +123,62 @@ def test_planted_cases_look_for_nan_in_the_rows_that_attend_something(case, rule
     out[..., 1, 1] = torch.nan
     with pytest.raises(RuleBroken, match=rf"^{rule}$"):
         judge(case, out, q, k, v, allow=allow, grad=False)
+
+
+def test_an_inverted_polarity_and_the_other_causal_alignment_are_named_exactly():
+    q, k, v = _qkv(n=2, m=3)
+    allow = torch.tensor([False, True, True])
+    with pytest.raises(RuleBroken) as err:
+        judge(
+            "mask polarity",
+            softmax_attention(q, k, v, ~allow.expand(1, 1, 2, 3)),
+            q,
+            k,
+            v,
+            allow=allow,
+            grad=False,
+        )
+    assert str(err.value) == "mask polarity looks inverted"
+    with pytest.raises(
+        RuleBroken, match=r"^differs from the reference: "
+    ):  # wrong, but not inverted
+        judge(
+            "mask polarity", 2 * softmax_attention(q, k, v, allow), q, k, v, allow=allow, grad=False
+        )
+    judge("mask polarity", softmax_attention(q, k, v, allow), q, k, v, allow=allow, grad=False)
+    q = q[..., :2, :]
+    bottom_right = torch.tensor([[True, True, False], [True, True, True]])
+    top_left = torch.tensor([[True, False, False], [True, True, False]])
+    for declared, got, other in (
+        ("top_left", bottom_right, "bottom-right"),
+        ("bottom_right", top_left, "top-left"),
+    ):
+        with pytest.raises(RuleBroken) as err:
+            judge(
+                "causal alignment (q < k)",
+                softmax_attention(q, k, v, got),
+                q,
+                k,
+                v,
+                causal=declared,
+                grad=False,
+            )
+        assert str(err.value) == f"the causal mask looks {other} aligned (declared {declared!r})"
+        assert err.value.rule == f"the causal mask looks {other} aligned"
+    judge(
+        "causal alignment (q < k)",
+        softmax_attention(q, k, v, top_left),
+        q,
+        k,
+        v,
+        causal="top_left",
+        grad=False,
+    )
+
+
+def test_a_planted_value_that_changes_the_shape_says_both_shapes():
+    from attnlab.testing.rules import untouched
+
+    with pytest.raises(RuleBroken) as err:
+        untouched("NaN", "the output", torch.zeros(1, 2), torch.zeros(2, 2))
+    assert str(err.value) == "NaN changed the shape of the output: (1, 2), clean (2, 2)"
