@@ -33,7 +33,7 @@ def _far(got: torch.Tensor, want: torch.Tensor, budget: float) -> str | None:
     if not excess.numel() or bool((excess <= 0).all()):
         return None
     at = tuple(int(i) for i in torch.unravel_index(excess.argmax(), excess.shape))
-    return f": max |error| {float(err.nan_to_num(torch.inf).max()):.1e} at {at}"
+    return f": max |error| {float(err.nan_to_num(torch.inf, torch.inf).max()):.1e} at {at}"
 
 
 # The rules below are public: attnlab's own conformance suite calls the same definitions on its
@@ -56,7 +56,7 @@ def untouched(planted: str, where: str, got: torch.Tensor, clean: torch.Tensor |
     if clean is not None:
         if got.shape != clean.shape:
             raise RuleBroken(f"{planted} changed the shape of {where}", f": {tuple(got.shape)}, clean {tuple(clean.shape)}")
-        diff = (got.to(torch.float64) - clean.detach().to(torch.float64)).abs().nan_to_num(torch.inf)
+        diff = (got.to(torch.float64) - clean.detach().to(torch.float64)).abs().nan_to_num(torch.inf, torch.inf)
         if diff.numel() and float(diff.max()) > atol:
             raise RuleBroken(f"{planted} changed {where}", f": max |difference| {float(diff.max()):.1e}")
 
@@ -135,7 +135,7 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
         raise RuleBroken("the output's dtype differs from the input's", f": {out.dtype}, expected {q.dtype}")
     if again is not None:  # the determinism case: only that
         if not torch.equal(out.detach(), again.detach()):
-            diff = (out.detach().double() - again.detach().double()).abs().nan_to_num(torch.inf).max()
+            diff = (out.detach().double() - again.detach().double()).abs().nan_to_num(torch.inf, torch.inf).max()
             raise RuleBroken("two calls on the same input give different outputs", f": max |difference| {float(diff):.1e}")
         return
     budget = BUDGET.get(q.dtype, 3e-2)
