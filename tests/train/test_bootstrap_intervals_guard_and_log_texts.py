@@ -46,7 +46,9 @@ def test_intervals_equal_a_bootstrap_that_scores_each_resample_again(seed, level
 
 def test_intervals_defaults_are_a_thousand_resamples_seed_zero_and_95_percent():
     defaults = {
-        k: p.default for k, p in inspect.signature(metrics.intervals).parameters.items() if p.kwonly
+        k: p.default
+        for k, p in inspect.signature(metrics.intervals).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
     }
     assert defaults == {"resamples": 1000, "seed": 0, "level": 0.95}
     got = metrics.intervals(HYPS[:3], REFS[:3])
