@@ -117,3 +117,98 @@ def test_the_loss_is_summed_over_caption_tokens_and_padding_not_counted():
     tgt = torch.tensor([[3, 2]])
     total, n = C._loss_sum(net, None, None, tgt)
     assert n == 2 and abs(total.item() - (-np.log(0.4) - np.log(0.25))) < 1e-6
+
+
+def _task(seed=0):
+    torch.manual_seed(0)
+    images = torch.arange(5.0)[:, None]  # five "images": batches of two, three steps an epoch
+    t = C.CaptionTask(
+        torch.nn.Linear(1, 1),
+        images,
+        images.long(),
+        images.long(),
+        epochs=2,
+        batch_size=2,
+        lr=0.01,
+        seed=seed,
+    )
+    t.optimizer()
+    return t
+
+
+def test_the_checkpoint_state_and_its_restore_with_the_schedules_rate_and_betas():
+    from attnlab.train.runtime import Runtime
+
+    t = _task()
+    assert t.per_epoch == 3
+    for step in range(4):  # into the second epoch
+        t.batch(step, Runtime())
+        t.opt.step()
+        t.after_step(step)
+    t.checkpoint_extra = ({"model": {"kind": "x"}}, {"vocab.json": "[]"})
+    records = [{"step": 3, "epoch": 1, "loss": 2.0, "tokens_per_s": 4.0, "wall_s": 0.1}]
+    tensors, config, files = t.checkpoint(4, records)
+    state = config["state"]
+    assert list(config) == ["model", "state"] and files == {"vocab.json": "[]"}
+    assert list(state) == ["epoch", "history", "timing", "scheduler", "param_groups"]
+    assert (
+        state["epoch"] == 1
+        and state["history"] == [2.0]
+        and state["timing"] == [{"wall_s": 0.1, "tokens_per_s": 4.0}]
+    )
+    assert torch.equal(
+        tensors["rng.batches"], t.epoch_rng
+    )  # within an epoch: the state before its draw
+    assert torch.equal(
+        t.checkpoint(3, [])[0]["rng.batches"], t.gen.get_state()
+    )  # at its end: the state now
+    other = _task(seed=9)
+    saved = {"epoch": 1, "step": 4, **{k: state[k] for k in ("scheduler", "param_groups")}}
+    saved["param_groups"] = [
+        {**g, "betas": list(g["betas"])} for g in saved["param_groups"]
+    ]  # as JSON has it
+    assert other.restore(None, tensors, {"state": saved}) == 4
+    assert other.opt.param_groups[0]["lr"] == t.opt.param_groups[0]["lr"] != 0.01
+    betas = other.opt.param_groups[0][
+        "betas"
+    ]  # one-cycle moves beta1 too: the saved one comes back, a tuple
+    assert betas == t.opt.param_groups[0]["betas"] and betas[0] != 0.9 and isinstance(betas, tuple)
+    assert torch.equal(other.gen.get_state(), tensors["rng.batches"])
+    del saved["step"]
+    assert (
+        other.restore(None, tensors, {"state": saved}) == 3
+    )  # an old state: the epoch's first step
+
+
+def test_restore_refusals_in_full():
+    t = _task()
+    where = "the checkpoint's config.json: state"
+    for state in (None, [1, 2], {"epoch": 1, "x": float("nan")}):
+        try:
+            t.restore(None, {}, {"state": state})
+        except C.CheckpointError as e:
+            assert (
+                str(e)
+                == f"{where} must be an object of finite numbers (written by fit); got {str(state)[:80]}"
+            )
+        else:
+            raise AssertionError(state)
+    long = {"epoch": 1, "history": [float("inf")] * 40}
+    try:
+        t.restore(None, {}, {"state": long})
+    except C.CheckpointError as e:
+        assert str(e).endswith("; got " + str(long)[:80]) and len(str(long)) > 80
+    for state, words in (
+        ({"epoch": -1}, "state.epoch must be an integer >= 0; got -1"),
+        ({"epoch": 1, "step": True}, "state.step must be an integer >= 0; got True"),
+    ):
+        try:
+            t.restore(None, {}, {"state": state})
+        except ValueError as e:
+            assert str(e) == f"the checkpoint's config.json: {words}"
+        else:
+            raise AssertionError(state)
+    try:
+        t.restore(None, {}, {"state": {"epoch": 1}})
+    except C.CheckpointError as e:
+        assert str(e) == f"{where} is not the state fit writes (KeyError: 'rng.batches')"
