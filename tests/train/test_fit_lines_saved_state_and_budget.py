@@ -298,3 +298,38 @@ def test_the_first_step_line_shows_that_steps_loss_over_its_count(monkeypatch):
         "train: step 1/3  loss 3.0000  (first step 0.2 s)",
         "train: step 3  loss 4.0000",
     ]
+
+
+class _Tty:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_the_bar_shows_the_train_loss_and_validation_lines_go_above_it(monkeypatch):
+    import sys
+
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    said = []
+    fit(
+        Toy(valid={"loss": 0.5}),
+        FitConfig(steps=2, log_every=1, eval_every=2, clip=0.0),
+        progress=True,
+        log=said.append,
+    )
+    assert said == []  # nothing through log: the train loss is on the bar, the rest above it
+    assert "train: step 2  loss 1.0000" in tty.text and "train: step 1  loss" not in tty.text
+    assert "2/2" in tty.text and "loss=1" in tty.text
+    said.clear()
+    tty.text = ""
+    fit(Toy(), FitConfig(steps=2, log_every=1, clip=0.0), progress=False, log=said.append)
+    assert said == ["train: step 1  loss 0.0000", "train: step 2  loss 1.0000"] and tty.text == ""
