@@ -174,3 +174,16 @@ def test_the_task_saves_its_settings_extras_and_files_and_needs_them_back(tmp_pa
     assert b0[1] is True and task.order_epoch == 0
     task.batch(3, Runtime())
     assert task.order_epoch == 1
+
+
+def test_settings_from_a_checkpoint_keep_the_known_fields_and_say_where_a_bad_one_is():
+    from attnlab.train.loop import train_config_from
+
+    cfg = train_config_from({"steps": 7, "lr": 0.5, "unknown": 1, "max_seconds": None})
+    assert cfg == TrainConfig(steps=7, lr=0.5)
+    with pytest.raises(CheckpointError) as e:
+        train_config_from([1])
+    assert str(e.value) == "config.json: 'train' must be an object of settings; got list"
+    with pytest.raises(CheckpointError) as e:
+        train_config_from({"batch_size": 0}, "r/config.json")
+    assert str(e.value).startswith("r/config.json: train.batch_size ")
