@@ -137,3 +137,15 @@ def test_each_batch_sets_the_scheduled_rate_and_draws_block_long_windows():
     assert task.last[0] is x
     total, n = task.loss_sum(task.model, (x, y, None))
     assert n == 24 and total.item() > 0
+
+
+def test_the_evaluation_estimate_is_eval_batches_times_the_faster_of_two_timed_losses(monkeypatch):
+    import types
+
+    readings = iter([10.0, 13.0, 20.0, 21.5])  # 3 s, then 1.5 s (the first pays its warm-up)
+    monkeypatch.setattr(lm, "time", types.SimpleNamespace(perf_counter=lambda: next(readings)))
+    task = LMTask(TEXT, _cfg(eval_batches=4))
+    task.optimizer()
+    task.batch(0, Runtime())
+    task.model.train()
+    assert task.eval_seconds(Runtime()) == 4 * 1.5 and task.model.training
