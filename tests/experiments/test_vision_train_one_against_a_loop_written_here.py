@@ -67,26 +67,15 @@ def test_train_one_matches_the_loop_written_here(monkeypatch):
     assert acc == right / 7
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8, 9, 10, 12])
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 21, 31])
 def test_interval_uses_t_of_n_minus_1_degrees_of_freedom(n):
-    # two-sided 95 % Student t quantiles t(0.975, df), from a printed table; the normal 1.96 beyond the table
-    t975 = {
-        1: 12.706,
-        2: 4.303,
-        3: 3.182,
-        4: 2.776,
-        5: 2.571,
-        6: 2.447,
-        7: 2.365,
-        8: 2.306,
-        9: 2.262,
-    }
-    values = [0.1 * i * i for i in range(n)]
+    # two-sided 95 % Student t quantiles t(0.975, df), from a printed table
+    t975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+            10: 2.228, 11: 2.201, 20: 2.086, 30: 2.042}
+    values = np.array([0.1 * i * i for i in range(n)])  # the run passes arrays (paired differences)
     mean, hw = interval(values)
     assert mean == pytest.approx(np.mean(values), rel=1e-12)
-    assert hw == pytest.approx(
-        t975.get(n - 1, 1.96) * np.std(values, ddof=1) / math.sqrt(n), rel=1e-12
-    )
+    assert hw == pytest.approx(t975[n - 1] * np.std(values, ddof=1) / math.sqrt(n), rel=1e-12)
 
 
 def test_interval_of_one_value_is_its_value_with_no_width():

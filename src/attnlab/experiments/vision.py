@@ -41,6 +41,7 @@ from .._files import write_text, writing
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 from ..viz.heatmap import pyplot_or_none
+from .distance import interval
 
 VARIANTS = ("none", "se", "eca", "cbam")
 
@@ -104,15 +105,6 @@ class VisionConfig:
             raise ValueError(f"widths must be positive channel counts; got {self.widths}")
 
 
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def interval(values) -> tuple[float, float]:
-    """(mean, half-width of the 95 % t-interval over the values); half-width nan for one value."""
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), float("nan")
-    return float(v.mean()), _T975.get(len(v) - 1, 1.96) * float(v.std(ddof=1)) / math.sqrt(len(v))
 
 
 def _fmt(mean: float, hw: float, scale: float = 100.0, sign: bool = False) -> str:
