@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -142,8 +143,8 @@ def train_one(name: str, k: int, seed: int, cfg: DistanceConfig) -> tuple[nn.Mod
     return model, acc
 
 
-def interval(values: list[float]) -> tuple[float, float]:
-    """(mean, half-width of the 95 % t-interval); half-width nan for one value."""
+def interval(values: Iterable[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95 % t-interval) of a list or array; half-width nan for one value."""
     values = [float(v) for v in values]
     n = len(values)
     mean = sum(values) / n

@@ -105,8 +105,6 @@ class VisionConfig:
             raise ValueError(f"widths must be positive channel counts; got {self.widths}")
 
 
-
-
 def _fmt(mean: float, hw: float, scale: float = 100.0, sign: bool = False) -> str:
     m = f"{scale * mean:+.2f}" if sign else f"{scale * mean:.2f}"
     return m if hw != hw else f"{m} ± {scale * hw:.2f}"
