@@ -61,3 +61,18 @@ def test_surface_forms_as_source(root):
 def test_unknown_source_form(root):
     with pytest.raises(ValueError, match=r"source_form must be 'lemma' or 'text'; got 'gloss'"):
         load_verses(root, source_form="gloss")
+
+
+def test_data_root_is_the_installed_packages_folder_of_its_data():
+    from importlib import metadata
+    from pathlib import Path
+
+    from attnlab.data.bible import data_root
+
+    try:
+        dist = metadata.distribution("bible-alignments")
+    except metadata.PackageNotFoundError:
+        pytest.skip("bible-alignments is not installed (make test installs it)")
+    alignment = Path(dist.locate_file(ALIGNMENT))  # where pip put the file, found without attnlab
+    assert alignment.is_file()
+    assert data_root() / ALIGNMENT == alignment

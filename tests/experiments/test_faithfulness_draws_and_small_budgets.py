@@ -79,3 +79,11 @@ def test_a_run_of_few_steps_logs_every_step(monkeypatch):
         )
     )
     assert [(c.steps, c.log_every) for c in cfgs] == [(4, 1)]
+
+
+@pytest.mark.parametrize("name", ["dirichlet_weights", "uniform_weights"])
+def test_random_and_uniform_weights_are_made_on_the_masks_device(name):
+    """On the ``meta`` device (shapes only), the proxy for a GPU run: a draw on the CPU would not mix with it."""
+    mask = torch.tensor([[True, True, False]]).to("meta")
+    w = getattr(faithfulness, name)(mask)
+    assert w.device.type == "meta" and tuple(w.shape) == (1, 3) and w.dtype == torch.float32

@@ -138,6 +138,8 @@ def test_din_scores_each_candidate_with_its_own_pooled_history_and_returns_its_w
 def test_chance_weight_is_the_mean_of_one_over_the_history_length_where_a_cause_is_known():
     hist = torch.tensor([[0, 0, 1, 2], [1, 2, 3, 4], [0, 5, 6, 7]])
     assert chance_weight((hist, None, np.array([2, -1, 3]))) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    # a cause at the window's first slot (index 0) is known too: 1/4 from the full second row
+    assert chance_weight((hist, None, np.array([2, 0, -1]))) == pytest.approx((1 / 2 + 1 / 4) / 2)
 
 
 class _Weights(torch.nn.Module):

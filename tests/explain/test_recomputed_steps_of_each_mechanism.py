@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnlab.explain import run
-from attnlab.explain.examples import parse
+from attnlab.explain.examples import ExampleError, parse
 from attnlab.explain.recompute import PATHS, path_for
 from attnlab.explain.verify import DRIFT, EXACT, _hand, verify
 
@@ -481,3 +481,14 @@ def test_a_written_earlier_value_is_what_the_later_step_is_recomputed_from():
     exact = softmax([0.33, 0.17, 0.4])
     assert not np.allclose(np.round(exact, 4), np.round(w, 4))
     assert verdicts[1].true == pytest.approx(exact.tolist(), abs=1e-12)
+
+
+@pytest.mark.parametrize("case", ["general", "concat"])
+def test_a_missing_or_unreadable_weight_is_named_in_the_params_table(case):
+    text = CASES[case][0]
+    start = text.index("weight = ")
+    line = text[start : text.index("\n", start) + 1]
+    with pytest.raises(ExampleError, match=r"\[params\]: mechanism '[a-z-]+' needs weight$"):
+        path_for(parse(text.replace(line, "")))
+    with pytest.raises(ExampleError, match=r"\[params\] weight: expected numbers or nested lists of numbers; got 'abc'"):
+        path_for(parse(text.replace(line, 'weight = "abc"\n')))

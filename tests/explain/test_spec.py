@@ -68,3 +68,16 @@ def test_the_names_list_and_the_runners_registry_agree():
     from attnlab.explain.names import NAMES
 
     assert list(NAMES) == list(MECHANISMS)
+
+
+def test_main_writes_the_schema_beside_the_module_and_the_page_where_it_is_told(tmp_path, monkeypatch):
+    from attnlab.explain import spec
+
+    monkeypatch.setattr(spec, "SCHEMA_FILE", tmp_path / "example.schema.json")  # not the installed package's file
+    assert spec.main([str(tmp_path / "format.md")]) == 0
+    assert (tmp_path / "format.md").read_text(encoding="utf-8") == format_doc()
+    assert json.loads((tmp_path / "example.schema.json").read_text(encoding="utf-8")) == schema()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    assert spec.main([]) == 0  # without an argument: the page of the docs, from the repository's root
+    assert (tmp_path / "docs" / "examples-format.md").read_text(encoding="utf-8") == format_doc()

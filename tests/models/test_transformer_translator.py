@@ -277,3 +277,21 @@ def test_experiment_bottleneck_with_the_transformer(tmp_path, capsys):
     assert res["models"]["transformer"]["parameters"] > 0
     assert "--models" in _err(capsys, ["experiment", "bottleneck", "--quick", "--models", "none,gpt"])
     assert "--models" in _err(capsys, ["experiment", "bottleneck", "--quick", "--models", "luong,luong"])
+
+
+def test_every_layer_has_the_feed_forward_width_of_the_config():
+    from attnlab.models.transformer import Transformer
+
+    c = TransformerConfig(src_vocab=5, tgt_vocab=6, dim=8, num_heads=2, num_encoder_layers=2, num_decoder_layers=3,
+                          ffn_dim=7, dropout=0.0, max_len=16)  # 7: not the layers' default of 4 · dim
+    model = Transformer(c)
+    for layer in [*model.encoder, *model.decoder]:
+        assert tuple(layer.linear1.weight.shape) == (7, 8) and tuple(layer.linear2.weight.shape) == (8, 7)
+    # by hand: embeddings 5·8 + 6·8; an encoder layer 4·(8·8 + 8) for attention, 8·7 + 7 + 7·8 + 8 for the
+    # feed-forward, 2·2·8 for two norms; a decoder layer one attention and one norm more; the output 8·6 + 6;
+    # pre-norm (the default) ends the encoder and the decoder with one norm each
+    attn, ffn = 4 * (8 * 8 + 8), 8 * 7 + 7 + 7 * 8 + 8
+    encoder, decoder = attn + ffn + 2 * 16, 2 * attn + ffn + 3 * 16
+    want = 5 * 8 + 6 * 8 + 2 * encoder + 3 * decoder + 8 * 6 + 6 + 2 * 16
+    assert c.norm_first and c.positional == "sinusoidal"  # no parameters for the positions
+    assert sum(p.numel() for p in model.parameters()) == want

@@ -333,3 +333,28 @@ def test_on_a_terminal_the_bar_shows_the_train_loss_and_validation_lines_go_abov
     tty.text = ""
     fit(Toy(), FitConfig(steps=2, log_every=1, clip=0.0), progress=False, log=said.append)
     assert said == ["train: step 1  loss 0.0000", "train: step 2  loss 1.0000"] and tty.text == ""
+
+
+def test_the_tasks_estimate_of_an_evaluation_is_asked_once_with_the_runs_runtime(monkeypatch):
+    from attnlab.train.runtime import Runtime
+
+    _clock(monkeypatch, tick=1.0)
+    asked = []
+
+    class Asked(Toy):
+        def eval_seconds(self, rt):
+            asked.append(rt)
+            return 0.0
+
+    rt = Runtime()
+    assert fit(Asked(), FitConfig(steps=3, max_seconds=100.0, clip=0.0), rt).step == 3
+    assert asked == [rt]  # after the first step, before any evaluation is timed
+
+
+def test_the_results_rate_counts_the_steps_after_the_last_logged_interval(monkeypatch):
+    """Stopped after 3 of 10 steps (log every 10): no line was logged, the 1 + 2 + 3 items still count."""
+    ticks = iter(range(1, 10_000))  # the loop's clock only: a quarter second per reading, two readings a step
+    monkeypatch.setattr(fit_module, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 4))
+    result = fit(Toy(), FitConfig(steps=10, log_every=10, clip=0.0), stop_after=3)
+    assert result.step == 3 and result.history == []
+    assert result.tokens_per_s == (1 + 2 + 3) / 0.75
