@@ -48,3 +48,16 @@ def test_the_calls_of_a_block_allow_each_causal_pair_once(monkeypatch, layout, q
     got = _union(_causal_calls(q_pos, k_pos, None, "cpu"), len(q_pos), len(k_pos))
     want = (k_pos.numpy()[None, :] <= q_pos.numpy()[:, None]).astype(int)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_causal_calls_mask_written_out_lies_on_the_device_asked_for():
+    """The explicit path's mask of a ``causal`` call, made on ``meta`` (the proxy for a GPU's queries): made on
+    the CPU instead, it would not mix with the queries there. A call with a mask of its own returns that mask."""
+    from attnlab.distributed.ring import _Call, _dense
+
+    mask = _dense(_Call(slice(None), slice(None), None, True), 2, 3, torch.device("meta"))
+    assert mask.device.type == "meta" and tuple(mask.shape) == (1, 1, 2, 3) and mask.dtype == torch.bool
+    np.testing.assert_array_equal(_dense(_Call(slice(None), slice(None), None, True), 2, 3, "cpu")[0, 0].numpy(),
+                                  np.tril(np.ones((2, 3), dtype=bool)))
+    own = torch.tensor([[True, False]])
+    assert _dense(_Call(slice(None), slice(None), own, False), 1, 2, "cpu") is own
