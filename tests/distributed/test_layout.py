@@ -69,3 +69,16 @@ def test_docs_example_is_the_script_and_runs_under_torchrun():
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [ln for ln in run.stdout.splitlines() if "max |error|" in ln]
     assert len(lines) == 3, run.stdout
+
+
+def test_a_contiguous_shard_is_a_view_of_the_whole_and_a_zigzag_one_its_two_chunks(monkeypatch):
+    """Rank 1 of 2 (the process group stood in for): the contiguous layout narrows ``x`` (no copy, the
+    memory of one view), the zigzag layout gathers chunks 1 and 2 of 4."""
+    import attnlab.distributed.layout as layout
+
+    monkeypatch.setattr(layout, "world", lambda group=None: (1, 2))
+    x = torch.arange(16.0).reshape(1, 1, 8, 2)
+    y = shard(x)
+    assert torch.equal(y, x[:, :, 4:]) and y.data_ptr() == x[:, :, 4:].data_ptr()  # the same memory
+    assert torch.equal(shard(x, layout="zigzag"), x[:, :, [2, 3, 4, 5]])
+    assert torch.equal(shard(x.transpose(-1, -2), dim=-1), x.transpose(-1, -2)[..., 4:])
