@@ -25,8 +25,8 @@ import re
 import subprocess
 import sys
 
-# left out as under mutmut (pyproject.toml, [tool.mutmut]), with the flex and compile tests and the wall-clock
-# checks: a warning's caller line (the trampoline is one frame more)
+# left out as under mutmut (pyproject.toml, [tool.mutmut]): the flex and compile tests, the wall-clock checks,
+# and the check that a warning points at its caller's line (the trampoline is one frame more)
 CALLER_LINE = ("tests/viz/test_overlay_figures_and_cjk_fonts.py::"
                "test_without_a_cjk_font_the_warning_names_the_packages_and_points_at_the_caller")
 
