@@ -15,19 +15,18 @@ declare -A TESTS=(
   [experiments]="tests/experiments" [explain]="tests/explain" [cli]="tests/cli" [testing]="tests/testing tests/cli/test_cli_check.py"
 )
 py=${PYTHON:?set PYTHON to the venv python}
-# left out as under mutmut (pyproject.toml, [tool.mutmut]): the wall-clock checks, and the check that a warning
-# points at its caller's line (the trampoline is one frame more)
-CALLER_LINE=tests/viz/test_overlay_figures_and_cjk_fonts.py::test_without_a_cjk_font_the_warning_names_the_packages_and_points_at_the_caller
+# the pytest arguments of [tool.mutmut] (what mutmut leaves out), one a line
+PYTEST_ARGS=$("$py" "$(dirname "$0")/mutation_run_names.py" --print-pytest-args)
 one() {
   name=$1; pkg=$(cut -d. -f2 <<<"$name")
-  out=$(cd mutants && MUTANT_UNDER_TEST=$name PYTHONPATH=src OMP_NUM_THREADS=1 timeout 900 "$py" -m pytest -x -q \
-        -p no:cacheprovider -k "not flex and not compile and not max_seconds and not is_fast" \
-        --deselect "$CALLER_LINE" --ignore tests/cli/test_cli_starts_at_once.py ${TESTS[$pkg]} 2>&1)
+  mapfile -t args <<<"$PYTEST_ARGS"
+  out=$(cd mutants && MUTANT_UNDER_TEST=$name PYTHONPATH=src OMP_NUM_THREADS=1 timeout 900 "$py" -m pytest \
+        "${args[@]}" ${TESTS[$pkg]} 2>&1)
   case $? in
     0) echo "$name: survived" ;;
     124) echo "$name: timeout" ;;
     *) echo "$name: killed by $(grep -m1 -oE '^(FAILED|ERROR) [^ ]*' <<<"$out" | cut -d' ' -f2)" ;;
   esac
 }
-export -f one; export py CALLER_LINE; export TESTS_DECL="$(declare -p TESTS)"
+export -f one; export py PYTEST_ARGS; export TESTS_DECL="$(declare -p TESTS)"
 xargs -P "${JOBS:-2}" -I{} bash -c 'eval "$TESTS_DECL"; one "$@"' _ {}

@@ -25,13 +25,19 @@ import re
 import subprocess
 import sys
 
-# left out as under mutmut (pyproject.toml, [tool.mutmut]): the flex and compile tests, the wall-clock checks,
-# and the check that a warning points at its caller's line (the trampoline is one frame more)
-CALLER_LINE = ("tests/viz/test_overlay_figures_and_cjk_fonts.py::"
-               "test_without_a_cjk_font_the_warning_names_the_packages_and_points_at_the_caller")
+
+def mutmut_pytest_args(pyproject: str = "pyproject.toml") -> list[str]:
+    """The pytest arguments of ``[tool.mutmut]`` (what mutmut leaves out: the flex and compile tests, the
+    wall-clock checks, the checks that read the source ...), so a mutant run here sees the tests mutmut sees."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    with open(pyproject, "rb") as f:
+        return list(tomllib.load(f)["tool"]["mutmut"]["pytest_add_cli_args"])
 
 
-def run_one(name: str, root: str, stats: dict, also=(), deselect=()) -> tuple[str, str]:
+def run_one(name: str, root: str, stats: dict, pytest_args: list[str], also=(), deselect=()) -> tuple[str, str]:
     key = re.sub(r"__mutmut_\d+$", "", name)
     pkg = name.split(".")[1]
     if name.startswith("attnlab.distributed."):
@@ -41,8 +47,7 @@ def run_one(name: str, root: str, stats: dict, also=(), deselect=()) -> tuple[st
         if not tests:
             return name, "no tests"
     env = dict(os.environ, MUTANT_UNDER_TEST=name, PYTHONPATH="src", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-k", "not flex and not compile and not max_seconds and not is_fast",
-           "--deselect", CALLER_LINE, *tests]
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, *tests]
     cmd += [a for d in deselect for a in ("--deselect", d)]
     try:
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
@@ -60,12 +65,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Run named mutants (read from stdin) outside mutmut.")
     parser.add_argument("--also", nargs="*", default=[], help="test files written after the stats")
     parser.add_argument("--deselect", nargs="*", default=[], help="test node ids to leave out")
+    parser.add_argument("--print-pytest-args", action="store_true", help="print [tool.mutmut]'s pytest arguments, "
+                        "one a line (benchmarks/mutation_recheck.sh runs with them), and stop")
     args = parser.parse_args()
+    if args.print_pytest_args:
+        print("\n".join(mutmut_pytest_args()))
+        return
     root = "mutants"
     stats = json.load(open(f"{root}/mutmut-stats.json"))["tests_by_mangled_function_name"]
     names = [line.strip().rstrip(":") for line in sys.stdin if line.strip()]
+    pytest_args = mutmut_pytest_args()
     with cf.ThreadPoolExecutor(int(os.environ.get("JOBS", "2"))) as ex:
-        for name, status in ex.map(lambda n: run_one(n, root, stats, args.also, args.deselect), names):
+        for name, status in ex.map(lambda n: run_one(n, root, stats, pytest_args, args.also, args.deselect), names):
             print(f"{name}: {status}", flush=True)
 
 
