@@ -46,14 +46,14 @@ def _rows_sum_to_one(w: np.ndarray) -> None:
     np.testing.assert_allclose(w.sum(-1), np.ones(w.shape[:-1]), atol=1e-5)
 
 
-def _translation(run, text: str):
+def _translation(run, text: str, max_len: int = 3):
     """What the command decodes, recomputed: the output ids (with EOS if it ended) and the teacher-forced batch."""
     from attnlab.train.decode import greedy
 
     loaded = load_model(run, kind=("seq2seq", "transformer"))
     model, sv, tv = loaded.model.eval(), loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
     src, mask = source_batch([sv.encode(text, strict=True)])
-    h = greedy(model, src, mask, max_len=3)[0]
+    h = greedy(model, src, mask, max_len=max_len)[0]
     out = list(h.tokens) + ([EOS] if h.ended else [])
     tgt_in = torch.tensor([[BOS, *out[:-1]]])  # (1, t): the decoder's inputs
     return model, tv, src, mask, out, tgt_in
@@ -142,17 +142,13 @@ def test_a_decoder_without_attention_has_nothing_to_write(tmp_path, capsys):
 
 def test_view_of_a_transformer_translator_shows_its_teacher_forced_weights(runs, tmp_path):
     from attnlab.cli._model_pages import model_page
-    from attnlab.train.decode import greedy, length_guard
+    from attnlab.train.decode import length_guard
     from attnlab.train.runtime import Runtime
 
     assert main(["view", "--checkpoint", str(runs / "tf"), "--text", "zwei", "-o", str(tmp_path / "v.html")]) == 0
     page = model_page(str(runs / "tf"), "zwei", Runtime.local("cpu", "fp32"))  # what that page shows
-    loaded = load_model(runs / "tf", kind=("seq2seq", "transformer"))
-    model, sv, tv = loaded.model.eval(), loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
-    src, mask = source_batch([sv.encode("zwei", strict=True)])
-    h = greedy(model, src, mask, max_len=length_guard([4]))[0]
-    out = list(h.tokens) + ([EOS] if h.ended else [])
-    assert page["title"] == f"zwei → {tv.decode(h.tokens)}"
+    model, tv, src, mask, out, tgt_in = _translation(runs / "tf", "zwei", max_len=length_guard([4]))
+    assert page["title"] == f"zwei → {tv.decode([i for i in out if i != EOS])}"
     assert page["title"] in (tmp_path / "v.html").read_text(encoding="utf-8")
     enc, dec, cross = page["sections"]
     words = [tv.itos[i] if i != EOS else "</s>" for i in out]
@@ -162,5 +158,5 @@ def test_view_of_a_transformer_translator_shows_its_teacher_forced_weights(runs,
     t = len(out)
     assert np.all(np.array(dec["layers"])[..., np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] == 0)  # causal
     with torch.no_grad():  # teacher forcing on <bos> + the output: the last layer's cross-attention, heads averaged
-        _, mean = model(src, mask, torch.tensor([[BOS, *out[:-1]]]), need_weights=True)
+        _, mean = model(src, mask, tgt_in, need_weights=True)
     np.testing.assert_allclose(np.array(cross["layers"])[-1].mean(0), mean[0].numpy(), atol=2e-6)
