@@ -2,7 +2,7 @@
 
 Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
 
-    _checks, _files, _limits, trace → masks, patterns → functional → kernels → nn, distributed → models
+    _checks, _files, _limits, trace → masks, patterns → mask → functional → kernels → nn, distributed → models
     → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train, pretrained (the shipped models)
     → experiments → cli
 
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 LAYERS = [
     ("_checks", "_files", "_limits", "trace"),
     ("masks", "patterns"),
+    ("mask",),
     ("functional",),
     ("kernels",),
     ("nn", "distributed"),

@@ -5,6 +5,7 @@ Public names (shape legend: b batch, h heads, q query length, k key length, d fe
 * ``attnlab.scores``: dot, scaled_dot, general, additive, concat: (..., q, d), (..., k, d) → (..., q, k)
 * ``attnlab.masked_softmax(scores, mask=None, dim=-1)``
 * ``attnlab.attention(query, key, value, *, score=..., mask=..., causal=..., need_weights=...)``
+* ``attnlab.Mask``: a mask as a value, built once (padding, causal, documents, pattern, dense, bias; & and |)
 * ``attnlab.masks``: padding, causal (bottom-right), combine, as_key_mask, score_mask (how modules read short masks)
 * ``attnlab.patterns``: sparse patterns (window, strided, global, random, block, top-k) composing with & and |
 * ``attnlab.trace()``: record the named steps of the reference path
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time each is imported o
     from .functional import scores
     from .functional.attention import attention
     from .functional.softmax import masked_softmax
+    from .mask import Mask
     from .nn.registry import available, create
     from .trace import Step, Trace, trace
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time each is imported o
 # ``attnlab --help`` answers at once.
 _LAZY = {
     "functional": None, "masks": None, "patterns": None,
+    "Mask": "mask",
     "scores": "functional", "attention": "functional.attention", "masked_softmax": "functional.softmax",
     "available": "nn.registry", "create": "nn.registry",
     "trace": "trace", "Trace": "trace", "Step": "trace",
@@ -72,6 +75,7 @@ sys.modules[__name__].__class__ = _Package
 __version__ = "0.1.0"
 
 __all__ = [
+    "Mask",
     "attention",
     "masked_softmax",
     "functional",

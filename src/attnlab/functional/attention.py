@@ -61,6 +61,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import _checks, masks
+from ..mask import Mask
 from ..trace import active, record
 from . import scores
 from .nonfinite import (
@@ -77,6 +78,7 @@ from .softmax import _softmax
 _host_checks = host_checks  # (a module global: the tests turn the CPU's look-ahead off through it)
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 FUSED_SCORES = ("dot", "scaled_dot")
+UNKNOWN: Any = object()  # the fully masked rows, not known in advance (a raw mask tensor)
 
 
 def _resolve_score(score: str | ScoreFn, scale: float | None) -> ScoreFn:
@@ -146,18 +148,18 @@ def _guard_host(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attend: torch.Tensor | None,
+    mask: torch.Tensor | None,
     kv_finite: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The rule on the CPU, run eagerly: look first (one summation pass), guard only when something
-    is not finite. Returns (query, key, value, hit (..., q|1) or None)."""
+    is not finite (``mask`` None: causal). Returns (query, key, value, hit (..., q|1) or None)."""
     if kv_finite:  # the caller vouches for key and value: the query's part of the rule only
         if _checks.all_finite(query):
             return query, key, value, None
         return zero_nonfinite_entries(query), key, value, nonfinite_rows(query)
     if _checks.all_finite(query, key, value):  # finite inputs need no guard
         return query, key, value, None
-    return _guard(query, key, value, attend)
+    return _guard(query, key, value, None if mask is None else masks.allowed(mask))
 
 
 def _guard_device(
@@ -228,20 +230,23 @@ def _device_fast(
     dropout_p: float,
     lead: torch.Size,
     kv_finite: bool,
+    dead: Any = UNKNOWN,
 ) -> torch.Tensor:
     """The fast path without host reads: the rule's cleaning, one SDPA call, the rule's finish."""
-    query, key, value, hit, dead = _device_guard(query, key, value, mask, lead, kv_finite)
+    query, key, value, hit, dead = _device_guard(query, key, value, mask, lead, kv_finite, dead)
     out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, False)
     return finish_nonfinite(out, hit, dead)
 
 
 def _device_guard(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, lead: torch.Size,
-    kv_finite: bool,
+    kv_finite: bool, dead: Any = UNKNOWN,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``_guard_device`` with the mask's fully masked rows: (query, key, value, hit, dead (..., q|1, 1) or None)."""
+    """``_guard_device`` with the mask's fully masked rows: (query, key, value, hit, dead (..., q|1, 1) or None).
+    ``dead``: the rows that may attend nothing when the mask value knows them (None: none), else UNKNOWN."""
     attend = masks.allowed(mask) if mask is not None else None
-    dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1)
+    if dead is UNKNOWN:
+        dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1)
     if dead is not None and query.shape[:-2] != lead:  # (its dead rows are zeroed in the cleaning)
         query = query.expand(*lead, *query.shape[-2:])
     query, key, value, hit = _guard_device(query, key, value, attend, dead, kv_finite)
@@ -374,13 +379,58 @@ def combine_values(weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return context
 
 
+def _plain(query: Any, key: Any, value: Any, score: object, scale: object, dropout_p: object, extra: bool) -> bool:
+    """A call with nothing to check beyond what SDPA checks itself: tensors of one floating dtype and
+    one leading shape, features that match, keys present, the default score and scale, no trace."""
+    return (
+        not extra and scale is None and (score == "scaled_dot" or score == "dot")
+        and isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
+        and query.dim() >= 2 and query.dtype == key.dtype == value.dtype and query.is_floating_point()
+        and query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and key.shape[-2] == value.shape[-2] > 0
+        and query.shape[-1] == key.shape[-1] > 0 and isinstance(dropout_p, float) and 0.0 <= dropout_p < 1.0
+        and not active()
+    )
+
+
+def _from_value(
+    m: Mask, causal: bool, scores_shape: torch.Size, query: torch.Tensor
+) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
+    """A mask value at a call → (the mask as SDPA takes it or None, causal, the rows that attend nothing
+    or None). Checked against the call's sizes; the dense form and the empty rows are the value's plans."""
+    if causal:
+        m = m & Mask.causal()
+    lead, q_len, k_len = scores_shape[:-2], scores_shape[-2], scores_shape[-1]
+    if len(lead) > 2:
+        raise ValueError(f"an attnlab.Mask is for scores (b, h, q, k), (b, q, k) or (q, k); got scores "
+                         f"{tuple(scores_shape)}: pass a mask tensor for more leading dimensions")
+    m.check(lead[0] if lead else 1, q_len, k_len)
+    if m.is_causal and m.aligned_bottom_right and q_len == 1 and k_len > 0:
+        return None, False, None  # one query at the end of the keys may attend every key
+    if m.is_causal and (q_len == k_len or (m.aligned_bottom_right and q_len < k_len and not _host_checks(query))):
+        return None, True, None  # the kernel's own causal mask
+    t, dead = m.tensor(q_len, k_len, query.device), m.empty_rows(q_len, k_len, query.device)
+    if len(lead) < 2:  # (b, q, k) or (q, k) scores: the value's (b|1, 1, q|1, k) without its head axis
+        t, dead = t[:, 0], None if dead is None else dead[:, 0]
+        if not lead:
+            t, dead = t[0], None if dead is None else dead[0]
+    return masks.in_dtype(t, query.dtype), False, dead
+
+
+def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """(..., q|1, 1) bool: the rows of a raw mask that may attend nothing, None when there is none (a host read)."""
+    if mask is None:
+        return None
+    dead = ~masks.allowed(mask).any(-1, keepdim=True)
+    return dead if bool(dead.any()) else None
+
+
 def attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     *,
     score: str | ScoreFn = "scaled_dot",
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | Mask | None = None,
     causal: bool = False,
     scale: float | None = None,
     dropout_p: float = 0.0,
@@ -396,7 +446,8 @@ def attention(
         value: (..., k, d_v).
         score: ``"scaled_dot"`` (default, qᵀk/√d), ``"dot"`` (qᵀk), or a callable
             ``(q, k) -> (..., q, k)`` such as ``partial(attnlab.scores.additive, w_q=..., ...)``.
-        mask: bool (True = may attend) or float (additive bias), broadcastable to
+        mask: an ``attnlab.Mask`` (built once, e.g. ``Mask.padding(lengths, k)``: the cheapest form),
+            or a tensor: bool (True = may attend) or float (additive bias), broadcastable to
             the scores (..., q, k). A (b, k) padding mask is passed as (b, 1, 1, k).
         causal: also apply the bottom-right-aligned causal mask ``attnlab.masks.causal``.
         scale: the factor of ``"scaled_dot"``; default 1/√d_q.
@@ -415,11 +466,19 @@ def attention(
         ``(output, weights)``: output (..., q, d_v); weights (..., q, k) or None;
         with ``return_lse``: ``(output, lse)``, lse (..., q) in the scores' dtype.
     """
+    if mask is None and (not causal or query.shape[-2] == 1) and _plain(query, key, value, score, scale, dropout_p,
+                                                                         need_weights or return_lse):
+        # nothing masked (one query at the end of the keys may attend every key): SDPA alone
+        s = 1.0 if score == "dot" else scores.default_scale(query.shape[-1])
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=s), None
     scores_shape = _validate(query, key, value, score)
     if scale is not None:
         scale = _checks.scale(scale)
     score_fn = _resolve_score(score, scale)
-    if mask is not None:
+    dead: Any = UNKNOWN  # the rows that may attend nothing: known in advance for a mask value
+    if isinstance(mask, Mask):
+        mask, causal, dead = _from_value(mask, causal, scores_shape, query)
+    elif mask is not None:
         _checks.mask(mask, scores_shape, query.dtype)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
@@ -437,23 +496,22 @@ def attention(
     fused_causal = causal and mask is None and (q_len == k_len or (not on_host and q_len < k_len))
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
-
     use_fast = not need_weights and not return_lse and isinstance(score, str) and not active() and k_len > 0
     s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
     guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
     if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)
-        args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite)
+        args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite, dead)
         return _device_path(query, key, mask, fused_causal and q_len != k_len)(*args), None
 
-    hit = dead = None
+    hit = None
     if guarded and not on_host:  # no host reads: one pass per guarded tensor
-        query, key, value, hit, dead = _device_guard(query, key, value, mask, scores_shape[:-2], kv_finite)
+        query, key, value, hit, dead = _device_guard(query, key, value, mask, scores_shape[:-2], kv_finite, dead)
     elif guarded:
-        attend = masks.allowed(mask) if mask is not None else None
-        dead = None if attend is None else ~attend.any(-1, keepdim=True)  # (..., q|1, 1): rows that attend nothing
-        query, key, value, hit = _guard_host(query, key, value, attend, kv_finite)
-        if dead is not None and not bool(dead.any()):
-            dead = None
+        if dead is UNKNOWN:
+            dead = _empty_rows(mask)
+        query, key, value, hit = _guard_host(query, key, value, mask, kv_finite)
+    if dead is UNKNOWN:
+        dead = None
 
     if use_fast:
         out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2], on_host)
