@@ -20,13 +20,11 @@ def shape(t: torch.Tensor) -> str:
 
 def tracing() -> bool:
     """True inside torch.compile, torch.jit tracing or ONNX export."""
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and compiler.is_compiling():
-        return True
-    if torch.jit.is_tracing() or torch.jit.is_scripting():
-        return True
-    onnx = getattr(torch, "onnx", None)
-    return bool(onnx is not None and onnx.is_in_onnx_export())
+    # (ONNX export traces too: the TorchScript exporter under torch.jit's tracer, the dynamo one compiling)
+    return _is_compiling() or torch._C._is_tracing() or torch.jit.is_scripting()
+
+
+_is_compiling = torch.compiler.is_compiling
 
 
 class DtypeError(TypeError, ValueError):
@@ -108,9 +106,12 @@ def all_finite(*tensors: torch.Tensor) -> bool:
     A sum is one cheap pass and is finite whenever every element is; only when it is
     not (a NaN or inf, or a finite sum that overflowed) does the exact per-element check run.
     """
+    total = 0.0
+    for t in tensors:  # one sum each, read as Python floats (a NaN or inf makes the total non-finite)
+        total += float((t.detach() if t.requires_grad else t).sum())
+    if math.isfinite(total):
+        return True
     with torch.no_grad():
-        if all(bool(torch.isfinite(t.sum())) for t in tensors):
-            return True
         return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 

@@ -29,7 +29,7 @@ first use and keeps: its plans belong to it, so they can never describe another 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -305,6 +305,14 @@ class Mask:
     def _dense(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
         parts = [p.dense(q_len, k_len, device) for p in self._parts]
         return parts[0] if len(parts) == 1 else masks.combine(*parts)  # type: ignore[return-value]
+
+    def plan(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """A plan of this mask (a dense form, a kernel's block layout, what a call needs): made by
+        ``build()`` on first use under ``key`` (what determines it: sizes, device, dtype) and kept."""
+        plans = self._plans
+        if key not in plans:
+            plans[key] = build()
+        return plans[key]
 
     def tensor(self, q_len: int, k_len: int, device: torch.device | str | None = None) -> torch.Tensor:
         """The dense form for q queries over k keys: bool (True = may attend) or a float bias,

@@ -393,12 +393,19 @@ def _plain(query: Any, key: Any, value: Any, score: object, scale: object, dropo
 
 
 def _from_value(
-    m: Mask, causal: bool, scores_shape: torch.Size, query: torch.Tensor
+    m: Mask, causal: bool, scores_shape: torch.Size, query: torch.Tensor, on_host: bool
 ) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
     """A mask value at a call → (the mask as SDPA takes it or None, causal, the rows that attend nothing
-    or None). Checked against the call's sizes; the dense form and the empty rows are the value's plans."""
+    or None). Checked against the call's sizes once per size; what the call needs is the value's plan."""
     if causal:
         m = m & Mask.causal()
+    key = (tuple(scores_shape), query.device, query.dtype, on_host)
+    return m.plan(key, lambda: _plan_call(m, scores_shape, query.device, query.dtype, on_host))
+
+
+def _plan_call(
+    m: Mask, scores_shape: torch.Size, device: torch.device, dtype: torch.dtype, on_host: bool
+) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
     lead, q_len, k_len = scores_shape[:-2], scores_shape[-2], scores_shape[-1]
     if len(lead) > 2:
         raise ValueError(f"an attnlab.Mask is for scores (b, h, q, k), (b, q, k) or (q, k); got scores "
@@ -406,14 +413,14 @@ def _from_value(
     m.check(lead[0] if lead else 1, q_len, k_len)
     if m.is_causal and m.aligned_bottom_right and q_len == 1 and k_len > 0:
         return None, False, None  # one query at the end of the keys may attend every key
-    if m.is_causal and (q_len == k_len or (m.aligned_bottom_right and q_len < k_len and not _host_checks(query))):
+    if m.is_causal and (q_len == k_len or (m.aligned_bottom_right and q_len < k_len and not on_host)):
         return None, True, None  # the kernel's own causal mask
-    t, dead = m.tensor(q_len, k_len, query.device), m.empty_rows(q_len, k_len, query.device)
+    t, dead = m.tensor(q_len, k_len, device), m.empty_rows(q_len, k_len, device)
     if len(lead) < 2:  # (b, q, k) or (q, k) scores: the value's (b|1, 1, q|1, k) without its head axis
         t, dead = t[:, 0], None if dead is None else dead[:, 0]
         if not lead:
             t, dead = t[0], None if dead is None else dead[0]
-    return masks.in_dtype(t, query.dtype), False, dead
+    return masks.in_dtype(t, dtype), False, dead
 
 
 def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -471,13 +478,17 @@ def attention(
         # nothing masked (one query at the end of the keys may attend every key): SDPA alone
         s = 1.0 if score == "dot" else scores.default_scale(query.shape[-1])
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=s), None
-    scores_shape = _validate(query, key, value, score)
+    if _plain(query, key, value, score, None, dropout_p, False):  # checked as for SDPA: no more to check
+        scores_shape = torch.Size((*query.shape[:-1], key.shape[-2]))
+    else:
+        scores_shape = _validate(query, key, value, score)
     if scale is not None:
         scale = _checks.scale(scale)
     score_fn = _resolve_score(score, scale)
     dead: Any = UNKNOWN  # the rows that may attend nothing: known in advance for a mask value
+    on_host = _host_checks(query)
     if isinstance(mask, Mask):
-        mask, causal, dead = _from_value(mask, causal, scores_shape, query)
+        mask, causal, dead = _from_value(mask, causal, scores_shape, query, on_host)
     elif mask is not None:
         _checks.mask(mask, scores_shape, query.dtype)
     if not 0.0 <= dropout_p < 1.0:
@@ -491,7 +502,6 @@ def attention(
     q_len, k_len = scores_shape[-2], scores_shape[-1]
     if causal and mask is None and q_len == 1:
         causal = False  # one query at the end of the keys (bottom-right) may attend every key: no mask
-    on_host = _host_checks(query)
     # causal without a mask runs as the kernel's own causal mask: q = k everywhere, q < k off the CPU
     fused_causal = causal and mask is None and (q_len == k_len or (not on_host and q_len < k_len))
     if causal and not fused_causal:
