@@ -397,8 +397,8 @@ def _from_value(
 ) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
     """A mask value at a call → (the mask as SDPA takes it or None, causal, the rows that attend nothing
     or None). Checked against the call's sizes once per size; what the call needs is the value's plan."""
-    if causal:
-        m = m & Mask.causal()
+    if causal:  # the value's causal form, made once and kept with it
+        m = m.plan(("& causal",), lambda: m & Mask.causal())
     key = (tuple(scores_shape), query.device, query.dtype, on_host)
     return m.plan(key, lambda: _plan_call(m, scores_shape, query.device, query.dtype, on_host))
 

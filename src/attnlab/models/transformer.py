@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .. import masks
+from ..mask import Mask
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerDecoderLayer, TransformerEncoderLayer
 from ..nn.positional import POSITIONAL as ALL_POSITIONAL
@@ -41,9 +42,12 @@ _EMBED = {
 POSITIONAL = tuple(name for name in ALL_POSITIONAL if name in _EMBED)
 
 
-def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """A (b, n) padding mask → (b, 1, 1, n), explicit for the layers; other shapes pass as given."""
-    return masks.as_key_mask(mask) if mask is not None and mask.dim() == 2 else mask
+def _key_mask(mask: torch.Tensor | Mask | None) -> torch.Tensor | Mask | None:
+    """A (b, n) bool padding mask → an ``attnlab.Mask``, built once per forward and passed to every layer
+    (a float one → (b, 1, 1, n)); a mask value and other shapes pass as given."""
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+        return Mask.padding(mask) if mask.dtype == torch.bool else masks.as_key_mask(mask)
+    return mask
 
 
 @dataclass
@@ -105,8 +109,9 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         """src (b, s) ids, src_mask (b, s) True on real tokens → memory (b, s, dim)."""
         x = self._embed(self.src_emb, src)
+        mask = _key_mask(src_mask)
         for layer in self.encoder:
-            x = layer(x, mask=_key_mask(src_mask))
+            x = layer(x, mask=mask)
         return self.enc_norm(x)
 
     def decode(
@@ -128,8 +133,9 @@ class Transformer(nn.Module):
         x = self._embed(self.tgt_emb, tgt, offset)
         weights = None
         last = len(self.decoder) - 1
+        mask, memory_mask = _key_mask(tgt_mask), _key_mask(src_mask)  # built once, passed to every layer
         for i, layer in enumerate(self.decoder):
-            kw = dict(mask=_key_mask(tgt_mask), memory_mask=_key_mask(src_mask), causal=True, cache=None if cache is None else cache[i])
+            kw = dict(mask=mask, memory_mask=memory_mask, causal=True, cache=None if cache is None else cache[i])
             if need_weights and i == last:
                 x, weights = layer(x, memory, need_weights=True, **kw)
             else:

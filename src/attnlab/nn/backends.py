@@ -9,8 +9,9 @@ ALiBi) and the caches, and calls whichever backend it holds, with no branch on w
             need_weights, scale, dropout_p, kv_finite) → (out (b, h, q, d_v), weights (b, h, q, k) or None)
 
 h_kv divides h (grouped-query heads: the backend repeats each key/value head for its group).
-``mask`` is what ``attnlab.masks.score_mask`` made of the module's mask: bool True = may attend
-or a float bias, broadcastable to (b, h, q, k) (ALiBi's bias already added by the module).
+``mask`` is the module's ``attnlab.Mask`` (``Dense`` takes the value as it is; the others read its key
+padding) or what ``attnlab.masks.score_mask`` made of a raw mask: bool True = may attend or a float bias,
+broadcastable to (b, h, q, k) (ALiBi's bias already added by the module).
 
 | backend                                  | computes                                                   |
 |------------------------------------------|------------------------------------------------------------|
@@ -34,6 +35,7 @@ from .. import _checks, masks, patterns
 from ..functional.attention import attention
 from ..functional.multihead import repeat_kv
 from ..kernels.block_sparse import block_sparse_attention, weights_for_rows
+from ..mask import Mask
 from ..patterns import Pattern
 from ..trace import active
 
@@ -51,7 +53,7 @@ class Backend:
     accepts_extra_keys = False  # torch's add_bias_kv / add_zero_attn columns appended after the real keys
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
         causal: bool = False, need_weights: bool = False, scale: float | None = None, dropout_p: float = 0.0,
         kv_finite: bool = False,
     ) -> Result:
@@ -78,19 +80,22 @@ class Dense(Backend):
     accepts_extra_keys = True
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
         causal: bool = False, need_weights: bool = False, scale: float | None = None, dropout_p: float = 0.0,
         kv_finite: bool = False,
     ) -> Result:
         b, h, q_len, d_h = q.shape
         h_kv = k.shape[1]
         groups = h // h_kv
-        mask = masks.in_dtype(mask, q.dtype)  # a float16 bias with float64 queries: in the scores' dtype
+        if isinstance(mask, Mask):  # a value: key padding reads the same for a group's queries
+            per_key = mask.keys is not None
+        else:
+            mask = masks.in_dtype(mask, q.dtype)  # a float16 bias with float64 queries: in the scores' dtype
+            per_key = mask is None or (mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1)
         # one query per head (decoding) with grouped heads: each group's queries attend their key/value head
         # together as (b, h_kv, groups, d_h), so the cache is never copied per step; one query at the end of
         # the keys (bottom-right) may attend every key, so causal masks nothing there
-        if (groups > 1 and q_len == 1 and not need_weights
-                and (mask is None or (mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1))):
+        if groups > 1 and q_len == 1 and not need_weights and per_key:
             ctx, _ = attention(q.reshape(b, h_kv, groups, d_h), k, v, mask=mask, dropout_p=dropout_p,
                                kv_finite=kv_finite, scale=scale)
             return ctx.reshape(b, h, 1, -1), None
@@ -122,7 +127,7 @@ class BlockSparse(Backend):
         self.causal_pattern = pattern & patterns.causal()
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
         causal: bool = False, need_weights: bool = False, scale: float | None = None, dropout_p: float = 0.0,
         kv_finite: bool = False,
     ) -> Result:
@@ -154,6 +159,13 @@ class BlockSparse(Backend):
             raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
         if cached:
             raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
+        if isinstance(mask, Mask):  # the kernel takes bool tensors: key padding, or the value's dense form
+            if mask.keys is not None:
+                return mask.keys[:, None, None, :]
+            if mask.q is None or mask.is_bias:
+                raise ValueError(f"with a sparse pattern, a mask value is key padding or a bool mask of fixed size; "
+                                 f"got {mask!r}")
+            return mask.tensor(mask.q, mask.k if mask.k is not None else mask.q)
         return mask
 
     def __repr__(self) -> str:
@@ -177,7 +189,7 @@ class ContextParallel(Backend):
         self.group, self.mode, self.layout, self.pattern = group, mode, layout, pattern
 
     def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
         causal: bool = False, need_weights: bool = False, scale: float | None = None, dropout_p: float = 0.0,
         kv_finite: bool = False,
     ) -> Result:
@@ -208,6 +220,10 @@ class ContextParallel(Backend):
                              "and without weights (they would be n × n)")
         if mask is None:
             return None
+        if isinstance(mask, Mask):
+            if mask.keys is None:
+                raise ValueError(f"with context_parallel, the mask is this rank's key padding (Mask.padding); got {mask!r}")
+            mask = mask.keys
         if not (mask.dtype == torch.bool and mask.dim() == 2):
             raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
                              f"{mask.dtype} {_checks.shape(mask)}")

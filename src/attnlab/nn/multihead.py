@@ -86,6 +86,7 @@ from ..functional.multihead import (
     split_heads,
     zero_unreachable,
 )
+from ..mask import Mask
 from ..patterns import Pattern
 from ..trace import active
 from .backends import Backend, BlockSparse, ContextParallel, Dense
@@ -137,6 +138,17 @@ def _backend_from(
     if pattern is not None:
         return BlockSparse(pattern, block=block)
     return Dense()
+
+
+def _value_mask_for_module(
+    mask: Mask, b: int, q_len: int, k_len: int, device: torch.device
+) -> tuple[torch.Tensor | None, bool]:
+    """A mask value, checked against the call, as the module's own steps read it: (its (b, 1, 1, k) key
+    padding, True) or (its dense form, False); (None, False) for causal alone (the backend applies it)."""
+    mask.check(b, q_len, k_len)
+    if mask.keys is not None:
+        return mask.keys[:, None, None, :].to(device), True
+    return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), False
 
 
 @register("multi-head")
@@ -294,7 +306,7 @@ class MultiHeadAttention(nn.Module):
         key: torch.Tensor | None = None,
         value: torch.Tensor | None = None,
         *,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | Mask | None = None,
         causal: bool = False,
         need_weights: bool = False,
         cache: LayerCache | MemoryCache | None = None,
@@ -332,14 +344,20 @@ class MultiHeadAttention(nn.Module):
         mask = self.backend.check_call(mask, self_attention=self_attention, cached=cache is not None,
                                        need_weights=need_weights)
         b, q_len = query.shape[:2]
-        if mask is not None:
-            _checks.tensor("mask", mask)
         offset = 0 if cache is None else cache.length
-        smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
+        value_mask = mask if isinstance(mask, Mask) else None  # a mask value goes to the backend as it is
+        if value_mask is not None:
+            smask, padding = _value_mask_for_module(value_mask, b, q_len, offset + key.shape[1], query.device)
+        else:
+            if mask is not None:
+                _checks.tensor("mask", mask)
+            smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
         pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
         if self_attention:
             query, pad_q = padded_queries(query, smask, padding)
         qh, kh, vh = self._heads(query, key, value, smask, self_attention, cache, memory_cache, need_weights)
+        if value_mask is not None and (self.bias_k is not None or self.add_zero_attn or self.alibi is not None):
+            smask, value_mask = value_mask.tensor(q_len, kh.shape[2], kh.device), None  # columns or a bias to add
         if self.bias_k is not None or self.add_zero_attn:
             # (one query at the end of the keys may attend every key: no causal mask to add for it)
             kh, vh, smask = self._extra_keys(kh, vh, masks.combine(smask, masks.causal(
@@ -351,7 +369,7 @@ class MultiHeadAttention(nn.Module):
         # projected from inputs zeroed when they were written (``padded_queries``), so they are finite and
         # the non-finite rule makes no pass over the cache (its cost follows the new token, not the cache)
         kv_finite = cache is not None and q_len == 1 and pad_q is not None
-        ctx, weights = self.backend(qh, kh, vh, mask=smask, causal=causal, need_weights=need_weights, scale=self.scale,
+        ctx, weights = self.backend(qh, kh, vh, mask=smask if value_mask is None else value_mask, causal=causal, need_weights=need_weights, scale=self.scale,
                                     dropout_p=self.attn_drop if self.training else 0.0, kv_finite=kv_finite)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
         out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
