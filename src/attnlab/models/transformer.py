@@ -106,7 +106,7 @@ class Transformer(nn.Module):
         x = emb(ids) * math.sqrt(self.config.dim)  # (b, n, dim)
         return self.drop(x if self.pos is None else self.pos(x, offset))
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | Mask | None = None) -> torch.Tensor:
         """src (b, s) ids, src_mask (b, s) True on real tokens → memory (b, s, dim)."""
         x = self._embed(self.src_emb, src)
         mask = _key_mask(src_mask)
@@ -119,8 +119,8 @@ class Transformer(nn.Module):
         tgt: torch.Tensor,
         memory: torch.Tensor,
         *,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
+        src_mask: torch.Tensor | Mask | None = None,
+        tgt_mask: torch.Tensor | Mask | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -148,16 +148,18 @@ class Transformer(nn.Module):
         src: torch.Tensor,
         tgt: torch.Tensor,
         *,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
+        src_mask: torch.Tensor | Mask | None = None,
+        tgt_mask: torch.Tensor | Mask | None = None,
     ) -> torch.Tensor:
+        src_mask = _key_mask(src_mask)  # one mask value for the encoder's and the decoder's layers
         return self.decode(tgt, self.encode(src, src_mask), src_mask=src_mask, tgt_mask=tgt_mask)
 
     @torch.no_grad()
     def greedy(
-        self, src: torch.Tensor, *, bos: int, eos: int, max_len: int = 50, src_mask: torch.Tensor | None = None
+        self, src: torch.Tensor, *, bos: int, eos: int, max_len: int = 50, src_mask: torch.Tensor | Mask | None = None
     ) -> torch.Tensor:
         """Greedy decoding with the cache: (b, s) → (b, ≤ max_len + 1) ids starting with ``bos``."""
+        src_mask = _key_mask(src_mask)
         memory = self.encode(src, src_mask)
         cache = KVCache(len(self.decoder))
         out = torch.full((src.shape[0], 1), bos, dtype=torch.long, device=src.device)
@@ -178,7 +180,7 @@ class Transformer(nn.Module):
 
 @torch.no_grad()
 def attention_maps(
-    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, *, src_mask: torch.Tensor | None = None
+    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, *, src_mask: torch.Tensor | Mask | None = None
 ) -> dict[str, torch.Tensor]:
     """Every layer's and head's weights for one pair (src (1, s), tgt (1, t)), read from a trace.
 

@@ -1,0 +1,238 @@
+"""attnlab.Mask: a mask built once as an immutable value, checked at construction and at the call,
+against float64 NumPy attention with the mask written out by hand in the test."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import attnlab
+from attnlab import Mask
+from attnlab.nn import MultiHeadAttention
+
+
+def _np_attention(q, k, v, allowed, bias=None):
+    """float64 softmax(q kᵀ/√d + bias) v over the allowed keys; a row with none is zero."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias
+    allowed = np.broadcast_to(allowed, s.shape) & np.isfinite(s)
+    s = np.where(allowed, s, -np.inf)
+    top = np.where(allowed.any(-1, keepdims=True), s.max(-1, keepdims=True), 0.0)
+    e = np.where(allowed, np.exp(s - top), 0.0)
+    den = e.sum(-1, keepdims=True)
+    w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
+    return w @ v
+
+
+def _qkv(b=2, h=3, q=5, k=5, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, n, d, generator=g, dtype=torch.float64) for n in (q, k, k))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_padding_from_lengths_equals_numpy_with_an_empty_sequence(need_weights):
+    q, k, v = _qkv(q=4, k=6)
+    m = Mask.padding([4, 0], 6)
+    allowed = np.array([[j < n for j in range(6)] for n in (4, 0)])[:, None, None, :]
+    out, _ = attnlab.attention(q, k, v, mask=m, need_weights=need_weights)
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, allowed), rtol=1e-10, atol=1e-12)
+    assert torch.all(out[1] == 0)
+
+
+def test_padding_from_a_bool_matrix_equals_padding_from_lengths():
+    q, k, v = _qkv(q=3, k=5)
+    keep = torch.tensor([[True, True, True, False, False], [True] * 5])
+    a, _ = attnlab.attention(q, k, v, mask=Mask.padding(keep))
+    b, _ = attnlab.attention(q, k, v, mask=Mask.padding([3, 5], 5))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("q_len,k_len", [(3, 6), (6, 3), (5, 5)])
+@pytest.mark.parametrize("align", ["bottom-right", "top-left"])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_causal_in_both_alignments_equals_numpy(q_len, k_len, align, need_weights):
+    q, k, v = _qkv(q=q_len, k=k_len)
+    off = k_len - q_len if align == "bottom-right" else 0
+    allowed = np.arange(k_len)[None, :] <= np.arange(q_len)[:, None] + off
+    out, _ = attnlab.attention(q, k, v, mask=Mask.causal(q_len, k_len, align=align), need_weights=need_weights)
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, allowed), rtol=1e-10, atol=1e-12)
+    # a mask without sizes is aligned to each call, bottom-right like causal=True
+    if align == "bottom-right":
+        fit, _ = attnlab.attention(q, k, v, mask=Mask.causal(), need_weights=need_weights)
+        torch.testing.assert_close(fit, out, rtol=0, atol=1e-12)
+
+
+def test_documents_pattern_and_their_combinations_equal_numpy():
+    q, k, v = _qkv(b=1, q=6, k=6)
+    same = np.equal.outer([0, 0, 1, 1, 1, 2], [0, 0, 1, 1, 1, 2])
+    causal = np.tril(np.ones((6, 6), dtype=bool))
+    window = np.abs(np.subtract.outer(np.arange(6), np.arange(6))) <= 1
+    docs = Mask.documents([0, 2, 5, 6])
+    for m, allowed in [(docs, same), (docs & Mask.causal(), same & causal),
+                       (Mask.pattern(attnlab.patterns.sliding_window(1), 6), window),
+                       (docs | Mask.pattern(attnlab.patterns.sliding_window(1), 6), same | window)]:
+        out, _ = attnlab.attention(q, k, v, mask=m)
+        np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, allowed), rtol=1e-10, atol=1e-12, err_msg=repr(m))
+
+
+def test_a_bias_is_added_and_combines_with_padding():
+    q, k, v = _qkv(q=4, k=4)
+    bias = torch.randn(4, 4, dtype=torch.float64)
+    m = Mask.bias(bias) & Mask.padding([4, 2], 4)
+    allowed = np.array([[True] * 4, [True, True, False, False]])[:, None, None, :]
+    out, _ = attnlab.attention(q, k, v, mask=m)
+    np.testing.assert_allclose(out.numpy(), _np_attention(q, k, v, allowed, bias.numpy()), rtol=1e-10, atol=1e-12)
+
+
+def test_nan_at_padded_keys_and_values_reaches_no_output_nor_gradient():
+    q, k, v = _qkv(q=4, k=6)
+    k[0, :, 4:], v[0, :, 5] = float("nan"), float("inf")
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    m = Mask.padding([4, 6], 6)
+    for need_weights in (False, True):
+        out, _ = attnlab.attention(q, k, v, mask=m, need_weights=need_weights)
+        assert torch.isfinite(out).all()
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        assert torch.all(k.grad[0, :, 4:] == 0) and torch.all(v.grad[0, :, 4:] == 0)
+        q.grad = k.grad = v.grad = None
+
+
+def test_a_mask_is_immutable_and_keeps_its_own_copy():
+    keep = torch.tensor([[True, True, False]])
+    m = Mask.padding(keep)
+    with pytest.raises(AttributeError, match="^a Mask is immutable: build a new one instead of setting 'b'$"):
+        m.b = 3
+    keep[0, 2] = True  # the caller's tensor changes; the mask does not
+    assert m.keys.tolist() == [[True, True, False]]
+    assert m.tensor(1, 3) is m.tensor(1, 3)  # a plan is made once and kept
+
+
+def test_a_call_plan_is_made_once_per_shape(monkeypatch):
+    made = []
+    real = Mask._dense
+    monkeypatch.setattr(Mask, "_dense", lambda self, *a: made.append(a) or real(self, *a))
+    q, k, v = _qkv(q=4, k=4)
+    m = Mask.padding([4, 3], 4) & Mask.causal()
+    for _ in range(3):
+        attnlab.attention(q, k, v, mask=m)
+    assert len(made) == 1
+
+
+def test_refusals_name_what_was_given_and_what_was_expected():
+    q, k, v = _qkv(q=4, k=4)
+    with pytest.raises(ValueError) as e:
+        attnlab.attention(q, k, v, mask=Mask.padding([4, 3, 2], 4))
+    assert str(e.value) == "the mask Mask(padding(lengths=[4, 3, 2])) is for b=3; the call has b=2 (b=2, q=4, k=4)"
+    with pytest.raises(ValueError) as e:
+        Mask.causal(3, 4, align="left")
+    assert str(e.value) == "align must be one of ('bottom-right', 'top-left'); got 'left'"
+    with pytest.raises(ValueError) as e:
+        Mask.dense(torch.ones(3, 3))
+    assert str(e.value) == "Mask.dense takes a bool tensor (True = may attend); got dtype torch.float32"
+    with pytest.raises(ValueError) as e:
+        Mask.bias(torch.zeros(2, 2)) | Mask.causal()
+    assert str(e.value) == "a bias does not combine with |: add biases with &, or use bool masks"
+    with pytest.raises(ValueError) as e:
+        Mask.padding([2, 3]) & Mask.padding([1, 2, 3])
+    assert str(e.value) == "masks of different b do not combine: b=2 and b=3"
+    with pytest.raises(ValueError) as e:
+        Mask.documents([1, 3])
+    assert str(e.value) == "cu_seqlens must start at 0 and never decrease; got [1, 3]"
+    with pytest.raises(ValueError) as e:
+        Mask.padding([3, -1])
+    assert str(e.value) == "lengths must be >= 0; got [3, -1]"
+
+
+@pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 2}, {"add_bias_kv": True}, {"alibi": True}])
+@pytest.mark.parametrize("causal", [False, True])
+def test_multi_head_attention_takes_a_mask_value_as_it_takes_the_tensor(kw, causal):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(32, 4, **kw).eval()
+    x = torch.randn(3, 7, 32)
+    keep = torch.arange(7) < torch.tensor([7, 4, 2])[:, None]
+    ref, w_ref = m(x, mask=keep[:, None, None, :], causal=causal, need_weights=True)
+    value = Mask.padding([7, 4, 2], 7)
+    out, w = m(x, mask=value, causal=causal, need_weights=True)
+    fast, _ = m(x, mask=value, causal=causal)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(w, w_ref, rtol=0, atol=0)
+    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
+    assert torch.all(out[2, 2:] == 0)  # padded queries: zero output
+
+
+def test_the_transformer_builds_one_mask_per_forward_for_all_its_layers(monkeypatch):
+    from attnlab.models.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab=11, tgt_vocab=13, dim=16, num_heads=2, num_encoder_layers=3, num_decoder_layers=3, dropout=0.0)).eval()
+    src, tgt = torch.randint(0, 11, (2, 5)), torch.randint(0, 13, (2, 4))
+    src_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    seen = []
+    real_forward = MultiHeadAttention.forward
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, *a, **kw: seen.append(kw.get("mask")) or
+                        real_forward(self, *a, **kw))
+    logits = model(src, tgt, src_mask=src_mask)
+    values = {id(m) for m in seen if isinstance(m, Mask)}
+    assert len(values) == 1 and sum(isinstance(m, Mask) for m in seen) == 3 + 3  # encoder + cross-attention
+    # the same numbers as the layers reading the (b, 1, 1, s) tensor themselves
+    monkeypatch.setattr(MultiHeadAttention, "forward", real_forward)
+    from attnlab.models import transformer as module
+
+    monkeypatch.setattr(module, "_key_mask", lambda mask: mask if mask is None or mask.dim() == 4 else mask[:, None, None, :])
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), logits, rtol=1e-5, atol=1e-6)
+
+
+class _Outside(TorchDispatchMode):
+    """Counts the operations dispatched outside SDPA (which on ``meta`` decomposes into its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops, self.inside = [], False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.inside:
+            self.ops.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+class _Kernel(TorchFunctionMode):
+    def __init__(self, counter):
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is not torch.nn.functional.scaled_dot_product_attention:
+            return func(*args, **(kwargs or {}))
+        self.counter.inside = True
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.counter.inside = False
+
+
+def _ops_outside(q_len=64, **kw):
+    q, k, v = (torch.empty(2, 4, n, 32, device="meta") for n in (q_len, 64, 64))
+    with _Outside() as counter, _Kernel(counter):
+        attnlab.attention(q, k, v, **kw)
+    return counter.ops
+
+
+def test_no_mask_and_decoding_dispatch_nothing_outside_the_kernel():
+    assert _ops_outside() == []
+    assert _ops_outside(q_len=1, causal=True) == []
+    assert _ops_outside(q_len=1, mask=Mask.causal()) == []
+
+
+def test_a_padding_value_dispatches_fewer_operations_than_the_tensor_it_replaces():
+    """Where values cannot be read (a GPU's path), the value knows its empty rows and dense form."""
+    value = Mask.padding(torch.tensor([64, 30]), 64)
+    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")
+    by_value, by_tensor = _ops_outside(mask=value), _ops_outside(mask=tensor)
+    assert len(by_value) < len(by_tensor), (by_value, by_tensor)
+    assert "any" not in by_value[:3]  # its empty rows are known: no reduction over the mask first
