@@ -101,8 +101,27 @@ def _lengths(lengths: object) -> torch.Tensor:
     return torch.tensor([int(x) for x in lengths], dtype=torch.long)
 
 
-class Pattern:
-    """A set of allowed (query, key) pairs over n positions; compose with ``&`` and ``|``."""
+class _Value(type):
+    """Patterns are values: once built, their fields cannot be set (a kernel's plan, kept on the pattern,
+    can never describe another pattern than the one it was made for)."""
+
+    def __call__(cls, *args: object, **kwargs: object) -> object:
+        obj = super().__call__(*args, **kwargs)
+        object.__setattr__(obj, "_built", True)
+        return obj
+
+
+class Pattern(metaclass=_Value):
+    """A set of allowed (query, key) pairs over n positions; compose with ``&`` and ``|``.
+
+    Immutable: setting a field of a built pattern raises ``AttributeError`` (build a new pattern), and
+    the tensors it was given are its own copies."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if self.__dict__.get("_built"):
+            raise AttributeError(f"a pattern is immutable: {self!r} cannot take a new {name!r}; build a new pattern "
+                                 f"instead (its kernel plans belong to the pattern they were made for)")
+        object.__setattr__(self, name, value)
 
     def allows(self, q_idx: torch.Tensor, kv_idx: torch.Tensor, n: int) -> torch.Tensor:
         """Index function: bool tensor (broadcast of q_idx and kv_idx), True = may attend."""
@@ -335,7 +354,7 @@ class _Given(_BlockLayout):
         _checks.tensor("layout", layout, 2)
         if layout.dtype != torch.bool or layout.shape[0] != layout.shape[1]:
             raise ValueError(f"layout must be a square bool tensor (nb, nb); got {_checks.shape(layout)} {layout.dtype}")
-        self.layout, self.block = layout.cpu(), _positive("block", block)
+        self.layout, self.block = layout.detach().to("cpu", copy=True), _positive("block", block)
 
     def layout_for(self, n: int) -> torch.Tensor:
         nb = _n_blocks(n, self.block)
