@@ -1,0 +1,174 @@
+"""attnlab as a Hugging Face ``attn_implementation``: ``from_pretrained(..., attn_implementation="attnlab")``.
+
+Importing this module registers the name ``"attnlab"`` with transformers' two registries:
+
+* ``AttentionInterface``: the attention function every model that routes through the interface calls
+  with its projected heads (after its positions, e.g. RoPE, and after its cache). It runs attnlab's one
+  core, ``attnlab.attention``: the fused path when no weights are asked for, the reference path (the
+  weights from the same call, no eager fallback) for ``output_attentions=True`` or a soft-cap, and the
+  recorded steps of every layer under ``attnlab.trace()``;
+* ``AttentionMaskInterface``: transformers' boolean mask builder (``sdpa_mask``: ``(b, 1, q, k)``,
+  True = may attend, attnlab's own convention), so padding, windows and causality reach the function;
+  a plain causal mask without padding is skipped and runs as the kernel's own causal mask.
+
+What a model passes, and what attnlab does with it:
+
+| transformers keyword          | attnlab                                                            |
+|-------------------------------|--------------------------------------------------------------------|
+| ``attention_mask`` (bool/float)| ``mask`` (bool True = may attend; float = additive bias)          |
+| ``scaling``                   | ``scale`` of the ``scaled_dot`` score                               |
+| ``softcap``                   | ``attnlab.functional.softcap.softcapped`` score (Gemma 2)           |
+| ``sliding_window``            | already in the mask transformers builds (a window mask here only if none came) |
+| ``is_causal``                 | ``causal`` when no mask came (bottom-right aligned; upper-left on an empty static cache) |
+| ``dropout``                   | ``dropout_p``                                                       |
+| ``s_aux`` (attention sinks)   | one extra zero key whose bias is the sink's logit; its weight is dropped |
+| grouped-query heads           | queries viewed as (b, h_kv, g, q, d) against keys (b, h_kv, 1, k, d): no ``repeat_kv`` |
+
+Shapes: query (b, h, q, d), key and value (b, h_kv, k, d); returns (output (b, q, h, d), weights
+(b, h, q, k) or None), as transformers expects. A query row that may attend nothing (a left-padded
+position) gets zero weights and a zero output (attnlab's contract; eager gives it uniform weights).
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+from transformers import AttentionInterface
+
+try:
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError as err:  # pragma: no cover - the versions before transformers' mask registry
+    raise ImportError(
+        f"attn_implementation='attnlab' needs transformers.masking_utils.AttentionMaskInterface, which "
+        f"transformers {transformers.__version__} lacks; upgrade it: pip install -U 'attnlab[hf]'"
+    ) from err
+
+try:  # what the model's output hooks are collecting in this forward (transformers 5)
+    from transformers.utils.output_capturing import _active_collector as _collector
+except ImportError:  # pragma: no cover - older transformers pass output_attentions down
+    _collector = None
+
+from ..functional.attention import ScoreFn, attention
+from ..functional.softcap import softcapped
+
+NAME = "attnlab"
+
+
+def _wants_weights(module: torch.nn.Module, kwargs: dict) -> bool:
+    """``output_attentions`` from the call; else whether the model is collecting attentions now (some
+    models, GPT-2 among them, do not pass the flag down: their output hooks collect what the layers
+    return), else the model's config."""
+    if kwargs.get("output_attentions") is not None:
+        return bool(kwargs["output_attentions"])
+    collecting = _collector.get() if _collector is not None else None
+    if collecting is not None:
+        return "attentions" in collecting or "cross_attentions" in collecting
+    return bool(getattr(getattr(module, "config", None), "output_attentions", False))
+
+
+def _window_mask(q_len: int, k_len: int, window: int, device: torch.device) -> torch.Tensor:
+    """(q, k) bool: causal, bottom-right aligned, and at most ``window`` keys back (transformers' window)."""
+    pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q, 1) the queries' positions
+    j = torch.arange(k_len, device=device)[None, :]
+    return (j <= pos) & (pos - j < window)
+
+
+def _with_sinks(
+    key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, sinks: torch.Tensor, q_len: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention sinks as one more key: a zero key and value (score 0) whose additive bias is the head's
+    sink logit, so softmax([e, s]) equals the sink formula and the sink adds nothing to the output.
+    key, value (b, h_kv, 1, k, d) → (b, h_kv, 1, k+1, d); sinks (h,) → float mask (b|1, h_kv, g, q, k+1)."""
+    b, h_kv, _, k_len, _ = key.shape
+    g = sinks.shape[0] // h_kv
+    zeros = key.new_zeros(b, h_kv, 1, 1, key.shape[-1])
+    key = torch.cat([key, zeros], dim=-2)
+    value = torch.cat([value, zeros.new_zeros(b, h_kv, 1, 1, value.shape[-1])], dim=-2)
+    bias = key.new_zeros(1, 1, 1, q_len, k_len) if mask is None else _as_bias(mask, key.dtype)
+    sink = sinks.to(key.dtype).view(1, h_kv, g, 1, 1).expand(bias.shape[0], h_kv, g, q_len, 1)
+    bias = torch.cat([bias.expand(bias.shape[0], h_kv, g, q_len, k_len), sink], dim=-1)
+    return key, value, bias
+
+
+def _as_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A mask as an additive bias in ``dtype``: 0 where a bool mask allows, −∞ where it forbids."""
+    if mask.dtype != torch.bool:
+        return mask.to(dtype)
+    return torch.zeros((), dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+def _score(scaling: float | None, softcap: float | None) -> str | ScoreFn:
+    """The score: ``"scaled_dot"`` (scale ``scaling``), soft-capped when the model asks for it."""
+    if softcap is None:
+        return "scaled_dot"
+    return softcapped("scaled_dot", float(softcap), scale=scaling)
+
+
+def _prepare_mask(
+    mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
+    window: int | None,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, bool]:
+    """The mask and keys attnlab runs with: (mask, key, value, causal).
+
+    A mask that came is used as is (``causal`` off: transformers built causality into it). Without one,
+    a causal call over more keys than queries is an empty static cache's prefill (upper-left aligned,
+    the keys past the queries unwritten: they are cut off, as transformers' SDPA does), and a window
+    narrower than the keys becomes a window mask."""
+    q_len, k_len = query.shape[-2], key.shape[-2]
+    if mask is not None:
+        return mask, key, value, False
+    causal = causal and q_len > 1
+    if causal and k_len > q_len:
+        key, value, k_len = key[..., :q_len, :], value[..., :q_len, :], q_len
+    if window is not None and causal and k_len > window:
+        return _window_mask(q_len, k_len, window, query.device), key, value, False
+    return None, key, value, causal
+
+
+def attnlab_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The function transformers calls: query (b, h, q, d), key, value (b, h_kv, k, d), the mask
+    (b|1, 1|h, q, k) or None → (output (b, q, h, d), weights (b, h, q, k) or None)."""
+    if kwargs.get("position_bias") is not None:
+        raise ValueError("attn_implementation='attnlab' does not take a position_bias (T5-style relative "
+                         "positions) yet; load this model with attn_implementation='eager' or 'sdpa'")
+    b, h, q_len, d = query.shape
+    h_kv = key.shape[1]
+    if h % h_kv:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv}); got query "
+                         f"{tuple(query.shape)} and key {tuple(key.shape)}")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    mask, key, value, causal = _prepare_mask(attention_mask, query, key, value, causal, sliding_window)
+    g = h // h_kv
+    query5 = query.unflatten(1, (h_kv, g))  # (b, h_kv, g, q, d): a view, no repeat_kv
+    key5, value5 = key.unsqueeze(2), value.unsqueeze(2)  # (b, h_kv, 1, k, d)
+    mask5 = None if mask is None else (mask.unsqueeze(2) if mask.shape[1] == 1 else mask.unflatten(1, (h_kv, g)))
+    if s_aux is not None:
+        key5, value5, mask5 = _with_sinks(key5, value5, mask5, s_aux, q_len)
+    need = _wants_weights(module, kwargs)
+    out, weights = attention(
+        query5, key5, value5, score=_score(scaling, softcap), mask=mask5, causal=causal,
+        scale=scaling if softcap is None else None, dropout_p=dropout, need_weights=need,
+    )
+    out = out.flatten(1, 2).transpose(1, 2).contiguous()  # (b, q, h, d)
+    if weights is not None:  # (b, h, q, k), the sink's column dropped
+        weights = weights.flatten(1, 2)[..., : key.shape[-2]].to(query.dtype)
+    return out, weights
+
+
+AttentionInterface.register(NAME, attnlab_attention_forward)
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+__all__ = ["NAME", "attnlab_attention_forward"]

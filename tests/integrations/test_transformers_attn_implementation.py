@@ -1,0 +1,193 @@
+"""``attn_implementation="attnlab"`` equals transformers' eager attention in every family that routes
+through the interface: the same random weights loaded both ways, hidden states at real tokens to 1e-4
+and weights at real queries to 1e-5 in float32 (left and right padding in one batch), bfloat16 within
+its precision, and greedy ``generate()`` with its cache giving the same tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", reason="needs the hf extra (pip install 'attnlab[hf]')")
+
+from attnlab.integrations import transformers as hf_attnlab  # noqa: E402
+
+V = 61  # vocabulary size of every tiny model
+
+
+def _llama():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2))
+
+
+def _mistral():  # a window of 3 keys, shorter than the 8 tokens
+    return transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, sliding_window=3))
+
+
+def _qwen2():
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2))
+
+
+def _gemma2():  # a soft-cap small enough to bend the scores, and a window of 3 on every other layer
+    return transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, sliding_window=3,
+        attn_logit_softcapping=0.5, final_logit_softcapping=None))
+
+
+def _gpt2():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=32))
+
+
+def _bert():
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=32))
+
+
+def _gpt_oss():  # attention sinks (s_aux) and a window
+    return transformers.GptOssForCausalLM(transformers.GptOssConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=3,
+        layer_types=["sliding_attention", "full_attention"]))
+
+
+FAMILIES = {"llama": _llama, "mistral": _mistral, "qwen2": _qwen2, "gemma2": _gemma2, "gpt2": _gpt2,
+            "bert": _bert, "gpt_oss": _gpt_oss}
+GENERATIVE = [name for name in FAMILIES if name != "bert"]
+
+
+def _model(family: str, dtype: torch.dtype = torch.float32):
+    torch.manual_seed(0)
+    model = FAMILIES[family]().eval().to(dtype)
+    with torch.no_grad():
+        if family == "gpt_oss":  # the sinks start at zero: give them values that change the weights
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 1.0)
+        if family == "gemma2":  # scores of a few units, so that the cap of 0.5 bends them
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(30.0)
+                layer.self_attn.k_proj.weight.mul_(30.0)
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Row 0 left-padded by 3, row 1 right-padded by 2, row 2 unpadded; 8 tokens."""
+    ids = torch.randint(1, V, (3, 8), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(3, 8, dtype=torch.long)
+    mask[0, :3] = 0
+    mask[1, 6:] = 0
+    return ids, mask
+
+
+def _run(model, impl: str, ids: torch.Tensor, mask: torch.Tensor, **kwargs):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, output_hidden_states=True, **kwargs)
+
+
+def _assert_same(eager, ours, real: torch.Tensor, atol: float, atol_weights: float | None) -> None:
+    assert len(eager.hidden_states) == len(ours.hidden_states)
+    for i, (a, b) in enumerate(zip(eager.hidden_states, ours.hidden_states)):
+        torch.testing.assert_close(b[real].float(), a[real].float(), atol=atol, rtol=0, msg=f"hidden state {i}")
+    if atol_weights is None:
+        return
+    assert len(ours.attentions) == len(eager.attentions) == 2
+    for i, (a, b) in enumerate(zip(eager.attentions, ours.attentions)):
+        assert b is not None and b.shape == a.shape, f"layer {i}: weights {None if b is None else b.shape}"
+        # (b, h, q, k) → the real queries (n, h, k)
+        torch.testing.assert_close(b.transpose(1, 2)[real].float(), a.transpose(1, 2)[real].float(),
+                                   atol=atol_weights, rtol=0, msg=f"weights of layer {i}")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_float32_hidden_states_and_weights_equal_eager_with_left_and_right_padding(family):
+    model = _model(family)
+    ids, mask = _batch()
+    eager = _run(model, "eager", ids, mask, output_attentions=True)
+    ours = _run(model, "attnlab", ids, mask, output_attentions=True)
+    _assert_same(eager, ours, mask.bool(), 1e-4, 1e-5)
+    fast = _run(model, "attnlab", ids, mask)  # the fused path: no weights asked for
+    assert fast.attentions is None
+    _assert_same(eager, fast, mask.bool(), 1e-4, None)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_bfloat16_hidden_states_and_weights_are_eagers_within_bfloat16(family):
+    model = _model(family, torch.bfloat16)
+    ids, mask = _batch()
+    eager = _run(model, "eager", ids, mask, output_attentions=True)
+    ours = _run(model, "attnlab", ids, mask, output_attentions=True)
+    assert ours.hidden_states[-1].dtype == torch.bfloat16 and ours.attentions[0].dtype == torch.bfloat16
+    _assert_same(eager, ours, mask.bool(), 5e-2, 2e-2)
+
+
+@pytest.mark.parametrize("family", GENERATIVE)
+def test_greedy_generate_with_the_cache_gives_eagers_tokens(family):
+    model = _model(family)
+    ids, mask = _batch()
+    ids, mask = ids[[0, 2]], mask[[0, 2]]  # left padding, as generation wants
+    out = {}
+    for impl in ("eager", "attnlab"):
+        model.set_attn_implementation(impl)
+        out[impl] = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert out["attnlab"].shape == (2, 14)
+    assert out["attnlab"].tolist() == out["eager"].tolist()
+
+
+def test_the_soft_cap_and_the_window_shape_gemma2s_weights():
+    """(The Gemma 2 case above could not fail if the cap or the window were ignored on both sides.)"""
+    model = _model("gemma2")
+    ids, mask = _batch()
+    ours = _run(model, "attnlab", ids, mask, output_attentions=True).attentions
+    assert torch.all(ours[0][2, :, 5, :3] == 0)  # layer 0 slides: query 5 sees keys 3, 4, 5 only
+    assert torch.all(ours[1][2, :, 5, :3] > 0)  # layer 1 sees everything before it
+    for layer in model.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+    uncapped = _run(model, "attnlab", ids, mask, output_attentions=True).attentions
+    assert (ours[1] - uncapped[1]).abs().max() > 0.05
+
+
+def test_a_query_that_may_attend_nothing_gets_zero_weights():
+    model = _model("llama")
+    ids, mask = _batch()
+    ours = _run(model, "attnlab", ids, mask, output_attentions=True)
+    for weights in ours.attentions:
+        assert torch.equal(weights[0, :, :3], torch.zeros_like(weights[0, :, :3]))  # row 0's 3 left pads
+        torch.testing.assert_close(weights[0, :, 3:].sum(-1), torch.ones(4, 5))
+
+
+def _call(**kwargs):
+    q, k = torch.randn(1, 4, 2, 8), torch.randn(1, kwargs.pop("h_kv", 2), 2, 8)
+    return hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, k, None, **kwargs)
+
+
+def test_grouped_query_heads_without_repeating_keys_equal_repeated_keys():
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.rand(2, 1, 5, 5) > 0.3
+    out, w = hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, v, mask, output_attentions=True)
+    scores = q @ k.repeat_interleave(3, dim=1).transpose(-1, -2) / 8**0.5
+    ref_w = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    torch.testing.assert_close(w, ref_w)
+    torch.testing.assert_close(out, (ref_w @ v.repeat_interleave(3, dim=1)).transpose(1, 2))
+
+
+def test_a_position_bias_is_refused_with_the_way_out():
+    with pytest.raises(ValueError) as err:
+        _call(position_bias=torch.zeros(1, 4, 2, 2))
+    assert str(err.value) == (
+        "attn_implementation='attnlab' does not take a position_bias (T5-style relative positions) yet; "
+        "load this model with attn_implementation='eager' or 'sdpa'")
+
+
+def test_heads_that_do_not_group_are_refused_with_both_shapes():
+    with pytest.raises(ValueError) as err:
+        _call(h_kv=3)
+    assert str(err.value) == ("query heads (4) must be a multiple of key/value heads (3); got query "
+                              "(1, 4, 2, 8) and key (1, 3, 2, 8)")
