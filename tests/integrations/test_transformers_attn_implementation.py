@@ -178,12 +178,32 @@ def test_grouped_query_heads_without_repeating_keys_equal_repeated_keys():
     torch.testing.assert_close(out, (ref_w @ v.repeat_interleave(3, dim=1)).transpose(1, 2))
 
 
-def test_a_position_bias_is_refused_with_the_way_out():
-    with pytest.raises(ValueError) as err:
-        _call(position_bias=torch.zeros(1, 4, 2, 2))
-    assert str(err.value) == (
-        "attn_implementation='attnlab' does not take a position_bias (T5-style relative positions) yet; "
-        "load this model with attn_implementation='eager' or 'sdpa'")
+def test_t5s_position_bias_encoder_decoder_and_cross_attention_equal_eager():
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, decoder_start_token_id=0,
+        relative_attention_num_buckets=8)).eval()
+    ids, mask = _batch()
+    dec = torch.randint(1, V, (3, 5), generator=torch.Generator().manual_seed(2))
+    out = {}
+    for impl in ("eager", "attnlab"):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            out[impl] = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True,
+                              output_hidden_states=True)
+    e, o = out["eager"], out["attnlab"]
+    real = mask.bool()
+    torch.testing.assert_close(o.encoder_last_hidden_state[real], e.encoder_last_hidden_state[real], atol=1e-4, rtol=0)
+    torch.testing.assert_close(o.logits, e.logits, atol=1e-4, rtol=0)
+    for what in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        for a, b in zip(getattr(e, what), getattr(o, what), strict=True):
+            rows = a if what != "encoder_attentions" else a.transpose(1, 2)[real]
+            ours = b if what != "encoder_attentions" else b.transpose(1, 2)[real]
+            torch.testing.assert_close(ours, rows, atol=1e-5, rtol=0, msg=what)
+    model.set_attn_implementation("eager")
+    greedy = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False)
+    model.set_attn_implementation("attnlab")
+    assert model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False).tolist() == greedy.tolist()
 
 
 def test_heads_that_do_not_group_are_refused_with_both_shapes():
@@ -191,3 +211,17 @@ def test_heads_that_do_not_group_are_refused_with_both_shapes():
         _call(h_kv=3)
     assert str(err.value) == ("query heads (4) must be a multiple of key/value heads (3); got query "
                               "(1, 4, 2, 8) and key (1, 3, 2, 8)")
+
+
+def test_under_a_trace_every_layer_records_its_steps_and_they_are_the_models_weights():
+    import attnlab
+
+    model = _model("gemma2")
+    ids, mask = _batch()
+    model.set_attn_implementation("attnlab")
+    with attnlab.trace() as t, torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    weights = [s.value for s in t if s.name == "weights"]
+    assert [s.name for s in t].count("softcapped_scores") == 2 and len(weights) == 2
+    for layer, w in enumerate(weights):  # (b, h_kv, g, q, k) as the core saw them
+        torch.testing.assert_close(w.flatten(1, 2), out.attentions[layer], atol=0, rtol=0)

@@ -21,6 +21,7 @@ What a model passes, and what attnlab does with it:
 | ``sliding_window``            | already in the mask transformers builds (a window mask here only if none came) |
 | ``is_causal``                 | ``causal`` when no mask came (bottom-right aligned; upper-left on an empty static cache) |
 | ``dropout``                   | ``dropout_p``                                                       |
+| ``position_bias`` (T5)       | added to the mask: a float mask (an additive bias)                  |
 | ``s_aux`` (attention sinks)   | one extra zero key whose bias is the sink's logit; its weight is dropped |
 | grouped-query heads           | queries viewed as (b, h_kv, g, q, d) against keys (b, h_kv, 1, k, d): no ``repeat_kv`` |
 
@@ -106,23 +107,30 @@ def _score(scaling: float | None, softcap: float | None) -> str | ScoreFn:
 
 def _prepare_mask(
     mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
-    window: int | None,
+    window: int | None, position_bias: torch.Tensor | None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, bool]:
     """The mask and keys attnlab runs with: (mask, key, value, causal).
 
     A mask that came is used as is (``causal`` off: transformers built causality into it). Without one,
     a causal call over more keys than queries is an empty static cache's prefill (upper-left aligned,
     the keys past the queries unwritten: they are cut off, as transformers' SDPA does), and a window
-    narrower than the keys becomes a window mask."""
+    narrower than the keys becomes a window mask. A position bias (T5's relative positions, (b|1, h, q, k))
+    is added to the mask, which becomes a float mask (−∞ where the bool mask forbade)."""
     q_len, k_len = query.shape[-2], key.shape[-2]
-    if mask is not None:
-        return mask, key, value, False
-    causal = causal and q_len > 1
-    if causal and k_len > q_len:
-        key, value, k_len = key[..., :q_len, :], value[..., :q_len, :], q_len
-    if window is not None and causal and k_len > window:
-        return _window_mask(q_len, k_len, window, query.device), key, value, False
-    return None, key, value, causal
+    if mask is None:
+        causal = causal and q_len > 1
+        if causal and k_len > q_len:
+            key, value, k_len = key[..., :q_len, :], value[..., :q_len, :], q_len
+        if window is not None and causal and k_len > window:
+            mask, causal = _window_mask(q_len, k_len, window, query.device), False
+    else:
+        causal = False
+    if position_bias is not None:
+        position_bias = position_bias[..., :k_len].to(query.dtype)
+        if causal:
+            mask, causal = _window_mask(q_len, k_len, k_len, query.device), False
+        mask = position_bias if mask is None else position_bias + _as_bias(mask, query.dtype)
+    return mask, key, value, causal
 
 
 def attnlab_attention_forward(
@@ -141,16 +149,14 @@ def attnlab_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The function transformers calls: query (b, h, q, d), key, value (b, h_kv, k, d), the mask
     (b|1, 1|h, q, k) or None → (output (b, q, h, d), weights (b, h, q, k) or None)."""
-    if kwargs.get("position_bias") is not None:
-        raise ValueError("attn_implementation='attnlab' does not take a position_bias (T5-style relative "
-                         "positions) yet; load this model with attn_implementation='eager' or 'sdpa'")
     b, h, q_len, d = query.shape
     h_kv = key.shape[1]
     if h % h_kv:
         raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({h_kv}); got query "
                          f"{tuple(query.shape)} and key {tuple(key.shape)}")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    mask, key, value, causal = _prepare_mask(attention_mask, query, key, value, causal, sliding_window)
+    mask, key, value, causal = _prepare_mask(attention_mask, query, key, value, causal, sliding_window,
+                                             kwargs.get("position_bias"))
     g = h // h_kv
     query5 = query.unflatten(1, (h_kv, g))  # (b, h_kv, g, q, d): a view, no repeat_kv
     key5, value5 = key.unsqueeze(2), value.unsqueeze(2)  # (b, h_kv, 1, k, d)
