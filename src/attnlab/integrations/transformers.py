@@ -32,6 +32,10 @@ position) gets zero weights and a zero output (attnlab's contract; eager gives i
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
 import transformers
 from transformers import AttentionInterface
@@ -53,6 +57,22 @@ from ..functional.attention import ScoreFn, attention
 from ..functional.softcap import softcapped
 
 NAME = "attnlab"
+_CALLS: contextvars.ContextVar[list[dict] | None] = contextvars.ContextVar("attnlab_hf_calls", default=None)
+
+
+@contextlib.contextmanager
+def calls() -> Iterator[list[dict]]:
+    """Keep every call of the attention inside the block, in order (one per layer and pass), as a dict:
+    ``query`` (b, h, q, d) and ``key``, ``value`` (b, h_kv, k, d) as the model made them (after its
+    positions and its cache), ``mask`` as attnlab ran it ((b|1, 1|h, q, k) bool or float, or None with
+    ``causal``), ``scaling``, ``softcap``, ``sinks``, the ``output`` (b, q, h, d) and the ``weights``
+    (b, h, q, k) or None, and the model's ``module``. Nothing is kept outside the block."""
+    kept: list[dict] = []
+    token = _CALLS.set(kept)
+    try:
+        yield kept
+    finally:
+        _CALLS.reset(token)
 
 
 def _wants_weights(module: torch.nn.Module, kwargs: dict) -> bool:
@@ -171,10 +191,15 @@ def attnlab_attention_forward(
     out = out.flatten(1, 2).transpose(1, 2).contiguous()  # (b, q, h, d)
     if weights is not None:  # (b, h, q, k), the sink's column dropped
         weights = weights.flatten(1, 2)[..., : key.shape[-2]].to(query.dtype)
+    kept = _CALLS.get()
+    if kept is not None:
+        kept.append({"query": query, "key": key, "value": value, "mask": mask, "causal": causal,
+                     "scaling": scaling, "softcap": softcap, "sinks": s_aux, "output": out, "weights": weights,
+                     "module": module})
     return out, weights
 
 
 AttentionInterface.register(NAME, attnlab_attention_forward)
 AttentionMaskInterface.register(NAME, sdpa_mask)
 
-__all__ = ["NAME", "attnlab_attention_forward"]
+__all__ = ["NAME", "attnlab_attention_forward", "calls"]

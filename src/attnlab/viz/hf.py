@@ -281,6 +281,27 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *,
     return _with_queries_and_keys(view, store)
 
 
+def run_once(model_dir: str | Path, text: str, *, attn_implementation: str = "eager"):
+    """(config, tokens, outputs): the folder's model run once on ``text`` on the CPU, with
+    ``output_attentions=True`` and the attention implementation asked for (encoder-only and
+    decoder-only models; the tokens as the viewer shows them). Errors as ``load_and_run``'s."""
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ImportError("reading Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    model_dir = Path(model_dir)
+    with _quiet():
+        config, tok, model = _load(model_dir, attn_implementation)
+        if config.is_encoder_decoder:
+            raise ValueError(f"{model_dir} is an encoder-decoder ({config.model_type}); this reads encoder-only "
+                             "and decoder-only models")
+        kwargs = _encode(model_dir, config, tok, text, None)
+    with _reading(model_dir, "running the model on the text failed"), torch.no_grad():
+        out = model(**kwargs)
+    return config, [display_token(t) for t in tok.convert_ids_to_tokens(kwargs["input_ids"][0].tolist())], out
+
+
 def _with_queries_and_keys(view: View, store: dict) -> View:
     """The view with the neuron view's queries and keys, when the hooks saw every layer's."""
     n_layers = view["layers"].shape[0]
@@ -292,4 +313,4 @@ def _with_queries_and_keys(view: View, store: dict) -> View:
     return view
 
 
-__all__ = ["from_transformers", "load_and_run", "display_token"]
+__all__ = ["from_transformers", "load_and_run", "run_once", "display_token"]
