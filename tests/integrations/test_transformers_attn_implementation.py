@@ -168,14 +168,52 @@ def _call(**kwargs):
     return hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, k, None, **kwargs)
 
 
-def test_grouped_query_heads_without_repeating_keys_equal_repeated_keys():
-    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
-    mask = torch.rand(2, 1, 5, 5) > 0.3
-    out, w = hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, v, mask, output_attentions=True)
-    scores = q @ k.repeat_interleave(3, dim=1).transpose(-1, -2) / 8**0.5
-    ref_w = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+def _by_hand(q, k, v, allowed):
+    """Eager's arithmetic with repeat_kv, in float64; a row that may attend nothing is zero."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1).double(), v.repeat_interleave(g, dim=1).double()
+    scores = (q.double() @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    w = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    return (w @ v).transpose(1, 2).float(), w.float()
+
+
+CAUSAL5 = torch.ones(5, 5, dtype=torch.bool).tril()
+
+
+@pytest.mark.parametrize("case, q_len, k_len, kwargs, allowed", [
+    ("a padding mask", 5, 5, {"mask": torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 1]]).bool()[:, None, None, :]
+                              & CAUSAL5}, None),
+    ("causal, no mask", 5, 5, {"is_causal": True}, CAUSAL5),
+    ("one query over a cache", 1, 5, {"is_causal": True}, torch.ones(1, 5, dtype=torch.bool)),
+    ("a window and no mask", 5, 5, {"is_causal": True, "sliding_window": 2}, CAUSAL5 & ~CAUSAL5.tril(-2)),
+    ("not causal", 5, 5, {"is_causal": False}, torch.ones(5, 5, dtype=torch.bool)),
+])
+def test_grouped_query_heads_without_repeating_keys_equal_repeated_keys(case, q_len, k_len, kwargs, allowed):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 6, q_len, 8), torch.randn(2, 2, k_len, 8), torch.randn(2, 2, k_len, 8)
+    mask = kwargs.pop("mask", None)
+    allowed = mask if allowed is None else allowed
+    ref_out, ref_w = _by_hand(q, k, v, allowed)
+    for weights in (True, False):
+        out, w = hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, v, mask, output_attentions=weights,
+                                                       **kwargs)
+        torch.testing.assert_close(out, ref_out, msg=case)
+        if weights:
+            torch.testing.assert_close(w, ref_w, msg=case)
+        else:
+            assert w is None
+
+
+def test_an_empty_static_caches_prefill_reads_only_the_written_keys():
+    """No mask, causal, more keys than queries: the keys past the queries are unwritten (upper-left)."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 3, 8), torch.randn(1, 4, 6, 8), torch.randn(1, 4, 6, 8)
+    k[:, :, 3:], v[:, :, 3:] = 1e4, float("nan")  # what an unwritten slot may hold
+    out, w = hf_attnlab.attnlab_attention_forward(torch.nn.Module(), q, k, v, None, is_causal=True,
+                                                   output_attentions=True)
+    ref_out, ref_w = _by_hand(q, k[:, :, :3], v[:, :, :3], torch.ones(3, 3, dtype=torch.bool).tril())
+    torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(w, ref_w)
-    torch.testing.assert_close(out, (ref_w @ v.repeat_interleave(3, dim=1)).transpose(1, 2))
 
 
 def test_t5s_position_bias_encoder_decoder_and_cross_attention_equal_eager():
@@ -223,5 +261,5 @@ def test_under_a_trace_every_layer_records_its_steps_and_they_are_the_models_wei
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
     weights = [s.value for s in t if s.name == "weights"]
     assert [s.name for s in t].count("softcapped_scores") == 2 and len(weights) == 2
-    for layer, w in enumerate(weights):  # (b, h_kv, g, q, k) as the core saw them
-        torch.testing.assert_close(w.flatten(1, 2), out.attentions[layer], atol=0, rtol=0)
+    for layer, w in enumerate(weights):  # (b, h_kv, g·q, k) as the core saw them: the g heads of a key head stacked
+        torch.testing.assert_close(w.reshape(out.attentions[layer].shape), out.attentions[layer], atol=0, rtol=0)

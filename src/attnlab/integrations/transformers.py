@@ -23,7 +23,7 @@ What a model passes, and what attnlab does with it:
 | ``dropout``                   | ``dropout_p``                                                       |
 | ``position_bias`` (T5)       | added to the mask: a float mask (an additive bias)                  |
 | ``s_aux`` (attention sinks)   | one extra zero key whose bias is the sink's logit; its weight is dropped |
-| grouped-query heads           | queries viewed as (b, h_kv, g, q, d) against keys (b, h_kv, 1, k, d): no ``repeat_kv`` |
+| grouped-query heads           | the g query heads of a key/value head stacked along the queries, (b, h_kv, g·q, d), against the keys as they are: no ``repeat_kv`` |
 
 Shapes: query (b, h, q, d), key and value (b, h_kv, k, d); returns (output (b, q, h, d), weights
 (b, h, q, k) or None), as transformers expects. A query row that may attend nothing (a left-padded
@@ -87,11 +87,12 @@ def _wants_weights(module: torch.nn.Module, kwargs: dict) -> bool:
     return bool(getattr(getattr(module, "config", None), "output_attentions", False))
 
 
-def _window_mask(q_len: int, k_len: int, window: int, device: torch.device) -> torch.Tensor:
-    """(q, k) bool: causal, bottom-right aligned, and at most ``window`` keys back (transformers' window)."""
+def _causal_mask(q_len: int, k_len: int, device: torch.device, window: int | None = None) -> torch.Tensor:
+    """(1, 1, q, k) bool: causal, bottom-right aligned, and at most ``window`` keys back (transformers' window)."""
     pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]  # (q, 1) the queries' positions
     j = torch.arange(k_len, device=device)[None, :]
-    return (j <= pos) & (pos - j < window)
+    allowed = (j <= pos) if window is None else (j <= pos) & (pos - j < window)
+    return allowed[None, None]
 
 
 def _with_sinks(
@@ -99,16 +100,30 @@ def _with_sinks(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention sinks as one more key: a zero key and value (score 0) whose additive bias is the head's
     sink logit, so softmax([e, s]) equals the sink formula and the sink adds nothing to the output.
-    key, value (b, h_kv, 1, k, d) → (b, h_kv, 1, k+1, d); sinks (h,) → float mask (b|1, h_kv, g, q, k+1)."""
-    b, h_kv, _, k_len, _ = key.shape
-    g = sinks.shape[0] // h_kv
-    zeros = key.new_zeros(b, h_kv, 1, 1, key.shape[-1])
-    key = torch.cat([key, zeros], dim=-2)
-    value = torch.cat([value, zeros.new_zeros(b, h_kv, 1, 1, value.shape[-1])], dim=-2)
-    bias = key.new_zeros(1, 1, 1, q_len, k_len) if mask is None else _as_bias(mask, key.dtype)
-    sink = sinks.to(key.dtype).view(1, h_kv, g, 1, 1).expand(bias.shape[0], h_kv, g, q_len, 1)
-    bias = torch.cat([bias.expand(bias.shape[0], h_kv, g, q_len, k_len), sink], dim=-1)
-    return key, value, bias
+    key, value (b, h_kv, k, d) → (b, h_kv, k+1, d); mask (B, 1|h, q, k) → float mask (B, h, q, k+1)."""
+    b, h_kv, k_len, _ = key.shape
+    key = torch.cat([key, key.new_zeros(b, h_kv, 1, key.shape[-1])], dim=-2)
+    value = torch.cat([value, value.new_zeros(b, h_kv, 1, value.shape[-1])], dim=-2)
+    bias = key.new_zeros(1, 1, q_len, k_len) if mask is None else _as_bias(mask, key.dtype)
+    n, h = bias.shape[0], sinks.shape[0]
+    sink = sinks.to(key.dtype).view(1, h, 1, 1).expand(n, h, q_len, 1)
+    return key, value, torch.cat([bias.expand(n, h, q_len, k_len), sink], dim=-1)
+
+
+def _fold(query: torch.Tensor, mask: torch.Tensor | None, g: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Grouped-query heads without ``repeat_kv``: the g query heads that share a key/value head stacked
+    along the queries, so that one 4-D kernel call serves them all against the keys as they are.
+    query (b, h, q, d) → (b, h_kv, g·q, d) (head h reads key/value head h // g, as repeat_kv);
+    mask (B, 1|h, q|1, k) → (B, 1|h_kv, g·q, k) (a per-head mask as a view; a shared one repeated g times)."""
+    b, h, q_len, d = query.shape
+    query = query.reshape(b, h // g, g * q_len, d)
+    if mask is not None:
+        n, mh, _, k_len = mask.shape
+        if mh == 1:
+            mask = mask.unsqueeze(2).expand(n, 1, g, q_len, k_len).reshape(n, 1, g * q_len, k_len)
+        else:
+            mask = mask.expand(n, mh, q_len, k_len).reshape(n, h // g, g * q_len, k_len)
+    return query, mask
 
 
 def _as_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -142,13 +157,13 @@ def _prepare_mask(
         if causal and k_len > q_len:
             key, value, k_len = key[..., :q_len, :], value[..., :q_len, :], q_len
         if window is not None and causal and k_len > window:
-            mask, causal = _window_mask(q_len, k_len, window, query.device), False
+            mask, causal = _causal_mask(q_len, k_len, query.device, window), False
     else:
         causal = False
     if position_bias is not None:
         position_bias = position_bias[..., :k_len].to(query.dtype)
         if causal:
-            mask, causal = _window_mask(q_len, k_len, k_len, query.device), False
+            mask, causal = _causal_mask(q_len, k_len, query.device), False
         mask = position_bias if mask is None else position_bias + _as_bias(mask, query.dtype)
     return mask, key, value, causal
 
@@ -177,20 +192,18 @@ def attnlab_attention_forward(
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     mask, key, value, causal = _prepare_mask(attention_mask, query, key, value, causal, sliding_window,
                                              kwargs.get("position_bias"))
-    g = h // h_kv
-    query5 = query.unflatten(1, (h_kv, g))  # (b, h_kv, g, q, d): a view, no repeat_kv
-    key5, value5 = key.unsqueeze(2), value.unsqueeze(2)  # (b, h_kv, 1, k, d)
-    mask5 = None if mask is None else (mask.unsqueeze(2) if mask.shape[1] == 1 else mask.unflatten(1, (h_kv, g)))
-    if s_aux is not None:
-        key5, value5, mask5 = _with_sinks(key5, value5, mask5, s_aux, q_len)
-    need = _wants_weights(module, kwargs)
+    g, k_len = h // h_kv, key.shape[-2]
+    if causal and (g > 1 or s_aux is not None):  # folded heads and sinks need the causal mask as a value
+        mask, causal = _causal_mask(q_len, k_len, query.device), False
+    k, v, m = _with_sinks(key, value, mask, s_aux, q_len) if s_aux is not None else (key, value, mask)
+    q, m = _fold(query, m, g) if g > 1 else (query, m)  # (b, h_kv, g·q, d): 4-D, the kernel's fast layout
     out, weights = attention(
-        query5, key5, value5, score=_score(scaling, softcap), mask=mask5, causal=causal,
-        scale=scaling if softcap is None else None, dropout_p=dropout, need_weights=need,
+        q, k, v, score=_score(scaling, softcap), mask=m, causal=causal,
+        scale=scaling if softcap is None else None, dropout_p=dropout, need_weights=_wants_weights(module, kwargs),
     )
-    out = out.flatten(1, 2).transpose(1, 2).contiguous()  # (b, q, h, d)
+    out = out.reshape(b, h, q_len, -1).transpose(1, 2).contiguous()  # (b, q, h, d)
     if weights is not None:  # (b, h, q, k), the sink's column dropped
-        weights = weights.flatten(1, 2)[..., : key.shape[-2]].to(query.dtype)
+        weights = weights.reshape(b, h, q_len, -1)[..., :k_len].to(query.dtype)
     kept = _CALLS.get()
     if kept is not None:
         kept.append({"query": query, "key": key, "value": value, "mask": mask, "causal": causal,
