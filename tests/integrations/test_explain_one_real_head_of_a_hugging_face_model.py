@@ -129,3 +129,32 @@ def test_refusals_name_the_range(llama, tmp_path, capsys):
     _refused(capsys, ["--hf", path], "--hf needs --text: the text to run the model on")
     _refused(capsys, ["--hf", str(tmp_path / "none"), "--text", "a"], f"no such model folder: {tmp_path / 'none'}")
     _refused(capsys, ["--example", "vaswani-scaled-dot", "--layer", "1"], "--layer, --head and --query go with --hf MODEL_DIR")
+
+
+def _call(**changes):
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    call = {"query": q, "key": k, "value": k, "mask": None, "causal": True, "scaling": None, "softcap": None,
+            "sinks": None, "output": torch.zeros(1, 3, 2, 4), "weights": torch.zeros(1, 2, 3, 3)}
+    return {**call, **changes}
+
+
+def test_heads_the_walkthrough_has_no_step_for_are_refused():
+    from attnlab.explain.hf_head import head_example
+
+    with pytest.raises(ValueError) as err:
+        head_example(_call(sinks=torch.zeros(2)), layer=0, head=0, query=0, tokens=["a"] * 3, model="m")
+    assert str(err.value) == ("this model's attention has sinks (an extra logit per head) that the walkthrough has "
+                              "no step for; explain --hf walks through models without them")
+    with pytest.raises(ValueError) as err:
+        head_example(_call(mask=torch.zeros(1, 2, 3, 3)), layer=0, head=0, query=0, tokens=["a"] * 3, model="m")
+    assert str(err.value) == ("this model's attention adds a position bias (e.g. T5's relative positions) that the "
+                              "walkthrough has no step for; explain --hf walks through models without one")
+
+
+def test_an_encoder_decoder_is_refused(tmp_path, capsys):
+    torch.manual_seed(0)
+    path = _save(tmp_path, "t5", transformers.T5Model(transformers.T5Config(
+        vocab_size=11, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)))
+    capsys.readouterr()  # (saving's progress bar)
+    _refused(capsys, ["--hf", str(path), "--text", "the cat"],
+             f"{path} is an encoder-decoder (t5); this reads encoder-only and decoder-only models")
