@@ -4,7 +4,7 @@ Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
 
     _checks, _files, _limits, trace → masks, patterns → mask → functional → kernels → nn, distributed → models
     → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train, pretrained (the shipped models)
-    → experiments → cli
+    → experiments → integrations (attnlab as other libraries' attention) → cli
 
 The package's own ``__init__`` (the public names) sits in nn's layer.
 
@@ -36,6 +36,7 @@ LAYERS = [
     ("explain", "interpret", "viz", "testing"),
     ("data", "train", "pretrained"),
     ("experiments",),
+    ("integrations",),
     ("cli", "__main__"),
 ]
 RANK = {part: i for i, parts in enumerate(LAYERS) for part in parts}

@@ -32,7 +32,8 @@ README = ROOT / "README.md"
 # The pages whose examples are run: the README and the guide's pages in docs/.
 PAGES = ["README.md"] + [f"docs/{name}.md" for name in (
     "contract", "testing", "classic", "transformer", "long-sequences", "devices", "files",
-    "distributed", "modern", "vision", "recommendation", "experiments", "explain", "interpretability")]
+    "distributed", "modern", "vision", "recommendation", "experiments", "explain", "interpretability",
+    "huggingface")]
 FENCE = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 
 

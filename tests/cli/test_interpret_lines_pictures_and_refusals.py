@@ -120,9 +120,9 @@ def _refused(capsys, argv, message):
 
 def test_json_refusals(tmp_path, capsys):
     _refused(
-        capsys, ["rollout"], "interpret rollout needs --json FILE (the viewer's attention JSON)"
+        capsys, ["rollout"], "interpret rollout needs --json FILE (the viewer's attention JSON) or --hf MODEL_DIR --text T"
     )
-    _refused(capsys, ["flow"], "interpret flow needs --json FILE (the viewer's attention JSON)")
+    _refused(capsys, ["flow"], "interpret flow needs --json FILE (the viewer's attention JSON) or --hf MODEL_DIR --text T")
     good = _json(tmp_path, ["a", "b", "c"], IDENTITY3)
     _refused(
         capsys,

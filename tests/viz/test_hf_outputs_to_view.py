@@ -114,13 +114,15 @@ def test_an_encoder_decoders_three_sections():
         ),
         (
             {},
-            "the outputs have no attentions: run the model with output_attentions=True (and attn_implementation='eager', "
-            "since fused attention returns no weights)",
+            "the outputs have no attentions: run the model with output_attentions=True (and "
+            "attn_implementation='attnlab' after importing attnlab.integrations.transformers, or 'eager': "
+            "transformers' fused attention returns no weights)",
         ),
         (
             {"attentions": (torch.ones(1, 1, 1, 1), None)},
-            "the outputs have no attentions: run the model with "
-            "output_attentions=True (and attn_implementation='eager', since fused attention returns no weights)",
+            "the outputs have no attentions: run the model with output_attentions=True (and "
+            "attn_implementation='attnlab' after importing attnlab.integrations.transformers, or 'eager': "
+            "transformers' fused attention returns no weights)",
         ),
         (
             {"attentions": (torch.ones(1, 2, 2),)},

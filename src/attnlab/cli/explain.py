@@ -5,6 +5,12 @@ it); it is spelled either way (``multi_head`` or ``multi-head``).
 
 A step-by-step walkthrough: every recorded step with its formula and numbers,
 then the example's written claims, each exact, rounding drift or wrong.
+
+``--hf MODEL_DIR --text T --layer L --head H --query I`` walks through one real head of a local
+Hugging Face model (counted from 1): the model runs once through attnlab's attention
+(``attn_implementation="attnlab"``), and the walkthrough shows that head's query and keys as the
+model made them (after its positions, e.g. RoPE), its scores, scale, soft-cap, mask, weights and
+context, checking the model's own weights and context against them.
 """
 
 from __future__ import annotations
@@ -44,7 +50,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_model_source(p, "a translator with additive attention (attnlab train seq2seq --attention bahdanau): one "
                      "real decoder step, with --text and --step", group=src,
                      pretrained="a shipped translator (de-en, zh-en-numbers): one real decoder step, with --text and --step")
-    p.add_argument("--text", help="with --checkpoint or --pretrained: the sentence to translate")
+    src.add_argument("--hf", metavar="MODEL_DIR", help="a local Hugging Face model folder (needs the hf extra): "
+                     "one real head, with --text, --layer, --head and --query")
+    p.add_argument("--text", help="with --checkpoint or --pretrained: the sentence to translate; with --hf: the "
+                   "text to run the model on")
+    p.add_argument("--layer", type=positive_int, help="with --hf: the layer, counted from 1 (default 1)")
+    p.add_argument("--head", type=positive_int, help="with --hf: the head, counted from 1 (default 1)")
+    p.add_argument("--query", type=positive_int, help="with --hf: the query token, counted from 1 (default: the "
+                   "last)")
     p.add_argument("--step", type=positive_int, default=1, help="with --checkpoint or --pretrained: the decoder "
                    "step to walk through, counted from 1 (default 1: the first output word)")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
@@ -66,6 +79,13 @@ def run_explain(args: argparse.Namespace) -> int:
     mechanism = canonical(args.mechanism) if args.mechanism else None
     if mechanism is not None and mechanism not in MECHANISMS:
         raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
+    if args.hf:
+        ex = hf_head(args)
+        trace = run(ex)
+        print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
+        return 0
+    if (args.layer, args.head, args.query) != (None, None, None):
+        raise UsageError("--layer, --head and --query go with --hf MODEL_DIR")
     if (args.text is not None) != bool(args.checkpoint):
         raise UsageError("--text goes with --checkpoint DIR or --pretrained NAME, and they need it")
     if args.checkpoint:
@@ -89,6 +109,43 @@ def run_explain(args: argparse.Namespace) -> int:
     trace = run(ex)
     print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
     return 0
+
+
+def _counted(flag: str, value: int | None, n: int, what: str, default: int = 1) -> int:
+    """A 1-based choice among n as a 0-based index; out of range is one line naming the range."""
+    value = default if value is None else value
+    if value > n:
+        raise UsageError(f"{flag} counts from 1 and {what} {n} (1..{n}); got {value}")
+    return value - 1
+
+
+def hf_head(args: argparse.Namespace):
+    """The worked example of one head of a Hugging Face model, from one pass through attnlab's attention."""
+    if args.text is None:
+        raise UsageError("--hf needs --text: the text to run the model on")
+    if not Path(args.hf).is_dir():
+        raise UsageError(f"no such model folder: {args.hf}")
+    try:
+        from ..integrations.transformers import NAME, calls
+        from ..viz.hf import run_once
+    except ImportError:
+        raise UsageError("explaining Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    from ..explain.hf_head import head_example
+
+    with calls() as kept:
+        config, tokens, _ = run_once(args.hf, args.text, attn_implementation=NAME)
+    name = Path(args.hf).resolve().name
+    if not kept:
+        raise UsageError(f"{args.hf}: its {config.model_type} attention does not go through transformers' "
+                         "attention interface, so attnlab cannot show its heads")
+    layer = _counted("--layer", args.layer, len(kept), f"{name} has layers")
+    head = _counted("--head", args.head, kept[layer]["query"].shape[1], f"layer {layer + 1} has heads")
+    n = kept[layer]["query"].shape[2]
+    query = _counted("--query", args.query, n, "the text gives tokens", default=n)
+    try:
+        return head_example(kept[layer], layer=layer, head=head, query=query, tokens=tokens, model=name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def translator_step(checkpoint: str, text: str, step: int):

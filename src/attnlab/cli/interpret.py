@@ -5,6 +5,7 @@
     attnlab interpret flow --json attention.json --last 64           # the last 64 tokens only
     attnlab interpret rollout --json attention.json --tokens 1:20    # tokens 1 to 20 only
     attnlab interpret rollout --json attention.json --head-fusion max --no-residual
+    attnlab interpret rollout --hf ./tiny-llama --text "the cat sat"  # a Hugging Face model, run once
     attnlab interpret heads --run runs/tf --picture ablation.png     # a translator run (its test split)
     attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
 
@@ -12,6 +13,8 @@ The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k}
 ``attnlab.viz.viewer.attention_json`` writes). Row i of the result: how much output token i
 draws from each input token, through every layer (Abnar & Zuidema 2020). Up to 16 tokens the
 whole matrix is printed; beyond, each row's 5 largest entries (``--picture`` draws it all).
+``--hf MODEL_DIR --text T`` reads the weights of a local Hugging Face model instead, from one
+forward pass through attnlab's own attention (``attn_implementation="attnlab"``).
 
 ``heads`` (Michel et al. 2019) prints every head's importance |∂L/∂ξ| (the loss's derivative in
 a gate on the head) for each attention module of the run's model, then the loss as heads are
@@ -46,8 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help='rollout/flow: the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
     add_model_source(p, "heads: a checkpoint folder of a Transformer translator or a GPT", flag="--run", dest="run",
                      required=False)
+    p.add_argument("--hf", metavar="MODEL_DIR", help="rollout/flow: a local Hugging Face model folder (needs the hf "
+                   "extra), run once on --text through attnlab's attention, instead of --json")
     p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on (default: the "
-                   "part of its training text that training held out: the plays, or the file it was trained on)")
+                   "part of its training text that training held out: the plays, or the file it was trained on); "
+                   "rollout/flow with --hf: the text to run the model on")
     p.add_argument("--split", choices=("test", "valid"), default="test", help="heads on a translator: the split")
     p.add_argument("--limit", type=positive_int, default=64, help="heads: sentences or text windows (default 64)")
     p.add_argument("--data-path", help="heads on a translator: the Ding file, if not where training found it")
@@ -92,17 +98,44 @@ def read_weights(path: str):
     return tokens, w
 
 
+def hf_weights(args: argparse.Namespace):
+    """(tokens, weights (layers, h, n, n) float64) of a local Hugging Face model on ``--text``: one
+    forward pass with ``attn_implementation="attnlab"`` (an encoder–decoder: its encoder's)."""
+    import numpy as np
+
+    if args.text is None:
+        raise UsageError("--hf needs --text: the text to run the model on")
+    if not Path(args.hf).is_dir():
+        raise UsageError(f"no such model folder: {args.hf}")
+    try:
+        # (importing it registers attnlab's attention with transformers)
+        from ..integrations.transformers import NAME
+        from ..viz.hf import load_and_run
+    except ImportError:
+        raise UsageError("reading Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    rt = inference_runtime(args)
+    with rt.autocast():
+        view = load_and_run(args.hf, args.text, device=rt.device, attn_implementation=NAME)
+    section = view["sections"][0]
+    return list(section["tokens"]), np.asarray(section["layers"], dtype=np.float64)
+
+
 def run_interpret(args: argparse.Namespace) -> int:
     from ..interpret import crop, flow, rollout
 
     apply_threads(args)
     if args.method == "heads":
+        if args.hf:
+            raise UsageError("--hf goes with rollout or flow; interpret heads reads --run DIR")
         return run_heads(args)
-    if not args.json:
-        raise UsageError(f"interpret {args.method} needs --json FILE (the viewer's attention JSON)")
+    if args.json and args.hf:
+        raise UsageError("give --json FILE or --hf MODEL_DIR, not both")
+    if not (args.json or args.hf):
+        raise UsageError(f"interpret {args.method} needs --json FILE (the viewer's attention JSON) "
+                         "or --hf MODEL_DIR --text T")
     if args.picture and not args.picture.endswith(".png"):
         raise UsageError(f"--picture must be a .png file; got {args.picture!r}")
-    tokens, w = read_weights(args.json)
+    tokens, w = hf_weights(args) if args.hf else read_weights(args.json)
     span = Span(-args.last, None) if args.last else args.tokens
     first = 0
     if span is not None:

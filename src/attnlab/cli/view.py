@@ -82,10 +82,13 @@ def run_view(args: argparse.Namespace) -> int:
 
         rt = inference_runtime(args)
         try:
+            # (importing it registers attnlab's attention with transformers)
+            from ..integrations.transformers import NAME
+
             with rt.autocast():
-                data = load_and_run(args.hf, args.text, args.target, device=rt.device)
-        except ImportError as e:
-            raise UsageError(str(e)) from None
+                data = load_and_run(args.hf, args.text, args.target, device=rt.device, attn_implementation=NAME)
+        except ImportError:
+            raise UsageError("viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
     elif args.json:
         if not Path(args.json).is_file():
             raise UsageError(f"no such file: {args.json}")

@@ -12,7 +12,10 @@
 
 ``load_and_run(model_dir, text)`` does the glue for a local model folder (``attnlab view --hf
 DIR --text "..."``): tokenizer and model from the folder (``local_files_only``: nothing
-downloads), eager attention (the fused kernels return no weights), one forward pass; for
+downloads), one forward pass with the attention implementation asked for (``attnlab view``
+asks for ``"attnlab"``, registered by ``attnlab.integrations.transformers``: the weights come
+from attnlab's own attention in that same pass; the default ``"eager"`` is transformers' own,
+since its fused kernels return no weights); for
 BERT- and GPT-2-style models it also keeps each layer's queries and keys (forward hooks on
 their projections) so that the page has a neuron view.
 ``transformers`` is an optional extra: ``pip install 'attnlab[hf]'``.
@@ -44,7 +47,8 @@ def _stack(maps: Any, what: str, batch_index: int) -> np.ndarray:
         raise ValueError(f"the model has no attention layers (its outputs' {what} is empty)")
     if maps is None or any(m is None for m in maps):
         raise ValueError(f"the outputs have no {what}: run the model with output_attentions=True "
-                         "(and attn_implementation='eager', since fused attention returns no weights)")
+                         "(and attn_implementation='attnlab' after importing attnlab.integrations.transformers, "
+                         "or 'eager': transformers' fused attention returns no weights)")
     layers = [m.detach().float().cpu().numpy() for m in maps]
     if layers[0].ndim != 4:
         raise ValueError(f"{what}[0] has shape {layers[0].shape}; expected (batch, heads, q, k)")
@@ -164,7 +168,7 @@ def _quiet():
             hf_logging.enable_progress_bar()
 
 
-def _load(model_dir: Path):
+def _load(model_dir: Path, attn_implementation: str = "eager"):
     """(config, tokenizer, model) from a local folder; every failure is one ValueError naming the step."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -180,7 +184,8 @@ def _load(model_dir: Path):
         raise ValueError(f"{model_dir}: the tokenizer's vocabulary is empty")
     with _reading(model_dir, "could not build the model from config.json and its weights"):
         model, info = AutoModel.from_pretrained(model_dir, local_files_only=True, use_safetensors=True,
-                                                attn_implementation="eager", ignore_mismatched_sizes=True,
+                                                attn_implementation=attn_implementation,
+                                                ignore_mismatched_sizes=True,
                                                 output_loading_info=True)
     if info.get("mismatched_keys"):
         key, saved, expected = sorted(info["mismatched_keys"], key=lambda m: m[0])[0]
@@ -231,8 +236,12 @@ def _encode(model_dir: Path, config, tok, text: str, target: str | None) -> dict
     return kwargs
 
 
-def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *, device="cpu") -> View:
+def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *, device="cpu",
+                 attn_implementation: str = "eager") -> View:
     """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
+
+    ``attn_implementation``: the model's attention, as transformers names it: ``"eager"`` (its own),
+    or ``"attnlab"`` once ``attnlab.integrations.transformers`` is imported (the weights from attnlab).
 
     The model runs on ``device`` (a ``torch.device`` or its name); the weights come back as float32
     NumPy arrays. An autocast context around the call applies to the forward.
@@ -247,7 +256,7 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *,
         raise ImportError("viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
     model_dir = Path(model_dir)
     with _quiet():
-        config, tok, model = _load(model_dir)
+        config, tok, model = _load(model_dir, attn_implementation)
         model = model.to(device)
         kwargs = _encode(model_dir, config, tok, text, target)
     dec_tokens = None
@@ -272,6 +281,27 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *,
     return _with_queries_and_keys(view, store)
 
 
+def run_once(model_dir: str | Path, text: str, *, attn_implementation: str = "eager"):
+    """(config, tokens, outputs): the folder's model run once on ``text`` on the CPU, with
+    ``output_attentions=True`` and the attention implementation asked for (encoder-only and
+    decoder-only models; the tokens as the viewer shows them). Errors as ``load_and_run``'s."""
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ImportError("reading Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    model_dir = Path(model_dir)
+    with _quiet():
+        config, tok, model = _load(model_dir, attn_implementation)
+        if config.is_encoder_decoder:
+            raise ValueError(f"{model_dir} is an encoder-decoder ({config.model_type}); this reads encoder-only "
+                             "and decoder-only models")
+        kwargs = _encode(model_dir, config, tok, text, None)
+    with _reading(model_dir, "running the model on the text failed"), torch.no_grad():
+        out = model(**kwargs)
+    return config, [display_token(t) for t in tok.convert_ids_to_tokens(kwargs["input_ids"][0].tolist())], out
+
+
 def _with_queries_and_keys(view: View, store: dict) -> View:
     """The view with the neuron view's queries and keys, when the hooks saw every layer's."""
     n_layers = view["layers"].shape[0]
@@ -283,4 +313,4 @@ def _with_queries_and_keys(view: View, store: dict) -> View:
     return view
 
 
-__all__ = ["from_transformers", "load_and_run", "display_token"]
+__all__ = ["from_transformers", "load_and_run", "run_once", "display_token"]
