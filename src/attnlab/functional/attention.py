@@ -423,6 +423,26 @@ def _plan_call(
     return masks.in_dtype(t, dtype), False, dead
 
 
+def _check_call(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score: str | ScoreFn, scale: float | None,
+    dropout_p: float, need_weights: bool, return_lse: bool,
+) -> tuple[torch.Size, float | None, ScoreFn]:
+    """The call's inputs and options checked: (the scores' shape (..., q, k), the scale, the score function)."""
+    if _plain(query, key, value, score, None, dropout_p, False):  # checked as for SDPA: no more to check
+        scores_shape = torch.Size((*query.shape[:-1], key.shape[-2]))
+    else:
+        scores_shape = _validate(query, key, value, score)
+    if scale is not None:
+        scale = _checks.scale(scale)
+    score_fn = _resolve_score(score, scale)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
+    if need_weights and return_lse:
+        raise ValueError("need_weights and return_lse both asked for: attention returns (output, weights) "
+                         "or (output, lse); call it with one of them")
+    return scores_shape, scale, score_fn
+
+
 def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
     """(..., q|1, 1) bool: the rows of a raw mask that may attend nothing, None when there is none (a host read)."""
     if mask is None:
@@ -478,24 +498,13 @@ def attention(
         # nothing masked (one query at the end of the keys may attend every key): SDPA alone
         s = 1.0 if score == "dot" else scores.default_scale(query.shape[-1])
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=s), None
-    if _plain(query, key, value, score, None, dropout_p, False):  # checked as for SDPA: no more to check
-        scores_shape = torch.Size((*query.shape[:-1], key.shape[-2]))
-    else:
-        scores_shape = _validate(query, key, value, score)
-    if scale is not None:
-        scale = _checks.scale(scale)
-    score_fn = _resolve_score(score, scale)
+    scores_shape, scale, score_fn = _check_call(query, key, value, score, scale, dropout_p, need_weights, return_lse)
     dead: Any = UNKNOWN  # the rows that may attend nothing: known in advance for a mask value
     on_host = _host_checks(query)
     if isinstance(mask, Mask):
         mask, causal, dead = _from_value(mask, causal, scores_shape, query, on_host)
     elif mask is not None:
         _checks.mask(mask, scores_shape, query.dtype)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
-    if need_weights and return_lse:
-        raise ValueError("need_weights and return_lse both asked for: attention returns (output, weights) "
-                         "or (output, lse); call it with one of them")
 
     if mask is not None and mask.dim() < 2:  # a (k,) mask: every query alike
         mask = mask.reshape(1, -1).expand(1, scores_shape[-1]) if mask.dim() else mask.reshape(1, 1)
