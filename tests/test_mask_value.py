@@ -236,3 +236,14 @@ def test_a_padding_value_dispatches_fewer_operations_than_the_tensor_it_replaces
     by_value, by_tensor = _ops_outside(mask=value), _ops_outside(mask=tensor)
     assert len(by_value) < len(by_tensor), (by_value, by_tensor)
     assert "any" not in by_value[:3]  # its empty rows are known: no reduction over the mask first
+
+
+def test_a_module_reads_the_key_padding_of_a_combined_value_as_padded_queries():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    keep = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    ref, _ = m(x, mask=keep[:, None, None, :], causal=True)
+    out, _ = m(x, mask=Mask.padding([5, 3], 5) & Mask.causal())
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    assert torch.all(out[1, 3:] == 0)

@@ -287,6 +287,14 @@ class Mask:
         return p.keep if isinstance(p, _Keys) else None
 
     @property
+    def key_padding(self) -> torch.Tensor | None:
+        """(b, k) bool, True = a real key: the key padding this mask holds (alone or with other conditions)."""
+        keys = [p for p in self._parts if isinstance(p, _Keys)]
+        if not keys:
+            return None
+        return keys[0].keep if len(keys) == 1 else torch.stack([p.keep for p in keys]).all(0)
+
+    @property
     def lengths(self) -> tuple[int, ...] | None:
         p = self._parts[0] if len(self._parts) == 1 else None
         return p.lengths if isinstance(p, _Keys) else None

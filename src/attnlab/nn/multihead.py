@@ -142,13 +142,16 @@ def _backend_from(
 
 def _value_mask_for_module(
     mask: Mask, b: int, q_len: int, k_len: int, device: torch.device
-) -> tuple[torch.Tensor | None, bool]:
-    """A mask value, checked against the call, as the module's own steps read it: (its (b, 1, 1, k) key
-    padding, True) or (its dense form, False); (None, False) for causal alone (the backend applies it)."""
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """A mask value, checked against the call, as the module's own steps read it: (the keys no query may
+    attend, as its dense form or None for causal alone; its (b, 1, 1, k) key padding or None, which in
+    self-attention marks the padded queries too)."""
     mask.check(b, q_len, k_len)
+    keys = mask.key_padding
+    pad = None if keys is None else keys[:, None, None, :].to(device)
     if mask.keys is not None:
-        return mask.keys[:, None, None, :].to(device), True
-    return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), False
+        return pad, pad
+    return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), pad
 
 
 @register("multi-head")
@@ -347,14 +350,15 @@ class MultiHeadAttention(nn.Module):
         offset = 0 if cache is None else cache.length
         value_mask = mask if isinstance(mask, Mask) else None  # a mask value goes to the backend as it is
         if value_mask is not None:
-            smask, padding = _value_mask_for_module(value_mask, b, q_len, offset + key.shape[1], query.device)
+            smask, key_pad = _value_mask_for_module(value_mask, b, q_len, offset + key.shape[1], query.device)
         else:
             if mask is not None:
                 _checks.tensor("mask", mask)
             smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
+            key_pad = smask if padding else None
         pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
         if self_attention:
-            query, pad_q = padded_queries(query, smask, padding)
+            query, pad_q = padded_queries(query, key_pad, key_pad is not None)
         qh, kh, vh = self._heads(query, key, value, smask, self_attention, cache, memory_cache, need_weights)
         if value_mask is not None and (self.bias_k is not None or self.add_zero_attn or self.alibi is not None):
             smask, value_mask = value_mask.tensor(q_len, kh.shape[2], kh.device), None  # columns or a bias to add
