@@ -212,28 +212,4 @@ def mask(m: object, scores_shape: torch.Size | tuple[int, ...], dtype: torch.dty
     return m
 
 
-class _Renamed:
-    """The default of a parameter that was renamed: any other value means the old name was passed."""
-
-    def __repr__(self) -> str:
-        return "<renamed>"
-
-
-RENAMED: object = _Renamed()
-
-
-def renamed_mask(given: object) -> None:
-    """Raise a ``TypeError`` when the old ``key_padding_mask=`` keyword was passed (``given`` is not ``RENAMED``).
-
-    The kernels and ``attnlab.distributed`` take ``mask``: bool (b, n) (a shard's (b, n/W)), True = may
-    attend (a real key); only ``attnlab.nn.mask_from_torch`` keeps torch's ``key_padding_mask``.
-    """
-    if given is not RENAMED:
-        raise TypeError(
-            "key_padding_mask is renamed mask (bool (b, n), True = may attend — the opposite of torch's "
-            "key_padding_mask, where True = padding); pass mask=... (attnlab's former key_padding_mask as it "
-            "was, torch's inverted: mask=~key_padding_mask)"
-        )
-
-
 __all__: list[str] = []

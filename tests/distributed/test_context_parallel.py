@@ -17,6 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from attnlab import patterns as P
+from attnlab.nn.backends import ContextParallel
 
 B, H, N, D = 2, 4, 16, 3
 
@@ -171,22 +172,24 @@ def test_non_finite_padded_keys_change_nothing():
             torch.testing.assert_close(got, want, rtol=0, atol=1e-10, msg=f"{name}: {what}")
 
 
-# -- MultiHeadAttention(context_parallel=...) -------------------------------------------------------
+# -- MultiHeadAttention(backend=ContextParallel(...)) -------------------------------------------------------
 
 def _mha_worker(rank, world, port, results):
     import torch.distributed as dist
 
     from attnlab.distributed import gather, shard
     from attnlab.nn import MultiHeadAttention
+    from attnlab.nn.backends import ContextParallel
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
         out = {}
-        for name, kw in {"ring-rope-causal": dict(rope=True), "ulysses-gqa": dict(num_kv_heads=2, cp_mode="ulysses")}.items():
+        for name, kw in {"ring-rope-causal": dict(rope=True), "ulysses-gqa": dict(num_kv_heads=2, mode="ulysses")}.items():
             torch.manual_seed(0)
-            m = MultiHeadAttention(8, 4, context_parallel=True, **kw).double()
+            mode = kw.pop("mode", "ring")
+            m = MultiHeadAttention(8, 4, backend=ContextParallel(mode=mode), **kw).double()
             g = torch.Generator().manual_seed(1)
             x = torch.randn(2, N, 8, generator=g, dtype=torch.float64)
             pad = torch.ones(2, N, dtype=torch.bool)
@@ -231,6 +234,6 @@ def test_context_parallel_module_refuses_what_it_cannot_do():
     from attnlab.nn import MultiHeadAttention
 
     with pytest.raises(ValueError, match="without ALiBi"):
-        MultiHeadAttention(8, 2, context_parallel=True, alibi=True)
+        MultiHeadAttention(8, 2, backend=ContextParallel(), alibi=True)
     with pytest.raises(ValueError, match="only on the contiguous layout"):
-        MultiHeadAttention(8, 2, context_parallel=True, rope=True, cp_layout="zigzag")
+        MultiHeadAttention(8, 2, backend=ContextParallel(layout="zigzag"), rope=True)

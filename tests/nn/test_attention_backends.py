@@ -148,13 +148,12 @@ def test_backend_reprs_name_what_they_hold():
     assert m.extra_repr() == "dim=8, num_heads=2, backend=BlockSparse(sliding_window(1, 1), block=4)"
 
 
-def test_older_arguments_convert_to_a_backend():
-    sparse = MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4)
-    assert isinstance(sparse.backend, BlockSparse) and sparse.backend.block == 4 and sparse.pattern is sparse.backend.pattern
-    cp = MultiHeadAttention(8, 2, context_parallel=True, cp_mode="ulysses", cp_layout="zigzag")
-    assert isinstance(cp.backend, ContextParallel) and cp.backend.group is None
-    assert (cp.context_parallel, cp.cp_mode, cp.cp_layout) == (True, "ulysses", "zigzag")
+def test_the_default_backend_is_dense_and_the_old_arguments_are_gone():
     assert isinstance(MultiHeadAttention(8, 2).backend, Dense)
+    for old in ("pattern", "block", "context_parallel", "cp_mode", "cp_layout"):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+            MultiHeadAttention(8, 2, **{old: None})
+        assert not hasattr(MultiHeadAttention(8, 2), old)
 
 
 def test_backend_refusals_say_what_was_given():
@@ -162,10 +161,6 @@ def test_backend_refusals_say_what_was_given():
             "backend must be an attnlab.nn.backends.Backend (Dense(), BlockSparse(pattern), ContextParallel(group)); "
             "got str") + "$"):
         MultiHeadAttention(8, 2, backend="dense")
-    with pytest.raises(ValueError, match="^" + re.escape(
-            "give backend= alone (pattern= and context_parallel= select a backend too); got backend=Dense(), "
-            "pattern=sliding_window(1, 1), context_parallel=None") + "$"):
-        MultiHeadAttention(8, 2, backend=Dense(), pattern=P.sliding_window(1))
     m = MultiHeadAttention(8, 2, alibi=True)
     with pytest.raises(ValueError, match="^" + re.escape(
             "pattern= and alibi=True do not combine: the block-sparse kernel adds no bias") + "$"):

@@ -235,6 +235,6 @@ def test_unbatched_errors_name_what_was_given():
         m(torch.randn(3, 7))
     with pytest.raises(ValueError, match=r"2-D mask of shape \(3, 5\) does not broadcast"):
         m(torch.randn(3, 8), mask=torch.ones(3, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"add_bias_kv and add_zero_attn .* work without pattern=, context_parallel, "
+    with pytest.raises(ValueError, match=r"add_bias_kv and add_zero_attn .* work without a sparse or context-parallel backend, "
                                          r"rope and alibi; got .*rope=True"):
         MultiHeadAttention(8, 2, add_bias_kv=True, rope=True)

@@ -22,6 +22,7 @@ from attnlab.nn import (
     MemoryCache,
     MultiHeadAttention,
 )
+from attnlab.nn.backends import BlockSparse, ContextParallel, Dense
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -106,21 +107,22 @@ def close(got, want, atol=1e-10):
     ({"dim": 10, "num_heads": 4}, "dim must be a positive multiple of num_heads (divisible by it); got dim=10, num_heads=4"),
     ({"dim": 0, "num_heads": 4}, "dim must be a positive multiple of num_heads (divisible by it); got dim=0, num_heads=4"),
     ({"dim": 8, "num_heads": 0}, "dim must be a positive multiple of num_heads (divisible by it); got dim=8, num_heads=0"),
-    ({"dim": 8, "num_heads": 2, "pattern": "window"}, "pattern must be an attnlab.patterns.Pattern; got str"),
-    ({"dim": 8, "num_heads": 2, "pattern": P.sliding_window(2), "alibi": True},
+    ({"dim": 8, "num_heads": 2, "backend": BlockSparse(P.sliding_window(2)), "alibi": True},
      "pattern= and alibi=True do not combine: the block-sparse kernel adds no bias"),
+    ({"dim": 8, "num_heads": 2, "pattern": P.sliding_window(2)},
+     "MultiHeadAttention.__init__() got an unexpected keyword argument 'pattern'"),
     ({"dim": 16, "num_heads": 4, "num_kv_heads": 3}, "num_kv_heads must divide num_heads; got num_heads=4, num_kv_heads=3"),
     ({"dim": 16, "num_heads": 4, "num_kv_heads": 0}, "num_kv_heads must divide num_heads; got num_heads=4, num_kv_heads=0"),
     ({"dim": 16, "num_heads": 4, "rope": True, "alibi": True}, "choose one of rope=True and alibi=True"),
-    ({"dim": 8, "num_heads": 2, "context_parallel": True, "alibi": True},
+    ({"dim": 8, "num_heads": 2, "backend": ContextParallel(), "alibi": True},
      "context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
      "(global positions rank·n/W + i); got alibi=True, rope=False, cp_layout='contiguous'"),
-    ({"dim": 8, "num_heads": 2, "context_parallel": True, "rope": True, "cp_layout": "zigzag"},
+    ({"dim": 8, "num_heads": 2, "backend": ContextParallel(layout="zigzag"), "rope": True},
      "context_parallel works without ALiBi, and with rope=True only on the contiguous layout "
      "(global positions rank·n/W + i); got alibi=False, rope=True, cp_layout='zigzag'"),
 ])
 def test_construction_refusals_say_what_was_given(kwargs, message):
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+    with pytest.raises((ValueError, TypeError), match="^" + re.escape(message) + "$"):
         MultiHeadAttention(**kwargs)
 
 
@@ -130,10 +132,10 @@ def test_edge_constructions_that_are_allowed():
     mqa = MultiHeadAttention(8, 4, num_kv_heads=1)  # multi-query: one key/value head
     assert mqa.num_kv_heads == 1 and mqa.in_proj_weight.shape == (8 + 2 * 2, 8)
     assert MultiHeadAttention(8, 1).head_dim == 8
-    cp = MultiHeadAttention(8, 2, context_parallel=True, rope=True)  # rope on the contiguous layout is fine
-    assert cp.context_parallel is True and cp.cp_layout == "contiguous"
-    zig = MultiHeadAttention(8, 2, context_parallel=True, cp_layout="zigzag")  # zigzag without rope is fine
-    assert zig.cp_layout == "zigzag"
+    cp = MultiHeadAttention(8, 2, backend=ContextParallel(), rope=True)  # rope on the contiguous layout is fine
+    assert cp.backend.group is None and cp.backend.layout == "contiguous"
+    zig = MultiHeadAttention(8, 2, backend=ContextParallel(layout="zigzag"))  # zigzag without rope is fine
+    assert zig.backend.layout == "zigzag"
 
 
 def test_defaults():
@@ -144,8 +146,7 @@ def test_defaults():
     assert m.q_proj_weight is None and m.k_proj_weight is None and m.v_proj_weight is None
     assert m.out_proj.bias is not None and m.out_proj.weight.shape == (8, 8)
     assert m.attn_drop == 0.0 and m.proj_drop.p == 0.0
-    assert m.rotary is None and m.alibi is None and m.pattern is None and m.block == 64
-    assert m.context_parallel is None and m.cp_mode == "ring" and m.cp_layout == "contiguous"
+    assert m.rotary is None and m.alibi is None and isinstance(m.backend, Dense)
     assert MultiHeadAttention(8, 2, rope=True).rotary.base == 10000.0
     assert MultiHeadAttention(8, 2, rope=True).rotary.head_dim == 4
     assert MultiHeadAttention(8, 2, alibi=True).alibi.num_heads == 2
@@ -209,7 +210,7 @@ def test_forward_refusals_say_what_was_wrong():
         m(x, torch.randn(1, 4, 8), cache=LayerCache())
     with pytest.raises(ValueError, match="mask must be a torch.Tensor; got list"):
         m(x, mask=[[True] * 3])
-    sp = MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4)
+    sp = MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(1), block=4))
     with pytest.raises(ValueError, match="^" + re.escape(
         "a module with a sparse pattern does self-attention: call it as m(x), without key and value") + "$"):
         sp(x, torch.randn(1, 3, 8))
@@ -352,7 +353,7 @@ def test_grouped_query_class_and_extra_repr():
     assert MultiHeadAttention(16, 4, kdim=6).extra_repr() == "dim=16, num_heads=4, kdim=6, vdim=16"
     assert MultiHeadAttention(16, 4, vdim=6).extra_repr() == "dim=16, num_heads=4, kdim=16, vdim=6"
     pat = P.sliding_window(2)
-    assert MultiHeadAttention(16, 4, pattern=pat, block=8).extra_repr() == (
+    assert MultiHeadAttention(16, 4, backend=BlockSparse(pat, block=8)).extra_repr() == (
         f"dim=16, num_heads=4, backend=BlockSparse({pat!r}, block=8)")
 
 
@@ -390,10 +391,11 @@ def test_single_causal_query_without_cache_sees_every_key():
 # ---- context parallelism on one process ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"num_kv_heads": 1, "cp_mode": "ulysses"}])
+@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"num_kv_heads": 1, "mode": "ulysses"}])
 def test_context_parallel_on_one_process_matches_numpy(one_process_group, kw):
     torch.manual_seed(12)
-    m = randomised(MultiHeadAttention(8, 2, context_parallel=True, **kw).double())
+    mode = kw.pop("mode", "ring")
+    m = randomised(MultiHeadAttention(8, 2, backend=ContextParallel(mode=mode), **kw).double())
     x = torch.randn(2, 5, 8, dtype=torch.float64)
     pad = torch.tensor([[True] * 5, [True, True, True, False, False]])
     allow = np.broadcast_to(pad.numpy()[:, None, :], (2, 5, 5))
@@ -409,7 +411,7 @@ def test_context_parallel_on_one_process_matches_numpy(one_process_group, kw):
 def test_context_parallel_with_a_pattern_on_one_process(one_process_group):
     """A sliding window (|i − j| ≤ 1, written here) with padding, causal and not."""
     torch.manual_seed(15)
-    m = randomised(MultiHeadAttention(8, 2, context_parallel=True, pattern=P.sliding_window(1)).double())
+    m = randomised(MultiHeadAttention(8, 2, backend=ContextParallel(pattern=P.sliding_window(1))).double())
     x = torch.randn(2, 6, 8, dtype=torch.float64)
     pad = torch.tensor([[True] * 6, [True, True, True, True, False, False]])
     i, j = np.arange(6)[:, None], np.arange(6)[None, :]
@@ -421,7 +423,7 @@ def test_context_parallel_with_a_pattern_on_one_process(one_process_group):
 
 
 def test_context_parallel_refusals(one_process_group):
-    m = MultiHeadAttention(8, 2, context_parallel=True)
+    m = MultiHeadAttention(8, 2, backend=ContextParallel())
     x = torch.randn(2, 4, 8)
     msg = "^" + re.escape("context_parallel is for self-attention m(x) of a sharded sequence, without a cache "
                           "and without weights (they would be n × n)") + "$"
@@ -468,7 +470,7 @@ def test_cross_attention_never_reads_keys_no_query_may_attend(float_mask):
 def test_sparse_pattern_module_matches_numpy_with_weights(causal):
     """pattern= (a sliding window |i − j| ≤ 1, written here) with a (b, n) padding mask: outputs and weights."""
     torch.manual_seed(16)
-    m = randomised(MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4).double())
+    m = randomised(MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(1), block=4)).double())
     x = torch.randn(2, 6, 8, dtype=torch.float64)
     pad = torch.tensor([[True] * 6, [True, True, True, True, False, False]])
     i, j = np.arange(6)[:, None], np.arange(6)[None, :]
@@ -602,14 +604,14 @@ def test_projection_weights_refuses_a_separate_weight_set_to_none(name):
 # ---- the sparse module's block, its causal pattern ----------------------------------------------------------
 
 def test_sparse_module_hands_its_block_to_the_kernel():
-    m = MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=0)
+    m = MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(1), block=0))
     with pytest.raises(ValueError, match="^" + re.escape("block must be a positive integer; got 0") + "$"):
         m(torch.randn(1, 6, 8))
 
 
 def test_causal_sparse_pattern_is_composed_once_per_module():
     """pattern & causal is built once, by the backend, and reused (the kernel's plans are cached per pattern)."""
-    m = MultiHeadAttention(8, 2, pattern=P.sliding_window(1), block=4).eval()
+    m = MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(1), block=4)).eval()
     x = torch.randn(1, 6, 8)
     m(x, causal=True)
     first = m.backend.causal_pattern
@@ -621,6 +623,6 @@ def test_causal_sparse_pattern_is_composed_once_per_module():
 
 
 def test_context_parallel_hands_its_mode_to_the_kernel(one_process_group):
-    m = MultiHeadAttention(8, 2, context_parallel=True, cp_mode="tree")
+    m = MultiHeadAttention(8, 2, backend=ContextParallel(mode="tree"))
     with pytest.raises(ValueError, match="^" + re.escape("mode must be one of ['ring', 'ulysses']; got 'tree'") + "$"):
         m(torch.randn(1, 4, 8))

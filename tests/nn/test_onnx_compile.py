@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnlab.nn import MultiHeadAttention, TransformerEncoderLayer
+from attnlab.nn.backends import BlockSparse
 
 HAS_ORT = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime", "onnxscript"))
 HAS_CXX = shutil.which("g++") is not None or shutil.which("c++") is not None
@@ -48,7 +49,7 @@ def test_torch_compile_of_a_sparse_pattern_module_matches_eager():
     from attnlab.nn import MultiHeadAttention
 
     torch.manual_seed(0)
-    m = MultiHeadAttention(16, 4, pattern=P.sliding_window(3) | P.global_tokens([0]), block=8)
+    m = MultiHeadAttention(16, 4, backend=BlockSparse(P.sliding_window(3) | P.global_tokens([0]), block=8))
     x = torch.randn(2, 21, 16, requires_grad=True)
     pad = torch.tensor([[True] * 21, [True] * 15 + [False] * 6])
     ref = m(x, mask=pad)[0]

@@ -6,6 +6,7 @@ import torch
 import attnlab
 from attnlab import patterns as P
 from attnlab.nn import BigBirdAttention, LocalAttention, LongformerAttention, SparseAttention
+from attnlab.nn.backends import BlockSparse
 
 
 def reference(mod, x, pattern, pad=None):
@@ -104,10 +105,10 @@ def test_bad_input_raises(call, match):
 @pytest.mark.parametrize("kw", [{}, {"num_kv_heads": 2}, {"rope": True}])
 @pytest.mark.parametrize("causal", [False, True])
 def test_multihead_pattern_option_equals_dense_masking(kw, causal):
-    """MultiHeadAttention(pattern=...) against the same weights with the pattern as a dense mask."""
+    """MultiHeadAttention(backend=BlockSparse(...)) against the same weights with the pattern as a dense mask."""
     torch.manual_seed(0)
     pattern = P.sliding_window(3) | P.global_tokens([0, 11])
-    sparse = attnlab.nn.MultiHeadAttention(16, 4, pattern=pattern, block=8, **kw).double()
+    sparse = attnlab.nn.MultiHeadAttention(16, 4, backend=BlockSparse(pattern, block=8), **kw).double()
     dense = attnlab.nn.MultiHeadAttention(16, 4, **kw).double()
     dense.load_state_dict(sparse.state_dict())
     x = torch.randn(2, 21, 16, dtype=torch.float64, requires_grad=True)
@@ -128,7 +129,7 @@ def test_multihead_pattern_option_equals_dense_masking(kw, causal):
 
 def test_sparse_modules_are_multihead_attention():
     mod = LongformerAttention(16, 4, window=2, global_indices=[0], block=8)
-    assert isinstance(mod, attnlab.nn.MultiHeadAttention) and mod.pattern is not None
+    assert isinstance(mod, attnlab.nn.MultiHeadAttention) and mod.backend.pattern is not None
     assert set(mod.state_dict()) == {"in_proj_weight", "out_proj.weight", "out_proj.bias"}  # qkv_bias=False
 
 
@@ -143,16 +144,16 @@ def test_sparse_modules_are_multihead_attention():
     ],
 )
 def test_multihead_pattern_bad_inputs(call, message):
-    m = attnlab.nn.MultiHeadAttention(8, 2, pattern=P.sliding_window(2), block=4)
+    m = attnlab.nn.MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(2), block=4))
     with pytest.raises(ValueError, match=message):
         call(m)
 
 
 def test_multihead_pattern_rejects_alibi_and_non_patterns():
     with pytest.raises(ValueError, match="alibi"):
-        attnlab.nn.MultiHeadAttention(8, 2, pattern=P.sliding_window(2), alibi=True)
+        attnlab.nn.MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(2)), alibi=True)
     with pytest.raises(ValueError, match="Pattern"):
-        attnlab.nn.MultiHeadAttention(8, 2, pattern="window")
+        attnlab.nn.MultiHeadAttention(8, 2, backend=BlockSparse("window"))
 
 
 # The sparse modules' defaults: the pairs each one allows (written out by hand from Longformer's window
@@ -173,11 +174,11 @@ N = 150  # more than the default window of 64 on each side
 
 def test_sparse_attention_defaults_and_message():
     m = SparseAttention(16, pattern=P.causal())
-    assert m.num_heads == 8 and m.in_proj_bias is None and m.attn_drop == 0.0 and m.block == 64
+    assert m.num_heads == 8 and m.in_proj_bias is None and m.attn_drop == 0.0 and m.backend.block == 64
     assert m.proj_drop.p == 0.0
     m = SparseAttention(16, 2, pattern=P.causal(), qkv_bias=True, attn_drop=0.25, proj_drop=0.5, block=8)
     assert m.num_heads == 2 and m.in_proj_bias is not None and m.attn_drop == 0.25 and m.proj_drop.p == 0.5
-    assert m.block == 8
+    assert m.backend.block == 8
     with pytest.raises(ValueError) as e:
         SparseAttention(16, pattern="causal")
     assert str(e.value) == "pattern must be an attnlab.patterns.Pattern; got str"
@@ -188,36 +189,36 @@ def test_sparse_attention_defaults_and_message():
 
 def test_local_window_defaults_to_64_on_each_side():
     m = LocalAttention(16)
-    assert m.num_heads == 8 and m.in_proj_bias is None and m.block == 64
-    assert torch.equal(m.pattern.materialize(N), band(N, 64, 64))
+    assert m.num_heads == 8 and m.in_proj_bias is None and m.backend.block == 64
+    assert torch.equal(m.backend.pattern.materialize(N), band(N, 64, 64))
     causal = LocalAttention(16, 4, window=3, causal=True)
     assert causal.num_heads == 4
-    assert torch.equal(causal.pattern.materialize(20), band(20, 3, 0))
-    assert torch.equal(LocalAttention(16, window=3).pattern.materialize(20), band(20, 3, 3))
+    assert torch.equal(causal.backend.pattern.materialize(20), band(20, 3, 0))
+    assert torch.equal(LocalAttention(16, window=3).backend.pattern.materialize(20), band(20, 3, 3))
     kw = LocalAttention(16, 2, window=2, qkv_bias=True, block=4)
-    assert kw.in_proj_bias is not None and kw.block == 4
+    assert kw.in_proj_bias is not None and kw.backend.block == 4
 
 
 def test_longformer_defaults_window_64_and_token_0_global():
     m = LongformerAttention(16)
-    assert m.num_heads == 8 and m.in_proj_bias is None and m.block == 64
-    assert torch.equal(m.pattern.materialize(N), band(N, 64, 64) | globals_(N, [0]))
+    assert m.num_heads == 8 and m.in_proj_bias is None and m.backend.block == 64
+    assert torch.equal(m.backend.pattern.materialize(N), band(N, 64, 64) | globals_(N, [0]))
     m = LongformerAttention(16, 4, window=2, global_indices=(3, 7), block=8)
-    assert m.num_heads == 4 and m.block == 8
-    assert torch.equal(m.pattern.materialize(20), band(20, 2, 2) | globals_(20, [3, 7]))
+    assert m.num_heads == 4 and m.backend.block == 8
+    assert torch.equal(m.backend.pattern.materialize(20), band(20, 2, 2) | globals_(20, [3, 7]))
 
 
 def test_bigbird_defaults():
     m = BigBirdAttention(16)
-    assert m.num_heads == 8 and m.in_proj_bias is None and m.block == 64
-    allowed = m.pattern.materialize(4 * 64)
+    assert m.num_heads == 8 and m.in_proj_bias is None and m.backend.block == 64
+    allowed = m.backend.pattern.materialize(4 * 64)
     random = P.random_blocks(2, 64, 0).materialize(4 * 64)
     assert torch.equal(allowed, band(256, 64, 64) | globals_(256, [0]) | random)
     # two random key blocks of 64 per query block of 64 (of 4): each row allows 128 random keys
     assert torch.equal(random.sum(-1), torch.full((256,), 128))
     m = BigBirdAttention(16, 4, window=1, global_indices=(2,), random_per_row=1, random_block=4, seed=3, block=4)
-    assert m.num_heads == 4 and m.block == 4
-    assert torch.equal(m.pattern.materialize(16),
+    assert m.num_heads == 4 and m.backend.block == 4
+    assert torch.equal(m.backend.pattern.materialize(16),
                        band(16, 1, 1) | globals_(16, [2]) | P.random_blocks(1, 4, 3).materialize(16))
 
 
@@ -228,7 +229,7 @@ def test_bigbird_defaults():
 ])
 def test_keyword_arguments_reach_multihead(make):
     m = make()
-    assert m.in_proj_bias is not None and m.attn_drop == 0.5 and m.block == 4
+    assert m.in_proj_bias is not None and m.attn_drop == 0.5 and m.backend.block == 4
 
 
 def test_further_keywords_reach_multihead():

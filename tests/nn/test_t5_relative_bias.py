@@ -13,6 +13,7 @@ import torch
 
 from attnlab import patterns
 from attnlab.nn import KVCache, MultiHeadAttention, T5RelativePositionBias
+from attnlab.nn.backends import BlockSparse, ContextParallel
 from attnlab.nn.positional import t5_relative_position_bucket
 
 t5 = pytest.importorskip("transformers.models.t5.modeling_t5")
@@ -169,7 +170,7 @@ def test_scale_on_the_grouped_decoding_step():
 def test_scale_on_the_sparse_path():
     torch.manual_seed(5)
     window = patterns.sliding_window(2)
-    m = MultiHeadAttention(16, 4, qkv_bias=False, proj_bias=False, scale=1.0, pattern=window, block=4).double().eval()
+    m = MultiHeadAttention(16, 4, qkv_bias=False, proj_bias=False, scale=1.0, backend=BlockSparse(window, block=4)).double().eval()
     x = torch.randn(2, 12, 16, dtype=torch.float64)
     out, weights = m(x, need_weights=True)
     allow = window.materialize(12).numpy()
@@ -191,8 +192,8 @@ def test_a_bad_scale_is_refused_by_name(scale, shown):
 @pytest.mark.parametrize("mode", ["ring", "ulysses"])
 def test_scale_on_the_context_parallel_path(one_process_group, mode):
     torch.manual_seed(6)
-    m = MultiHeadAttention(16, 4, qkv_bias=False, proj_bias=False, scale=1.0, context_parallel=True,
-                           cp_mode=mode).double().eval()
+    m = MultiHeadAttention(16, 4, qkv_bias=False, proj_bias=False, scale=1.0,
+                           backend=ContextParallel(mode=mode)).double().eval()
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     out, _ = m(x, causal=True)
     want = np_attention(m, x, 1.0, np.tril(np.ones((8, 8), dtype=bool)))

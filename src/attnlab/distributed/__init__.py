@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import _checks
 from .. import patterns as P
 from .ddp import World
 from .layout import LAYOUTS, gather, positions, shard
@@ -40,7 +39,6 @@ def context_parallel_attention(
     mode: str = "ring",
     group=None,
     layout: str = "contiguous",
-    key_padding_mask: object = _checks.RENAMED,
 ) -> tuple[torch.Tensor, None]:
     """Self-attention over a sequence sharded across the processes of ``group``.
 
@@ -52,14 +50,13 @@ def context_parallel_attention(
         pattern: an ``attnlab.patterns`` pattern over the global positions (intersected with
             causal when both are given).
         mask: bool (b, n/W), True = may attend (a real key), over this rank's shard of the keys;
-            None: every key. (Renamed from ``key_padding_mask``, which raises a ``TypeError``.)
+            None: every key.
         mode: ``"ring"`` or ``"ulysses"``.
         layout: how the sequence was sharded (``attnlab.distributed.shard``).
 
     Returns:
         ``(out (b, h, n/W, d_v), None)``: no weights (they would be n × n).
     """
-    _checks.renamed_mask(key_padding_mask)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
     if layout not in LAYOUTS:

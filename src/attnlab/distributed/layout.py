@@ -63,13 +63,11 @@ def positions(n: int, world_size: int, rank: int, layout: str = "contiguous", de
 
 def check_shards(
     q: object, k: object, v: object, mask: object, scale: object, pattern: object, layout: object,
-    *, key_padding_mask: object = _checks.RENAMED,
 ) -> float | None:
     """Entry checks of the context-parallel attentions → the scale (None: 1/√d).
 
     q, k (b, h, n/W, d) and v (b, h, n/W, d_v) of one floating dtype; ``mask`` bool (b, n/W), True = may attend (a real key);
     ``pattern`` None or an ``attnlab.patterns.Pattern``; ``layout`` one of ``LAYOUTS``."""
-    _checks.renamed_mask(key_padding_mask)
     _check_layout(layout)
     if pattern is not None and not isinstance(pattern, Pattern):
         raise ValueError(f"pattern must be None or an attnlab.patterns.Pattern; got {type(pattern).__name__}")

@@ -47,7 +47,6 @@ from typing import NamedTuple
 import torch
 
 from .. import patterns as P
-from .._checks import RENAMED
 from ..functional.attention import attention
 from ..functional.nonfinite import (
     finish_nonfinite,
@@ -274,14 +273,13 @@ def ring_attention(
     scale: float | None = None,
     group=None,
     layout: str = "contiguous",
-    key_padding_mask: object = RENAMED,
 ) -> torch.Tensor:
     """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v).
 
     q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
     attend (a real key), over this rank's shard of the keys; None: every key.
     """
-    scale = check_shards(q, k, v, mask, scale, pattern, layout, key_padding_mask=key_padding_mask)
+    scale = check_shards(q, k, v, mask, scale, pattern, layout)
     rank, size = world(group)
     if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to pass around
         return empty

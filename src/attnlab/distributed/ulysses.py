@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 
 from .. import patterns as P
-from .._checks import RENAMED
 from ..functional.attention import attention
 from ..kernels import block_sparse_attention
 from .comm import all_to_all
@@ -52,14 +51,13 @@ def ulysses_attention(
     scale: float | None = None,
     group=None,
     layout: str = "contiguous",
-    key_padding_mask: object = RENAMED,
 ) -> torch.Tensor:
     """Attention over the whole sharded sequence by head parallelism; → out (b, h, n/W, d_v).
 
     q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
     attend (a real key), over this rank's shard of the keys; None: every key.
     """
-    scale = check_shards(q, k, v, mask, scale, pattern, layout, key_padding_mask=key_padding_mask)
+    scale = check_shards(q, k, v, mask, scale, pattern, layout)
     rank, size = world(group)
     h, c = q.shape[1], q.shape[-2]
     if h % size:

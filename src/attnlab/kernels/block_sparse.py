@@ -360,7 +360,6 @@ def block_sparse_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     need_weights: bool = False,
-    key_padding_mask: object = _checks.RENAMED,
 ) -> tuple[torch.Tensor, BlockWeights | None]:
     """Scaled dot-product self-attention restricted to ``pattern``, computing only its tiles.
 
@@ -377,7 +376,7 @@ def block_sparse_attention(
             (True = a real key), or a full mask of 3 or 4 dims broadcastable to (b, h, n, n), e.g.
             (b, 1, n, n): the call attends ``pattern AND mask`` (on CPU over the pattern's tiles only,
             each masked by its blocks of the mask; elsewhere dense, ``pattern.materialize(n) & mask``;
-            not with ``need_weights``). (Renamed from ``key_padding_mask``, which raises a ``TypeError``.)
+            not with ``need_weights``).
         scale: default 1/√d.
         dropout_p: dropout on the weights (pass 0 in eval).
         need_weights: also return the weights of the non-empty tiles (``BlockWeights``).
@@ -391,7 +390,6 @@ def block_sparse_attention(
     Device: CPU tensors run the CPU kernels, CUDA tensors ``flex_attention`` (the plan's block mask),
     others dense masked attention (``attnlab.kernels.devices``).
     """
-    _checks.renamed_mask(key_padding_mask)
     _validate(query, key, value, pattern, block, mask)
     pid = _plan_id(pattern, query.shape[2], block, query.device)  # (constants under torch.compile)
     block = _plan_block(pid)
@@ -487,14 +485,12 @@ def weights_for_rows(
     *,
     mask: torch.Tensor | None = None,
     scale: float | None = None,
-    key_padding_mask: object = _checks.RENAMED,
 ) -> torch.Tensor:
     """The weights (b, h, r, n) of the chosen query rows, in O(r·n) memory.
 
     query, key (b, h, n, d); ``rows`` (r,) query indices; ``mask``: bool, True = may attend: a key mask
     (b, n) or (b, 1, 1, n) (a real key), or a full mask broadcastable to (b, h, n, n); None: every key.
     """
-    _checks.renamed_mask(key_padding_mask)
     _validate(query, key, None, pattern, 64, mask)
     if isinstance(pattern, Plan):
         pattern.check(query.shape[2], query.device)

@@ -56,13 +56,11 @@ class TopK:
         *,
         scale: float | None = None,
         mask: torch.Tensor | None = None,
-        key_padding_mask: object = _checks.RENAMED,
     ) -> torch.Tensor:
         """query (…, n, d), key (…, n, d) → (…, n, n) bool, True on each row's kept keys.
 
         ``mask``: a key mask, bool (b, n), (…, n) or (…, 1, n), True = may attend (a real key).
         """
-        _checks.renamed_mask(key_padding_mask)
         scale, mask = _validate(query, key, None, scale, mask)
         n = key.shape[-2]
         idx, ok = topk_indices(query, key, self, scale=scale, mask=mask)  # (…, n, k)
@@ -142,7 +140,6 @@ def topk_indices(
     scale: float | None = None,
     mask: torch.Tensor | None = None,
     first: torch.Tensor | None = None,
-    key_padding_mask: object = _checks.RENAMED,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """query (…, n, d), key (…, n, d) → (indices (…, n, k'), kept (…, n, k') bool), k' = min(k, n).
 
@@ -151,7 +148,6 @@ def topk_indices(
     ``first``: bool (…, n), keys chosen before any other wherever allowed (the non-finite ones, whose
     row is NaN whatever else it keeps).
     """
-    _checks.renamed_mask(key_padding_mask)
     topk = _as_topk(topk)
     scale, mask = _validate(query, key, None, scale, mask)
     n, d = key.shape[-2], query.shape[-1]
@@ -184,14 +180,12 @@ def topk_attention(
     *,
     scale: float | None = None,
     mask: torch.Tensor | None = None,
-    key_padding_mask: object = _checks.RENAMED,
 ) -> torch.Tensor:
     """Self-attention where each query attends its k best keys: (b, h, n, d) → (b, h, n, d_v).
 
     ``mask``: a key mask, bool (b, n), (b, 1, n), (b, h, n) or (b, 1, 1, n), True = may attend (a real key);
-    None: every key. (Renamed from ``key_padding_mask``, which raises a ``TypeError``.)
+    None: every key.
     """
-    _checks.renamed_mask(key_padding_mask)
     topk = _as_topk(topk)
     scale, mask = _validate(query, key, value, scale, mask)
     d = query.shape[-1]

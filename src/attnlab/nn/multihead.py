@@ -26,9 +26,7 @@ that fixes its known pains:
   backward: O(n·w) for a window; ``mask`` is then a (b, n) bool padding mask) or
   ``ContextParallel(group, mode, layout)`` (this rank's shard (b, n/W, dim) over the whole sharded
   sequence; ``mask`` is this rank's (b, n/W) bool padding mask). Build with ``backend=`` or swap it on a
-  built module (``m.backend = BlockSparse(...)``): the parameters stay. The older arguments build
-  the backend: ``pattern=``, ``block=`` → ``BlockSparse``; ``context_parallel=`` (a process group, True
-  for the default one), ``cp_mode=``, ``cp_layout=`` → ``ContextParallel``. ``LocalAttention``,
+  built module (``m.backend = BlockSparse(...)``): the parameters stay. ``LocalAttention``,
   ``LongformerAttention`` and ``BigBirdAttention`` (``attnlab.nn.sparse``) are this module with the
   pattern built for you.
 
@@ -87,9 +85,8 @@ from ..functional.multihead import (
     zero_unreachable,
 )
 from ..mask import Mask
-from ..patterns import Pattern
 from ..trace import active
-from .backends import Backend, BlockSparse, ContextParallel, Dense
+from .backends import Backend, Dense
 from .cache import LayerCache, MemoryCache
 from .padding import padded_queries, zero_padded
 from .positional import ALiBi, RotaryEmbedding
@@ -118,26 +115,6 @@ def _batched(
     k = None if key is None else q if key is query else key.unsqueeze(0)
     v = None if value is None else q if value is query else k if value is key else value.unsqueeze(0)
     return q, k, v
-
-
-def _backend_from(
-    backend: Backend | None, pattern: Pattern | None, block: int, context_parallel: Any, cp_mode: str, cp_layout: str,
-) -> Backend:
-    """The constructor's backend: ``backend=`` as given, else the one the older arguments select
-    (``pattern=``, ``block=``: ``BlockSparse``; ``context_parallel=``, ``cp_mode=``, ``cp_layout=``:
-    ``ContextParallel``, True for the default group), else ``Dense()``."""
-    legacy = pattern is not None or context_parallel is not None
-    if backend is not None:
-        if legacy:
-            raise ValueError(f"give backend= alone (pattern= and context_parallel= select a backend too); got "
-                             f"backend={backend!r}, pattern={pattern!r}, context_parallel={context_parallel!r}")
-        return backend
-    if context_parallel is not None:
-        group = None if context_parallel is True else context_parallel
-        return ContextParallel(group, mode=cp_mode, layout=cp_layout, pattern=pattern)
-    if pattern is not None:
-        return BlockSparse(pattern, block=block)
-    return Dense()
 
 
 def _value_mask_for_module(
@@ -180,11 +157,6 @@ class MultiHeadAttention(nn.Module):
         rope_base: float = 10000.0,
         alibi: bool = False,
         backend: Backend | None = None,
-        pattern: Pattern | None = None,
-        block: int = 64,
-        context_parallel: Any = None,
-        cp_mode: str = "ring",
-        cp_layout: str = "contiguous",
         scale: float | None = None,
         add_bias_kv: bool = False,
         add_zero_attn: bool = False,
@@ -199,7 +171,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"num_kv_heads must divide num_heads; got num_heads={num_heads}, num_kv_heads={num_kv_heads}")
         if rope and alibi:
             raise ValueError("choose one of rope=True and alibi=True")
-        backend = _backend_from(backend, pattern, block, context_parallel, cp_mode, cp_layout)
+        backend = Dense() if backend is None else backend
         # the scores' factor: None for 1/√d_h; T5 uses 1.0 (its relative bias carries the scale)
         self.scale = None if scale is None else _checks.scale(scale)
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, h_kv
@@ -247,32 +219,9 @@ class MultiHeadAttention(nn.Module):
         backend.check_module(rope=rope, alibi=alibi)
         if (self.bias_k is not None or self.add_zero_attn) and (rope or alibi or not backend.accepts_extra_keys):
             raise ValueError("add_bias_kv and add_zero_attn (torch.nn.MultiheadAttention's extra keys, Dense backend "
-                             "only) work without pattern=, context_parallel, rope and alibi; got "
+                             "only) work without a sparse or context-parallel backend, rope and alibi; got "
                              f"backend={backend!r}, rope={rope}, alibi={alibi}")
         self._backend = backend
-
-    # the arguments that selected a backend before backends were values, read from the backend held
-    @property
-    def pattern(self) -> Pattern | None:
-        return getattr(self._backend, "pattern", None)
-
-    @property
-    def block(self) -> int:
-        return getattr(self._backend, "block", 64)
-
-    @property
-    def context_parallel(self) -> Any:
-        if not isinstance(self._backend, ContextParallel):
-            return None
-        return True if self._backend.group is None else self._backend.group
-
-    @property
-    def cp_mode(self) -> str:
-        return getattr(self._backend, "mode", "ring")
-
-    @property
-    def cp_layout(self) -> str:
-        return getattr(self._backend, "layout", "contiguous")
 
     def reset_parameters(self) -> None:
         for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):

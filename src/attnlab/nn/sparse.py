@@ -20,7 +20,7 @@ module                        pattern                                           
 Papers: https://arxiv.org/abs/1904.10509, https://arxiv.org/abs/2004.05150,
 https://arxiv.org/abs/2007.14062.
 
-These are ``attnlab.nn.MultiHeadAttention`` with ``pattern=`` set: the same
+These are ``attnlab.nn.MultiHeadAttention`` with a ``BlockSparse(pattern)`` backend: the same
 parameters (``in_proj_weight`` W_q; W_k; W_v stacked, ``in_proj_bias`` when
 ``qkv_bias``, ``out_proj``), the same ``forward(x, *, mask=None, causal=False,
 need_weights=False)``. ``mask`` is a (b, n) or (b, 1, 1, n) bool padding mask
@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..patterns import Pattern, global_tokens, random_blocks, sliding_window
+from .backends import BlockSparse
 from .multihead import MultiHeadAttention
 from .registry import register
 
@@ -60,7 +61,8 @@ class SparseAttention(MultiHeadAttention):
         if not isinstance(pattern, Pattern):
             raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
         super().__init__(
-            dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, pattern=pattern, block=block, **kw
+            dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+            backend=BlockSparse(pattern, block=block), **kw
         )
 
 
