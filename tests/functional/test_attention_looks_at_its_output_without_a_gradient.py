@@ -12,7 +12,6 @@ from torch.overrides import TorchFunctionMode
 
 import attnlab
 
-
 METADATA = {"dim", "numel", "is_floating_point", "__get__", "size", "stride", "element_size", "is_contiguous",
             "__len__", "requires_grad", "dtype", "device", "shape"}  # (no data read)
 
