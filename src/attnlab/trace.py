@@ -86,8 +86,7 @@ def trace() -> Iterator[Trace]:
         _ACTIVE.reset(token)
 
 
-def _compiling() -> bool:
-    return torch.compiler.is_compiling()
+_compiling = torch.compiler.is_compiling  # (one lookup at import: it runs on every recorded step)
 
 
 def active() -> bool:

@@ -423,15 +423,6 @@ def _plan_call(
     return masks.in_dtype(t, dtype), False, dead
 
 
-def _grad_flows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
-    """Whether a backward may follow. Without one, the CPU's fast path runs the kernel first and looks at
-    its output (one read of it): a NaN or inf in any input that any row may attend makes that row's output
-    non-finite, and a masked one that a kernel let through (0 · NaN) makes its neighbours' so; a finite
-    output is therefore the rule's output, and a non-finite one is computed again with the guard. With a
-    gradient the look comes first (a masked NaN can reach a gradient through a finite forward)."""
-    return torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-
-
 def _check_call(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score: str | ScoreFn, scale: float | None,
     dropout_p: float, need_weights: bool, return_lse: bool,
@@ -532,13 +523,6 @@ def attention(
         return _device_path(query, key, mask, fused_causal and q_len != k_len)(*args), None
 
     hit = None
-    if use_fast and guarded and on_host:
-        dead = _empty_rows(mask) if dead is UNKNOWN else dead
-        if dropout_p == 0.0 and not _grad_flows(query, key, value):
-            out = _fast(query, key, value, mask, dead, fused_causal, s, dropout_p, scores_shape[:-2], on_host)
-            out = finish_nonfinite(out, None, dead)
-            if _checks.all_finite(out):  # no input was NaN or inf, or none reached anything (see _grad_flows)
-                return out, None
     if guarded and not on_host:  # no host reads: one pass per guarded tensor
         query, key, value, hit, dead = _device_guard(query, key, value, mask, scores_shape[:-2], kv_finite, dead)
     elif guarded:

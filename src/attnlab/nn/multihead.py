@@ -326,7 +326,7 @@ class MultiHeadAttention(nn.Module):
                                     dropout_p=self.attn_drop if self.training else 0.0, kv_finite=kv_finite)
         out = output_projection(merge_heads(ctx), self.out_proj.weight, self.out_proj.bias)  # (b, q, dim)
         out, weights = zero_padded(out, weights, pad_q)  # padded queries: zero output (and zero weights)
-        return self.proj_drop(out), weights
+        return (self.proj_drop(out) if self.training and self.proj_drop.p else out), weights
 
     def _check_call(
         self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None,
