@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
@@ -95,6 +96,7 @@ class AdditiveAttention(nn.Module):
         (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
         """
         query, values, mask, single = prepare(query, key, value, mask)
+        _checks.module_input(self, ("query", "keys"), (query, key))
         w_q, v = self.w_q.weight, self.v
         if active() or self.impl == "reference":
             score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)

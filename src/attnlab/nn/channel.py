@@ -43,6 +43,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.channel import channel_attention, reduced_channels, spatial_attention
 from .registry import register
 
@@ -78,6 +79,8 @@ class _MLPGate(nn.Module):
                 f"{type(self).__name__} was built for {self.channels} channels; got a map of shape "
                 f"({', '.join(map(str, x.shape))}) with C={x.shape[1]}"
             )
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            _checks.module_input(self, ("x",), (x,))
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, reduction={self.reduction}, hidden={self.hidden}"
@@ -110,6 +113,8 @@ class SpatialAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (b, C, H, W) → (F' (b, C, H, W), M_s (b, 1, H, W) or None)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            _checks.module_input(self, ("x",), (x,))
         out, m_s = spatial_attention(x, self.conv.weight, self.conv.bias)
         return out, (m_s if need_weights else None)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.eca import eca, eca_kernel_size
 from .registry import register
 
@@ -37,6 +38,8 @@ class ECA(nn.Module):
 
     def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (b, C, H, W) → (F' (b, C, H, W), w (b, C, 1, 1) or None)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            _checks.module_input(self, ("x",), (x,))
         out, w = eca(x, self.conv.weight)
         return out, (w if need_weights else None)
 

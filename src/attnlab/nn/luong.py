@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
@@ -139,6 +140,7 @@ class LuongAttention(nn.Module):
                 f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
                 f"got query {tuple(query.shape)} and keys {tuple(key.shape)}"
             )
+        _checks.module_input(self, ("query", "keys"), (query, key))
         if projected_keys is None or active():
             return finish(query, key, values, self._score(False), mask, single, need_weights, kv_finite)
         width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
