@@ -48,7 +48,7 @@ class NeighborhoodAttention2D(nn.Module):
     def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         if _checks.tensor("x", x).dim() != 4 or x.shape[1] != self.dim:
             raise ValueError(f"x must be a (b, C, H, W) map with C={self.dim}; got shape {tuple(x.shape)}")
-        _checks.floating(("x", "the module's weights"), (x, self.qkv.weight))
+        _checks.module_input(self, ("x",), (x,))
         b, C, H, W = x.shape
         tokens = x.permute(0, 2, 3, 1)  # (b, H, W, C)
         qkv = self.qkv(tokens).view(b, H, W, 3, self.num_heads, self.head_dim).permute(3, 0, 4, 1, 2, 5)  # (3, b, h, H, W, d_h)
