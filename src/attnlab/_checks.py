@@ -110,11 +110,12 @@ def even(name: str, value: object, minimum: int = 2) -> int:
     return int(value)
 
 
-def probability(name: str, value: object) -> float:
-    """A dropout probability: a finite number in [0, 1)."""
+def probability(name: str, value: object, *, one: bool = False) -> float:
+    """A dropout probability: a finite number in [0, 1), or [0, 1] with ``one`` (``torch.nn.Dropout``
+    takes 1, which drops everything; attention's ``dropout_p`` does not)."""
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
-    if not (ok and 0.0 <= value < 1.0):  # type: ignore[operator]
-        raise ValueError(f"{name} must be a probability in [0, 1); got {value!r}")
+    if not (ok and 0.0 <= value and (value <= 1.0 if one else value < 1.0)):  # type: ignore[operator]
+        raise ValueError(f"{name} must be a probability in [0, 1{']' if one else ')'}; got {value!r}")
     return float(value)  # type: ignore[arg-type]
 
 

@@ -61,3 +61,30 @@ def test_broadcasting_batches_and_autocast_still_pass():
     torch.testing.assert_close(got, torch.einsum("...qd,de,...ke->...qk", q, w, k))  # e_ij = q_iᵀ W k_j
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert S.general(Q, K, torch.randn(4, 3).bfloat16()).shape == (2, 3, 5)
+
+
+def test_the_attentional_output_refuses_integer_inputs_and_mixed_dtypes():
+    from attnlab.functional import attentional_output
+
+    c, s, w = torch.randn(2, 3), torch.randn(2, 2), torch.randn(4, 5)
+    with pytest.raises(_checks.DtypeError) as e:
+        attentional_output(c.long(), s.long(), w)
+    assert str(e.value) == "context " + FLOAT
+    with pytest.raises(_checks.DtypeError) as e:
+        attentional_output(c.double(), s, w)
+    assert str(e.value) == ("context, state, weight must share one dtype; got context torch.float64, state torch.float32, "
+                            "weight torch.float32 (convert with .to(dtype))")
+    torch.testing.assert_close(attentional_output(c, s, w), torch.tanh(torch.cat([c, s], -1) @ w.T))
+
+
+def test_target_attention_refuses_parameters_of_another_dtype():
+    from attnlab.functional.target import target_attention
+
+    args = [torch.randn(2, 4), torch.randn(2, 3, 4), torch.randn(5, 16), torch.randn(5), torch.randn(1),
+            torch.randn(1, 5), torch.randn(1)]
+    args[4] = args[4].double()
+    with pytest.raises(_checks.DtypeError) as e:
+        target_attention(*args)
+    assert str(e.value) == ("candidate, history, w1, b1, prelu, w2, b2 must share one dtype; got candidate torch.float32, "
+                            "history torch.float32, w1 torch.float32, b1 torch.float32, prelu torch.float64, "
+                            "w2 torch.float32, b2 torch.float32 (convert with .to(dtype))")

@@ -77,7 +77,7 @@ CASES = [
     (lambda: AttentionalOutput(0, 2, 3, 4), "context_dim must be an integer >= 1; got 0"),
     (lambda: AttentionalOutput(2.0, 2, 3, 4), "context_dim must be an integer >= 1; got 2.0"),
     (lambda: AttentionalOutput(2, 2, 3, -1), "vocab_size must be an integer >= 1; got -1"),
-    (lambda: AttentionalOutput(2, 2, 3, 4, dropout=2.0), "dropout must be a probability in [0, 1); got 2.0"),
+    (lambda: AttentionalOutput(2, 2, 3, 4, dropout=2.0), "dropout must be a probability in [0, 1]; got 2.0"),
     (lambda: TransformerEncoderLayer(8, 2, ffn_dim=0), "ffn_dim must be an integer >= 1; got 0"),
     (lambda: TransformerEncoderLayer(8, 2, dropout=3.0), "dropout must be a probability in [0, 1); got 3.0"),
     (lambda: TransformerDecoderLayer(8, 2, layer_norm_eps=0.0), "layer_norm_eps must be a finite number > 0; got 0.0"),
@@ -106,6 +106,7 @@ def test_the_sizes_that_are_allowed_still_build():
     assert len(KVCache(1)) == 1
     assert DotProductAttention(scale=0.5, attn_drop=0.0).scale == 0.5
     assert LearnedPositionalEmbedding(1, 1).weight.shape == (1, 1)
+    assert AttentionalOutput(2, 2, 3, 4, dropout=1.0).dropout.p == 1.0  # nn.Dropout's p = 1 drops everything
 
 
 @pytest.mark.parametrize("kind", ["ntk", "dynamic"])

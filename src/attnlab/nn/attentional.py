@@ -35,7 +35,7 @@ class AttentionalOutput(nn.Module):
         for name, size in (("context_dim", context_dim), ("state_dim", state_dim), ("out_dim", out_dim),
                            ("vocab_size", vocab_size)):
             _checks.integer(name, size)
-        dropout = _checks.probability("dropout", dropout)
+        dropout = _checks.probability("dropout", dropout, one=True)
         self.combine = nn.Linear(context_dim + state_dim, out_dim)
         self.predict = nn.Linear(out_dim, vocab_size)
         self.dropout = nn.Dropout(dropout)
