@@ -49,9 +49,9 @@ def _feature_map(x: torch.Tensor, **params: torch.Tensor | None) -> None:
 
 def reduced_channels(channels: int, reduction: int) -> int:
     """The MLP's hidden width: ``max(1, channels // reduction)`` (C < r keeps one unit)."""
-    if not isinstance(channels, int) or channels < 1:
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise ValueError(f"channels must be a positive int; got {channels!r}")
-    if not isinstance(reduction, int) or reduction < 1:
+    if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
         raise ValueError(f"reduction must be a positive int (the ratio r of C to C/r); got {reduction!r}")
     return max(1, channels // reduction)
 

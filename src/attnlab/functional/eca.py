@@ -26,8 +26,11 @@ from .channel import _feature_map, mean_pool
 
 def eca_kernel_size(channels: int, gamma: int = 2, beta: int = 1) -> int:
     """ECA's adaptive kernel size ψ(C) = |(log₂ C + b) / γ|_odd (Wang et al. 2020, eq. 12)."""
-    if not isinstance(channels, int) or channels < 1:
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise ValueError(f"channels must be a positive int; got {channels!r}")
+    _checks.number("gamma", gamma, 0.0, meaning="ψ(C) = |(log₂ C + beta) / gamma|_odd")
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
+        raise ValueError(f"beta must be a finite number (ψ(C) = |(log₂ C + beta) / gamma|_odd); got {beta!r}")
     t = int(abs((math.log2(channels) + beta) / gamma))
     return t if t % 2 else t + 1
 

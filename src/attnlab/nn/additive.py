@@ -57,8 +57,9 @@ class AdditiveAttention(nn.Module):
     ):
         super().__init__()
         for name, val in (("query_dim", query_dim), ("key_dim", key_dim), ("attn_dim", attn_dim)):
-            if not isinstance(val, int) or val < 1:
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"{name} must be a positive int; got {val!r}")
+        max_elems = _checks.integer("max_elems", max_elems)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
         self.query_dim, self.key_dim, self.attn_dim = query_dim, key_dim, attn_dim

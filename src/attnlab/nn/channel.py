@@ -58,7 +58,7 @@ class CBAMMaps(NamedTuple):
 def _hidden(channels: int, reduction: int, hidden: int | None) -> int:
     if hidden is None:
         return reduced_channels(channels, reduction)
-    if not isinstance(hidden, int) or hidden < 1:
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
         raise ValueError(f"hidden must be a positive int or None; got {hidden!r}")
     return hidden
 
@@ -106,7 +106,7 @@ class SpatialAttention(nn.Module):
 
     def __init__(self, kernel_size: int = 7, *, bias: bool = True):
         super().__init__()
-        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int (the map keeps its size); got {kernel_size!r}")
         self.kernel_size = kernel_size
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=bias)

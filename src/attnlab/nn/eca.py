@@ -31,7 +31,7 @@ class ECA(nn.Module):
     def __init__(self, channels: int, kernel_size: int | None = None, *, gamma: int = 2, beta: int = 1):
         super().__init__()
         k = eca_kernel_size(channels, gamma, beta) if kernel_size is None else kernel_size
-        if not isinstance(k, int) or k < 1 or k % 2 == 0:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int or None (adaptive); got {kernel_size!r}")
         self.channels, self.kernel_size = channels, k
         self.conv = nn.Conv1d(1, 1, k, padding=k // 2, bias=False)

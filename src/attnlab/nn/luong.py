@@ -60,6 +60,9 @@ class LuongAttention(nn.Module):
         max_elems: int = DEFAULT_MAX_ELEMS,
     ):
         super().__init__()
+        query_dim, key_dim = _checks.integer("query_dim", query_dim), _checks.integer("key_dim", key_dim)
+        attn_dim = _checks.optional_integer("attn_dim", attn_dim)
+        max_elems = _checks.integer("max_elems", max_elems)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}; got {score!r}")
         if score == "dot" and query_dim != key_dim:

@@ -33,7 +33,8 @@ class NeighborhoodAttention2D(nn.Module):
     def __init__(self, dim: int, num_heads: int = 4, *, kernel_size: int = 7, dilation: int = 1,
                  qkv_bias: bool = True, block: int = 64):
         super().__init__()
-        for name, value in (("dim", dim), ("num_heads", num_heads), ("kernel_size", kernel_size), ("dilation", dilation)):
+        for name, value in (("dim", dim), ("num_heads", num_heads), ("kernel_size", kernel_size), ("dilation", dilation),
+                            ("block", block)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer; got {value!r}")
         if dim < 1 or num_heads < 1 or dim % num_heads:
