@@ -109,8 +109,8 @@ def _check(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, b1:
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(history.shape[:-1])):
         raise ValueError(f"mask must be a {tuple(history.shape[:-1])} bool tensor, True = a real item; "
                          f"got {_checks.shape(mask)} {mask.dtype}")
-    given = {"candidate": candidate, "history": history, "w1": w1, "b1": b1, "prelu": prelu, "w2": w2, "b2": b2}
-    given = {n: t for n, t in given.items() if t is not None}
+    named = {"candidate": candidate, "history": history, "w1": w1, "b1": b1, "prelu": prelu, "w2": w2, "b2": b2}
+    given = {n: t for n, t in named.items() if t is not None}
     _checks.floating(tuple(given), tuple(given.values()))  # the parameters too: one dtype (or autocast)
 
 
