@@ -96,6 +96,45 @@ def number(name: str, value: object, above: float, *, inclusive: bool = False, m
     return float(value)  # type: ignore[arg-type]
 
 
+def optional_integer(name: str, value: object, minimum: int = 1) -> int | None:
+    """None, or an integer of at least ``minimum`` (``integer``'s check and message)."""
+    return None if value is None else integer(name, value, minimum)
+
+
+def even(name: str, value: object, minimum: int = 2) -> int:
+    """An even integer (not a bool, not a float) of at least ``minimum``: a size split into pairs."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum or value % 2:
+        raise ValueError(f"{name} must be an even integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def probability(name: str, value: object, *, one: bool = False) -> float:
+    """A dropout probability: a finite number in [0, 1), or [0, 1] with ``one`` (``torch.nn.Dropout``
+    takes 1, which drops everything; attention's ``dropout_p`` does not)."""
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+    if not (ok and 0.0 <= value and (value <= 1.0 if one else value < 1.0)):  # type: ignore[operator]
+        raise ValueError(f"{name} must be a probability in [0, 1{']' if one else ')'}; got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def module_input(module: torch.nn.Module, names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]) -> None:
+    """A module's inputs are floating and of its parameters' dtype: float64 into a float32 module is
+    refused, never cast silently (under ``torch.autocast`` mixed dtypes are expected and pass).
+
+    The message names both dtypes and the two ways to make them agree.
+    """
+    floating(names, tensors)
+    p = next(module.parameters(), None)
+    if p is None or not p.is_floating_point() or autocasting(tensors[0]):
+        return
+    for n, t in zip(names, tensors):
+        if t.dtype != p.dtype:
+            raise DtypeError(
+                f"{n} has dtype {t.dtype}, but {type(module).__name__}'s parameters are {p.dtype}; "
+                f"convert the input ({n}.to({p.dtype})) or the module (module.to({t.dtype}))"
+            )
+
+
 def _values_readable(t: torch.Tensor) -> bool:
     return not tracing() and t.device.type != "meta"
 

@@ -77,7 +77,7 @@ LIMITS: dict[str, Limit] = {
     "pool": Limit(1, 10**6), "n": EXAMPLES, "max_digits": Limit(1, 1000),
     "threads": Limit(1, 1024), "plays": Limit(1, 1000),
     # sampling (attnlab generate)
-    "tokens": Limit(0, 10**7), "temperature": Limit(0, 100), "top_k": VOCAB,
+    "tokens": Limit(0, 10**5), "temperature": Limit(0, 100), "top_k": VOCAB,
 }
 
 MAX_PARAMETERS = 2**32  # 16 GiB of float32 weights: far above any model attnlab trains

@@ -272,13 +272,13 @@ def test_pretrained_refuses_a_name_for_list_and_none_for_the_others(capsys):
 def test_no_cache_and_the_sampling_flags_reach_the_model(capsys, monkeypatch):
     from attnlab.models.gpt import GPT
 
-    calls, real = [], GPT.generate
+    calls, real = [], GPT.stream
 
     def recording(self, prompt, n, **kwargs):
         calls.append((prompt.tolist(), n, {k: v for k, v in kwargs.items() if k != "generator"}))
         return real(self, prompt, n, **kwargs)
 
-    monkeypatch.setattr(GPT, "generate", recording)
+    monkeypatch.setattr(GPT, "stream", recording)
     _generate(capsys, "--prompt", "AB", "--tokens", "3", "--top-k", "5", "--temperature", "0.5")
     _generate(capsys, "--prompt", "AB", "--tokens", "3", "--no-cache")
     vocab = pretrained.load("char-gpt").vocabs["vocab"]

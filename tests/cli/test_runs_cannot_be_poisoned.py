@@ -170,7 +170,7 @@ def test_nan_weights_in_a_checkpoint_are_one_line(run_copy):
     (["--temperature=-1"], "--temperature must be >= 0; got -1.0"),
     (["--top-k", "0"], "--top-k must be >= 1; got 0"),
     (["--tokens=-1"], "--tokens must be >= 0; got -1"),
-    (["--tokens", "10000000000"], "--tokens must be <= 10000000"),
+    (["--tokens", "10000000000"], "--tokens must be <= 100000"),
     (["--seed=-1"], "--seed must be >= 0; got -1"),
 ])
 def test_generate_flags(lm_run, flags, words):

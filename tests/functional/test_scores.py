@@ -158,7 +158,8 @@ def _additive(q=None, k=None, w_q=None, w_k=None, v=None):
         ),
         (
             _additive(k=torch.randn(5, 6, dtype=torch.float64)),
-            "query, key must share one dtype; got query torch.float32, key torch.float64 (convert with .to(dtype))",
+            "query, key, w_q, w_k, v must share one dtype; got query torch.float32, key torch.float64, "
+            "w_q torch.float32, w_k torch.float32, v torch.float32 (convert with .to(dtype))",
         ),
         (_additive(w_q=[[1.0] * 4] * 7), "w_q must be a torch.Tensor; got list"),
         (_additive(w_q=torch.tensor(1.0)), "w_q must have at least 1 dimensions; got shape ()"),

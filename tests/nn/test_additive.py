@@ -327,8 +327,11 @@ def test_gradients_of_the_chunked_path_equal_the_reference_path():
 def test_the_memory_budget_reaches_the_kernel(projected):
     """``max_elems`` bounds the chunked kernel's blocks; the module passes its own, so a budget of 0 is refused
     (the reference path has no blocks and ignores it)."""
-    m = AdditiveAttention(3, 3, 4, max_elems=0).double()
+    m = AdditiveAttention(3, 3, 4).double()
+    m.max_elems = 0  # past the constructor's own check: the forward hands the module's budget to the kernel
     q, k = t(2, 3, seed=14), t(2, 4, 3, seed=15)
     kw = {"projected_keys": m.precompute(k)} if projected else {}
     assert message(lambda: m(q, k, **kw)) == "max_elems must be >= 1; got 0"
-    assert AdditiveAttention(3, 3, 4, impl="reference", max_elems=0).double()(q, k)[0].shape == (2, 3)
+    reference = AdditiveAttention(3, 3, 4, impl="reference").double()
+    reference.max_elems = 0
+    assert reference(q, k)[0].shape == (2, 3)

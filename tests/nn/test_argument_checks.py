@@ -101,8 +101,9 @@ def test_neighborhood_module_refuses_integer_or_other_dtype_maps_naming_them():
     with pytest.raises(TypeError, match=re.escape("x must be a floating-point tensor (float16, bfloat16, float32 or "
                                                   "float64); got dtype torch.int64")):
         m(x.long())
-    with pytest.raises(TypeError, match=re.escape("x, the module's weights must share one dtype; got x torch.float64, "
-                                                  "the module's weights torch.float32")):
+    with pytest.raises(TypeError, match=re.escape("x has dtype torch.float64, but NeighborhoodAttention2D's parameters "
+                                                  "are torch.float32; convert the input (x.to(torch.float32)) or the "
+                                                  "module (module.to(torch.float64))")):
         m(x.double())
     with pytest.raises(ValueError, match=re.escape("x must be a torch.Tensor; got list")):
         m([[1.0]])

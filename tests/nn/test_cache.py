@@ -363,7 +363,7 @@ def test_window_cache_of_one_keeps_nothing_between_steps():
 # ---- KVCache --------------------------------------------------------------------------------------
 
 def test_kv_cache_policies_refusals_repr_and_reset():
-    raises("num_layers must be >= 1; got 0", lambda: KVCache(0))
+    raises("num_layers must be an integer >= 1; got 0", lambda: KVCache(0))
     raises("sinks=4 needs a window (sinks + window, StreamingLLM); pass window=w too", lambda: KVCache(2, sinks=4))
     one = KVCache(1)
     assert len(one) == 1 and type(one[0]) is LayerCache and one.window is None and one.sinks == 0

@@ -248,12 +248,12 @@ def test_smallest_valid_sizes_build():
 
 
 @pytest.mark.parametrize("args,kw,message", [
-    ((0, 2), {"kv_latent_dim": 4}, "dim, num_heads and kv_latent_dim must be >= 1; got 0, 2, 4"),
-    ((8, 0), {"kv_latent_dim": 4}, "dim, num_heads and kv_latent_dim must be >= 1; got 8, 0, 4"),
-    ((8, 2), {"kv_latent_dim": 0}, "dim, num_heads and kv_latent_dim must be >= 1; got 8, 2, 0"),
+    ((0, 2), {"kv_latent_dim": 4}, "dim must be an integer >= 1; got 0"),
+    ((8, 0), {"kv_latent_dim": 4}, "num_heads must be an integer >= 1; got 0"),
+    ((8, 2), {"kv_latent_dim": 0}, "kv_latent_dim must be an integer >= 1; got 0"),
     ((2, 4), {"kv_latent_dim": 4}, "head_dim must be >= 1 and rope_dim even and >= 2; got head_dim=0, rope_dim=2"),
-    ((8, 2), {"kv_latent_dim": 4, "rope_dim": 3}, "head_dim must be >= 1 and rope_dim even and >= 2; got head_dim=4, rope_dim=3"),
-    ((8, 2), {"kv_latent_dim": 4, "rope_dim": 0}, "head_dim must be >= 1 and rope_dim even and >= 2; got head_dim=4, rope_dim=0"),
+    ((8, 2), {"kv_latent_dim": 4, "rope_dim": 3}, "rope_dim must be an even integer >= 2; got 3"),
+    ((8, 2), {"kv_latent_dim": 4, "rope_dim": 0}, "rope_dim must be an even integer >= 2; got 0"),
     ((20, 2), {"kv_latent_dim": 4}, "head_dim must be >= 1 and rope_dim even and >= 2; got head_dim=10, rope_dim=5"),
 ])
 def test_argument_messages(args, kw, message):

@@ -60,10 +60,15 @@ def test_defaults_and_parameters():
     assert isinstance(create("linear", dim=4, num_heads=2), LinearAttention)
 
 
-@pytest.mark.parametrize("dim,heads", [(0, 1), (8, 0), (8, 3), (-2, 1)])
-def test_argument_message(dim, heads):
-    assert message(lambda: LinearAttention(dim, heads)) == (
-        f"dim must be a positive multiple of num_heads; got dim={dim}, num_heads={heads}")
+def test_argument_message():
+    assert message(lambda: LinearAttention(8, 3)) == "dim must be a positive multiple of num_heads; got dim=8, num_heads=3"
+
+
+@pytest.mark.parametrize("dim,heads,expected", [(0, 1, "dim must be an integer >= 1; got 0"),
+                                                (-2, 1, "dim must be an integer >= 1; got -2"),
+                                                (8, 0, "num_heads must be an integer >= 1; got 0")])
+def test_sizes_below_one_name_the_argument(dim, heads, expected):
+    assert message(lambda: LinearAttention(dim, heads)) == expected
 
 
 def test_smallest_module_builds():

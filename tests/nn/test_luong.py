@@ -301,7 +301,8 @@ def test_concat_score_gradients_equal_the_readable_reference():
 @pytest.mark.parametrize("projected", [False, True])
 def test_the_concat_scores_memory_budget_reaches_the_kernel(projected):
     """``max_elems`` bounds the chunked kernel's blocks; the module passes its own, so a budget of 0 is refused."""
-    m = LuongAttention(3, 3, score="concat", max_elems=0).double()
+    m = LuongAttention(3, 3, score="concat").double()
+    m.max_elems = 0  # past the constructor's own check: the forward hands the module's budget to the kernel
     q, k = t(2, 3, seed=16), t(2, 4, 3, seed=17)
     kw = {"projected_keys": m.precompute(k)} if projected else {}
     assert message(lambda: m(q, k, **kw)) == "max_elems must be >= 1; got 0"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .._limits import check_value
+from .._limits import LIMITS, check_value
 from . import VERBS, UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_model_source(p, "a folder written by 'attnlab train lm'")
     p.add_argument("--prompt", default="\n", help="text to start from (default: a newline)")
-    p.add_argument("--tokens", type=int, default=300, help="characters to generate (default 300)")
+    p.add_argument("--tokens", type=int, default=300,
+                   help=f"characters to generate, 0 to {LIMITS['tokens'].hi:.0f} (default 300); printed as they come")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely characters")
     p.add_argument("--seed", type=int, default=0)
@@ -38,6 +39,28 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_inference_device(p)
     add_threads(p)
     p.set_defaults(func=run_generate)
+
+
+def _stream(args: argparse.Namespace, rt, model, vocab, prompt: torch.Tensor) -> torch.Tensor:
+    """Sample ``--tokens`` characters after ``prompt`` (1, n), printing the prompt and then each character
+    as soon as it is drawn (flushed); returns every id (1, n + tokens) on the CPU."""
+    gen = torch.Generator(device=rt.device).manual_seed(args.seed)
+    ids = [prompt.cpu()]
+    print(vocab.decode(prompt[0]), end="", flush=True)
+    try:
+        with rt.autocast():
+            for nxt in model.stream(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
+                                    use_cache=not args.no_cache, generator=gen):
+                ids.append(nxt.cpu())
+                print(vocab.decode(ids[-1][0]), end="", flush=True)
+    except RuntimeError as e:  # torch.multinomial on NaN probabilities: finite weights whose outputs overflow
+        if "probability tensor" not in str(e):
+            raise
+        print(flush=True)
+        raise UsageError(f"{args.checkpoint}: the model's next-character probabilities are NaN or infinite "
+                         "(a diverged model): train it again or use an earlier checkpoint") from None
+    print(flush=True)
+    return torch.cat(ids, dim=1)
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -54,18 +77,7 @@ def run_generate(args: argparse.Namespace) -> int:
     loaded = load_model(args.checkpoint, kind="gpt")
     model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
     prompt = vocab.encode_tensor(args.prompt).unsqueeze(0).to(rt.device)  # (1, n)
-    gen = torch.Generator(device=rt.device).manual_seed(args.seed)
-    try:
-        with rt.autocast():
-            out = model.generate(prompt, args.tokens, temperature=args.temperature, top_k=args.top_k,
-                                 use_cache=not args.no_cache, generator=gen).cpu()
-    except RuntimeError as e:  # torch.multinomial on NaN probabilities: finite weights whose outputs overflow
-        if "probability tensor" not in str(e):
-            raise
-        raise UsageError(f"{args.checkpoint}: the model's next-character probabilities are NaN or infinite "
-                         "(a diverged model): train it again or use an earlier checkpoint") from None
-    text = vocab.decode(out[0])
-    print(text)
+    out = _stream(args, rt, model, vocab, prompt)  # (1, n + tokens), printed as it was drawn
     if args.attention_out:
         window = out[0, -model.config.block_size:]
         with rt.autocast():

@@ -123,6 +123,7 @@ def attention_document(model, src, src_mask, src_tokens: list[str], out_tokens: 
 def run(args: argparse.Namespace) -> int:
     from ..data import source_batch
     from ..data.vocab import tokenize
+    from ..pretrained import source_ids
     from ..train.decode import beam_search, greedy
     from ..train.load import load_model
 
@@ -133,15 +134,7 @@ def run(args: argparse.Namespace) -> int:
     rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind=("seq2seq", "transformer"))
     model, sv, tv, config = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"], loaded.config
-    limit = 2 * int(config.get("max_src_len", 1000))
-    ids = []
-    for text in args.texts:
-        if not text.strip():
-            raise UsageError("an empty sentence cannot be translated")
-        x = sv.encode(text.strip(), strict=True)
-        if len(x) > limit:
-            raise UsageError(f"the sentence has {len(x)} tokens; this model was trained on at most {limit // 2} (limit {limit})")
-        ids.append(x)
+    ids = [source_ids(text, sv, config) for text in args.texts]  # the checks of attnlab.pretrained.translate
     src, mask = rt.to(*source_batch(ids))
     model.to(rt.device)
     with rt.autocast():

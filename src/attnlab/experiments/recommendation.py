@@ -40,7 +40,7 @@ from torch import nn
 
 from .._files import write_text
 from ..data.interactions import InteractionConfig, Interactions, generate
-from ..nn.recommendation import SASRec, TargetAttention
+from ..nn.recommendation import SASRec, TargetAttention, item_ids
 from .distance import interval
 
 MODELS = ("mean", "gru", "din", "sasrec")
@@ -69,10 +69,14 @@ class RecommendationConfig:
 # ---- the models: a user vector u (b, m, d) for candidates (b, m), scored u · e_c --------------
 
 class Recommender(nn.Module):
+    """One of ``MODELS`` over item ids 1 … ``cfg.data.num_items`` (0 = padding), seeing ``cfg.window`` items."""
+
     def __init__(self, kind: str, cfg: RecommendationConfig):
         super().__init__()
+        if kind not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}; got {kind!r}")
         n_items, d = cfg.data.num_items, cfg.dim
-        self.kind = kind
+        self.kind, self.num_items, self.window = kind, n_items, cfg.window
         if kind == "sasrec":
             self.sasrec = SASRec(n_items, d, cfg.window, num_layers=2, num_heads=1)
             return
@@ -82,11 +86,20 @@ class Recommender(nn.Module):
             self.gru = nn.GRU(d, d, batch_first=True)
         elif kind == "din":
             self.attn = TargetAttention(d, hidden_dim=2 * d)
-        elif kind != "mean":
-            raise ValueError(f"model must be one of {MODELS}; got {kind!r}")
+
+    def _check(self, hist: torch.Tensor, cands: torch.Tensor) -> None:
+        item_ids("hist", hist, self.num_items)
+        item_ids("cands", cands, self.num_items)
+        if not 1 <= hist.shape[1] <= self.window:
+            raise ValueError(f"hist must be (b, n) with 1 <= n <= window = {self.window} (a user with fewer items "
+                             f"is left-padded with 0); got shape {tuple(hist.shape)}")
+        if cands.shape[0] != hist.shape[0]:
+            raise ValueError(f"hist and cands must have one row per user each; got hist {tuple(hist.shape)}, "
+                             f"cands {tuple(cands.shape)}")
 
     def forward(self, hist: torch.Tensor, cands: torch.Tensor, need_weights: bool = False):
         """hist (b, n) left-padded item ids, cands (b, m) → scores (b, m) [, weights (b, m, n)]."""
+        self._check(hist, cands)
         if self.kind == "sasrec":
             states, ws = self.sasrec(hist, need_weights=True) if need_weights else (self.sasrec(hist), None)
             s = self.sasrec.score(states[:, -1], cands)
@@ -99,11 +112,11 @@ class Recommender(nn.Module):
         elif self.kind == "gru":
             u = self.gru(e)[0][:, -1:]  # (b, 1, d): the last (most recent) position
         else:
-            b, m = cands.shape
-            pooled, w = self.attn(c.reshape(b * m, -1), e.repeat_interleave(m, 0),
+            (b, m), (n, d) = cands.shape, e.shape[1:]
+            pooled, w = self.attn(c.reshape(b * m, d), e.repeat_interleave(m, 0),
                                   mask=mask.repeat_interleave(m, 0), need_weights=need_weights)
-            u = pooled.view(b, m, -1)
-            w = None if w is None else w.view(b, m, -1)
+            u = pooled.view(b, m, d)
+            w = None if w is None else w.view(b, m, n)
         s = (self.proj(u) * c).sum(-1)  # (b, m)
         return (s, w) if need_weights else s
 

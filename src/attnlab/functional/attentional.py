@@ -56,6 +56,8 @@ def attentional_output(
         )
     if bias is not None:
         _checks.param("bias", bias, (weight.shape[0],), "b_c, (d_out,)")
+    given = (("context", context), ("state", state), ("weight", weight)) + ((("bias", bias),) if bias is not None else ())
+    _checks.floating(tuple(n for n, _ in given), tuple(t for _, t in given))
     cs = concat_features(context, state)  # (..., d_c + d_s)
     record("context_state", "[c_t; s_t]", cs, latex=r"[c_t; s_t]")
     pre = project(cs, weight, bias)  # (..., d_out)

@@ -38,17 +38,20 @@ from .. import _checks
 from ..trace import record
 
 
-def _feature_map(x: torch.Tensor) -> None:
+def _feature_map(x: torch.Tensor, **params: torch.Tensor | None) -> None:
+    """x a floating (b, C, H, W) map; the given parameters tensors of its dtype (None: absent)."""
     _checks.tensor("feature map", x)
     if x.dim() != 4:
         raise ValueError(f"feature map must be (b, C, H, W); got shape {_checks.shape(x)}")
+    given = {n: _checks.tensor(n, t) for n, t in params.items() if t is not None}
+    _checks.floating(("x", *given), (x, *given.values()))
 
 
 def reduced_channels(channels: int, reduction: int) -> int:
     """The MLP's hidden width: ``max(1, channels // reduction)`` (C < r keeps one unit)."""
-    if not isinstance(channels, int) or channels < 1:
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise ValueError(f"channels must be a positive int; got {channels!r}")
-    if not isinstance(reduction, int) or reduction < 1:
+    if isinstance(reduction, bool) or not isinstance(reduction, int) or reduction < 1:
         raise ValueError(f"reduction must be a positive int (the ratio r of C to C/r); got {reduction!r}")
     return max(1, channels // reduction)
 
@@ -70,12 +73,16 @@ def bottleneck_mlp(z: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w
 
 
 def mean_pool(f: torch.Tensor) -> torch.Tensor:
-    """AvgPool over H, W: (b, C, H, W) → (b, C)."""
+    """AvgPool over H, W: (b, C, H, W) → (b, C); zeros for an empty image (H or W = 0)."""
+    if f.shape[2] * f.shape[3] == 0:  # the mean of no pixel: 0, as a fully masked row gives 0
+        return f.new_zeros(f.shape[:2])
     return f.mean(dim=(2, 3))
 
 
 def max_pool(f: torch.Tensor) -> torch.Tensor:
-    """MaxPool over H, W: (b, C, H, W) → (b, C)."""
+    """MaxPool over H, W: (b, C, H, W) → (b, C); zeros for an empty image (H or W = 0)."""
+    if f.shape[2] * f.shape[3] == 0:
+        return f.new_zeros(f.shape[:2])
     return f.amax(dim=(2, 3))
 
 
@@ -91,12 +98,16 @@ def channel_gate(logits: torch.Tensor) -> torch.Tensor:
 
 
 def channel_pool(f: torch.Tensor) -> torch.Tensor:
-    """[mean_c F; max_c F]: (b, C, H, W) → (b, 2, H, W)."""
+    """[mean_c F; max_c F]: (b, C, H, W) → (b, 2, H, W); zeros when C = 0."""
+    if f.shape[1] == 0:
+        return f.new_zeros(f.shape[0], 2, *f.shape[2:])
     return torch.cat([f.mean(dim=1, keepdim=True), f.amax(dim=1, keepdim=True)], dim=1)
 
 
 def same_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """A 2-D convolution with 'same' padding (odd kernel)."""
+    """A 2-D convolution with 'same' padding (odd kernel); an empty map (H or W = 0) stays empty."""
+    if x.shape[2] * x.shape[3] == 0:  # conv2d refuses a map smaller than its kernel
+        return x.new_zeros(x.shape[0], weight.shape[0], *x.shape[2:])
     return F.conv2d(x, weight, bias, padding=weight.shape[-1] // 2)
 
 
@@ -116,7 +127,7 @@ def channel_attention(
     b2: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """CBAM channel attention. x (b, C, H, W), w1 (C_r, C), w2 (C, C_r) → (F', M_c (b, C, 1, 1))."""
-    _feature_map(x)
+    _feature_map(x, w1=w1, b1=b1, w2=w2, b2=b2)
     _mlp_weights(x, w1, w2)
     avg = mean_pool(x)  # (b, C)
     mx = max_pool(x)  # (b, C)
@@ -136,7 +147,7 @@ def spatial_attention(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """CBAM spatial attention. x (b, C, H, W), weight (1, 2, k, k), k odd → (F', M_s (b, 1, H, W))."""
-    _feature_map(x)
+    _feature_map(x, weight=weight, bias=bias)
     if weight.dim() != 4 or weight.shape[:2] != (1, 2) or weight.shape[2] != weight.shape[3] or weight.shape[2] % 2 == 0:
         raise ValueError(f"weight must be (1, 2, k, k) with k odd; got {_checks.shape(weight)}")
     pooled = channel_pool(x)  # (b, 2, H, W)

@@ -26,10 +26,12 @@ query with no allowed key gets zero output.
 from __future__ import annotations
 
 import math
+import numbers
 from functools import partial
 
 import torch
 
+from .. import _checks
 from .attention import attention
 
 
@@ -45,6 +47,22 @@ def reparam_lambda(
 ) -> torch.Tensor:
     """λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init: a scalar tensor (the dot products over the last dim)."""
     return torch.exp((lambda_q1 * lambda_k1).sum(-1)) - torch.exp((lambda_q2 * lambda_k2).sum(-1)) + init
+
+
+def _check_lam(lam: object, out: torch.Tensor) -> None:
+    """λ: a finite number, or a floating tensor that broadcasts to the output's (..., 1, 1)."""
+    target = (*out.shape[:-2], 1, 1)
+    if isinstance(lam, torch.Tensor) and lam.is_floating_point():
+        try:
+            if tuple(_checks.broadcast_shapes(lam.shape, target)) == target:
+                return
+        except RuntimeError:
+            pass
+    elif not isinstance(lam, (bool, torch.Tensor)) and isinstance(lam, numbers.Real) and math.isfinite(lam):
+        return
+    given = f"a tensor of shape {_checks.shape(lam)} and dtype {lam.dtype}" if isinstance(lam, torch.Tensor) else repr(lam)
+    raise ValueError(f"lam (λ) must be a finite number or a floating tensor that broadcasts to (..., 1, 1) = "
+                     f"({', '.join(map(str, target))}); got {given}")
 
 
 def differential_attention(
@@ -68,6 +86,7 @@ def differential_attention(
     attend = partial(attention, mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, need_weights=need_weights)
     o1, w1 = attend(q1, k1, value)  # (..., q, d_v), (..., q, k) or None
     o2, w2 = attend(q2, k2, value)
+    _check_lam(lam, o1)
     lam_t = torch.as_tensor(lam, dtype=o1.dtype, device=o1.device)
     # attention returns weights iff need_weights, so both are tensors exactly then
     weights = difference(w1, w2, lam_t) if w1 is not None and w2 is not None else None

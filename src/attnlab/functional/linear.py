@@ -158,6 +158,24 @@ def linear_attention(
     return _safe_divide(num, den), None
 
 
+def _check_state(state: object, lead: torch.Size, d: int, d_v: int, dtype: torch.dtype) -> LinearState:
+    """A ``LinearState`` whose S is (..., d, d_v) and z (..., d) for these inputs, of their dtype."""
+    expected = f"S {(*lead, d, d_v)} and z {(*lead, d)} of dtype {dtype}"
+    if not isinstance(state, LinearState):
+        raise TypeError(f"state must be a LinearState (the previous call's, or LinearAttention.empty_state(b)); "
+                        f"got {type(state).__name__}")
+    s, z = state.s, state.z
+    if not (isinstance(s, torch.Tensor) and isinstance(z, torch.Tensor)) or s.shape[-2:] != (d, d_v) \
+            or z.shape[-1:] != (d,) or s.shape[:-2] != z.shape[:-1] or s.shape[:-2] != lead:
+        raise ValueError(f"state does not fit these inputs: expected {expected}; got S "
+                         f"{_checks.shape(s) if isinstance(s, torch.Tensor) else type(s).__name__} and z "
+                         f"{_checks.shape(z) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    if (s.dtype != dtype or z.dtype != dtype) and not _checks.autocasting(s):
+        raise _checks.DtypeError(f"state must have the inputs' dtype {dtype}; got S {s.dtype}, z {z.dtype} "
+                                 "(convert with .to(dtype), or start from empty_state(b, dtype=...))")
+    return state
+
+
 def linear_attention_step(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -179,6 +197,7 @@ def linear_attention_step(
         z = query.new_zeros(*lead, query.shape[-1])
         length = 0
     else:
+        state = _check_state(state, lead, query.shape[-1], value.shape[-1], query.dtype)
         s, z, length = state.s, state.z, state.length
     outs = []
     for t in range(query.shape[-2]):

@@ -36,10 +36,19 @@ from .. import _checks
 from ..trace import active, record
 
 
+def _inputs(q: object, k: object, **params: object) -> None:
+    """query (..., q, d_q) and key (..., k, d_k): tensors whose batch dimensions broadcast; they and the
+    parameters floating point and of one dtype (mixed dtypes allowed under autocast)."""
+    _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
+    for name, t in params.items():
+        _checks.tensor(name, t, 1)
+    _checks.floating(("query", "key", *params), (q, k, *params.values()))  # type: ignore[arg-type]
+    _checks.leading_broadcast(("query", "key"), (q, k))  # type: ignore[arg-type]
+
+
 def dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """e_ij = q_iᵀ k_j.  q (..., q, d), k (..., k, d) → (..., q, k)."""
-    _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
-    _checks.floating(("query", "key"), (q, k))
+    _inputs(q, k)
     _checks.features("query", q)
     _checks.features("key", k)
     _checks.features_match("the dot score", q, k)
@@ -93,6 +102,7 @@ def general(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     """e_ij = q_iᵀ W k_j with ``weight`` W of shape (d_q, d_k).  → (..., q, k)."""
     _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
     _checks.param("weight", weight, (q.shape[-1], k.shape[-1]), "W of the general score, (d_q, d_k)")
+    _inputs(q, k, weight=weight)
     wk = project(k, weight)  # (..., k, d_q)
     record("projected_keys", "W k_j", wk, latex=r"W k_j")
     scores = q @ wk.transpose(-2, -1)
@@ -124,10 +134,7 @@ def additive(
 
     w_q (d_a, d_q), w_k (d_a, d_k), v (d_a,).  q (..., q, d_q), k (..., k, d_k) → (..., q, k).
     """
-    _checks.tensor("query", q, 2), _checks.tensor("key", k, 2)
-    _checks.floating(("query", "key"), (q, k))
-    for name, t in (("w_q", w_q), ("w_k", w_k), ("v", v)):
-        _checks.tensor(name, t, 1)
+    _inputs(q, k, w_q=w_q, w_k=w_k, v=v)
     # d_a from the two that agree, so that the odd one out is the one reported
     if v.dim() == 1 and w_k.shape[0] == v.shape[0] != w_q.shape[0]:
         d_a = v.shape[0]
@@ -150,6 +157,7 @@ def concat(q: torch.Tensor, k: torch.Tensor, weight: torch.Tensor, v: torch.Tens
     d_a, d_q, d_k = v.shape[0], q.shape[-1], k.shape[-1]
     _checks.param("v", v, (d_a,), "the concat score's vector v, (d_a,)")
     _checks.param("weight", weight, (d_a, d_q + d_k), "W of the concat score, (d_a, d_q + d_k)")
+    _inputs(q, k, weight=weight, v=v)
     return _additive(q, k, weight[:, :d_q], weight[:, d_q:], v, "concat: W [q; k] = W_q q + W_k k")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..trace import record
-from .channel import _feature_map, _mlp_weights, bottleneck_mlp
+from .channel import _feature_map, _mlp_weights, bottleneck_mlp, mean_pool
 
 
 def se(
@@ -30,9 +30,9 @@ def se(
     b2: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Squeeze-and-excitation. x (b, C, H, W), w1 (C/r, C), w2 (C, C/r) → (F', s (b, C, 1, 1))."""
-    _feature_map(x)
+    _feature_map(x, w1=w1, b1=b1, w2=w2, b2=b2)
     _mlp_weights(x, w1, w2)
-    z = x.mean(dim=(2, 3))  # (b, C)
+    z = mean_pool(x)  # (b, C); zeros for an empty image
     record("squeeze", "z = AvgPool(F)", z, latex=r"z = F_{sq}(F) = \mathrm{AvgPool}(F)")
     logits = bottleneck_mlp(z, w1, b1, w2, b2)  # (b, C)
     record("mlp", "W_2 δ(W_1 z)", logits, latex=r"W_2\,\delta(W_1 z)")

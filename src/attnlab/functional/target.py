@@ -90,8 +90,9 @@ def _activation_unit(candidate: torch.Tensor, history: torch.Tensor, w1: torch.T
     return s
 
 
-def _check(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, prelu: torch.Tensor, w2: torch.Tensor,
-           mask: torch.Tensor | None, normalise: str) -> None:
+def _check(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None,
+           prelu: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor | None, mask: torch.Tensor | None,
+           normalise: str) -> None:
     _checks.floating(("candidate", "history"), (candidate, history))
     if normalise not in NORMALISE:
         raise ValueError(f"normalise must be one of {NORMALISE}; got {normalise!r}")
@@ -108,6 +109,9 @@ def _check(candidate: torch.Tensor, history: torch.Tensor, w1: torch.Tensor, pre
     if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(history.shape[:-1])):
         raise ValueError(f"mask must be a {tuple(history.shape[:-1])} bool tensor, True = a real item; "
                          f"got {_checks.shape(mask)} {mask.dtype}")
+    named = {"candidate": candidate, "history": history, "w1": w1, "b1": b1, "prelu": prelu, "w2": w2, "b2": b2}
+    given = {n: t for n, t in named.items() if t is not None}
+    _checks.floating(tuple(given), tuple(given.values()))  # the parameters too: one dtype (or autocast)
 
 
 def target_attention(
@@ -123,7 +127,7 @@ def target_attention(
     normalise: str = "softmax",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """DIN's target attention → (context (b, d) or (d,), weights (b, n) or (n,)); see the module's docstring."""
-    _check(candidate, history, w1, prelu, w2, mask, normalise)
+    _check(candidate, history, w1, b1, prelu, w2, b2, mask, normalise)
     single = candidate.dim() == 1
     if single:
         candidate, history = candidate[None], history[None]

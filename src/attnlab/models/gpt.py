@@ -17,6 +17,7 @@ head's weights for the viewer, read from a trace (nothing is kept on the model).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -145,32 +146,55 @@ class GPT(nn.Module):
         ``temperature=0`` is greedy. With the cache each step runs one token through the
         model; when the context reaches ``block_size`` the cache is refilled with the
         last half block (the model never sees more than ``block_size`` tokens).
+        ``stream`` gives the same tokens one at a time, as they are drawn.
         """
+        steps = self.stream(prompt, max_new_tokens, temperature=temperature, top_k=top_k, use_cache=use_cache,
+                            generator=generator)
+        return torch.cat([prompt, *steps], dim=1)
+
+    def stream(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[torch.Tensor]:
+        """``generate``'s tokens one at a time: an iterator of the sampled ids (b, 1), each as soon
+        as it is drawn (the arguments are checked now, before the first step)."""
         if prompt.dim() != 2 or prompt.shape[1] < 1:
             raise ValueError(f"prompt must be (b, n) with n >= 1; got {tuple(prompt.shape)}")
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0; got {temperature}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be >= 1; got {top_k}")
+        return self._steps(prompt, max_new_tokens, temperature, top_k, use_cache, generator)
+
+    @torch.no_grad()
+    def _steps(self, out: torch.Tensor, max_new_tokens: int, temperature: float, top_k: int | None,
+               use_cache: bool, generator: torch.Generator | None) -> Iterator[torch.Tensor]:
         was_training = self.training
         self.eval()
         block = self.config.block_size
-        out = prompt
         cache = self.new_cache() if use_cache else None
         feed = out[:, -block:]
-        for _ in range(max_new_tokens):
-            if cache is not None:
-                if cache.length + feed.shape[1] > block:
-                    cache.reset()
-                    feed = out[:, -max(1, block // 2):]
-                logits = self(feed, cache=cache)[:, -1]
-            else:
-                logits = self(out[:, -block:])[:, -1]  # (b, vocab)
-            nxt = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (b, 1)
-            out = torch.cat([out, nxt], dim=1)
-            feed = nxt
-        self.train(was_training)
-        return out
+        try:
+            for _ in range(max_new_tokens):
+                if cache is not None:
+                    if cache.length + feed.shape[1] > block:
+                        cache.reset()
+                        feed = out[:, -max(1, block // 2):]
+                    logits = self(feed, cache=cache)[:, -1]
+                else:
+                    logits = self(out[:, -block:])[:, -1]  # (b, vocab)
+                nxt = sample(logits, temperature=temperature, top_k=top_k, generator=generator)  # (b, 1)
+                out = torch.cat([out, nxt], dim=1)
+                feed = nxt
+                yield nxt
+        finally:
+            self.train(was_training)
 
 
 def sample(

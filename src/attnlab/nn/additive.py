@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
@@ -56,8 +57,9 @@ class AdditiveAttention(nn.Module):
     ):
         super().__init__()
         for name, val in (("query_dim", query_dim), ("key_dim", key_dim), ("attn_dim", attn_dim)):
-            if not isinstance(val, int) or val < 1:
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"{name} must be a positive int; got {val!r}")
+        max_elems = _checks.integer("max_elems", max_elems)
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}; got {impl!r}")
         self.query_dim, self.key_dim, self.attn_dim = query_dim, key_dim, attn_dim
@@ -95,6 +97,7 @@ class AdditiveAttention(nn.Module):
         (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
         """
         query, values, mask, single = prepare(query, key, value, mask)
+        _checks.module_input(self, ("query", "keys"), (query, key))
         w_q, v = self.w_q.weight, self.v
         if active() or self.impl == "reference":
             score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)

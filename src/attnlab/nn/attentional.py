@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.attentional import attentional_output
 
 
@@ -31,12 +32,18 @@ class AttentionalOutput(nn.Module):
 
     def __init__(self, context_dim: int, state_dim: int, out_dim: int, vocab_size: int, *, dropout: float = 0.0):
         super().__init__()
+        for name, size in (("context_dim", context_dim), ("state_dim", state_dim), ("out_dim", out_dim),
+                           ("vocab_size", vocab_size)):
+            _checks.integer(name, size)
+        dropout = _checks.probability("dropout", dropout, one=True)
         self.combine = nn.Linear(context_dim + state_dim, out_dim)
         self.predict = nn.Linear(out_dim, vocab_size)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, context: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """context (..., d_c), state (..., d_s) → h̃ (..., d_out), logits (..., V)."""
+        if isinstance(context, torch.Tensor) and isinstance(state, torch.Tensor):
+            _checks.module_input(self, ("context", "state"), (context, state))
         h_tilde = attentional_output(context, state, self.combine.weight, self.combine.bias)
         return h_tilde, self.predict(self.dropout(h_tilde))
 

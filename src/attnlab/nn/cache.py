@@ -270,8 +270,7 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, *, window: int | None = None, sinks: int = 0) -> None:
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1; got {num_layers}")
+        num_layers = _checks.integer("num_layers", num_layers)
         if window is None and sinks:
             raise ValueError(f"sinks={sinks} needs a window (sinks + window, StreamingLLM); pass window=w too")
         self.window, self.sinks = window, sinks

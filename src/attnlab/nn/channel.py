@@ -43,6 +43,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.channel import channel_attention, reduced_channels, spatial_attention
 from .registry import register
 
@@ -57,7 +58,7 @@ class CBAMMaps(NamedTuple):
 def _hidden(channels: int, reduction: int, hidden: int | None) -> int:
     if hidden is None:
         return reduced_channels(channels, reduction)
-    if not isinstance(hidden, int) or hidden < 1:
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
         raise ValueError(f"hidden must be a positive int or None; got {hidden!r}")
     return hidden
 
@@ -78,6 +79,8 @@ class _MLPGate(nn.Module):
                 f"{type(self).__name__} was built for {self.channels} channels; got a map of shape "
                 f"({', '.join(map(str, x.shape))}) with C={x.shape[1]}"
             )
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            _checks.module_input(self, ("x",), (x,))
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, reduction={self.reduction}, hidden={self.hidden}"
@@ -103,13 +106,15 @@ class SpatialAttention(nn.Module):
 
     def __init__(self, kernel_size: int = 7, *, bias: bool = True):
         super().__init__()
-        if not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int (the map keeps its size); got {kernel_size!r}")
         self.kernel_size = kernel_size
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=bias)
 
     def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (b, C, H, W) → (F' (b, C, H, W), M_s (b, 1, H, W) or None)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 4:
+            _checks.module_input(self, ("x",), (x,))
         out, m_s = spatial_attention(x, self.conv.weight, self.conv.bias)
         return out, (m_s if need_weights else None)
 

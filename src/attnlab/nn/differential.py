@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import masks
+from .. import _checks, masks
 from ..functional.differential import differential_attention, lambda_init, reparam_lambda
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
@@ -46,7 +46,9 @@ class DifferentialAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int = 4, *, depth: int = 0, qkv_bias: bool = False, attn_drop: float = 0.0):
         super().__init__()
-        if dim < 1 or num_heads < 1 or dim % (2 * num_heads):
+        dim, num_heads = _checks.integer("dim", dim), _checks.integer("num_heads", num_heads)
+        attn_drop = _checks.probability("attn_drop", attn_drop)
+        if dim % (2 * num_heads):
             raise ValueError(f"dim must be a positive multiple of 2·num_heads; got dim={dim}, num_heads={num_heads}")
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads // 2
         self.attn_drop = attn_drop
@@ -68,6 +70,7 @@ class DifferentialAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
+        _checks.module_input(self, ("x",), (x,))
         b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
         mask, padding = masks.score_mask(mask, b, n, n)  # broadcastable to (b, h, n, n)

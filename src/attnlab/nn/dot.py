@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.attention import attention
 from ._signature import classic_forward
 from .registry import register
@@ -26,7 +27,8 @@ class DotProductAttention(nn.Module):
         super().__init__()
         if scale is not None and not scaled:
             raise ValueError("scale applies only with scaled=True")
-        self.scaled, self.scale, self.attn_drop = scaled, scale, attn_drop
+        scale = None if scale is None else _checks.scale(scale)
+        self.scaled, self.scale, self.attn_drop = scaled, scale, _checks.probability("attn_drop", attn_drop)
 
     @classic_forward
     def forward(

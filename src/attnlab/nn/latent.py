@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import masks
+from .. import _checks, masks
 from ..functional.latent import latent_attention
 from ..functional.multihead import merge_heads, split_heads
 from ..functional.nonfinite import map_finite_rows
@@ -81,8 +81,12 @@ class MultiHeadLatentAttention(nn.Module):
         attn_drop: float = 0.0,
     ):
         super().__init__()
-        if dim < 1 or num_heads < 1 or kv_latent_dim < 1:
-            raise ValueError(f"dim, num_heads and kv_latent_dim must be >= 1; got {dim}, {num_heads}, {kv_latent_dim}")
+        dim, num_heads, kv_latent_dim = (_checks.integer(n, v) for n, v in (
+            ("dim", dim), ("num_heads", num_heads), ("kv_latent_dim", kv_latent_dim)))
+        q_latent_dim, head_dim, v_head_dim = (_checks.optional_integer(n, v) for n, v in (
+            ("q_latent_dim", q_latent_dim), ("head_dim", head_dim), ("v_head_dim", v_head_dim)))
+        rope_dim = None if rope_dim is None else _checks.even("rope_dim", rope_dim)
+        attn_drop = _checks.probability("attn_drop", attn_drop)
         d_h = head_dim or dim // num_heads
         d_r = rope_dim if rope_dim is not None else max(2, d_h // 2)
         d_v = v_head_dim or d_h
@@ -121,6 +125,7 @@ class MultiHeadLatentAttention(nn.Module):
         ``attnlab.masks.score_mask`` reads as broadcastable to (b, h, n, k)."""
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
+        _checks.module_input(self, ("x",), (x,))
         h = self.num_heads
         offset = 0 if cache is None else cache.length
         mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], offset + x.shape[1])  # (b|1, 1|h, q|1, k)

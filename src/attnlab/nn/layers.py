@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import _checks
 from .cache import LayerCache
 from .multihead import MultiHeadAttention
 
@@ -38,6 +39,15 @@ def _activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {name!r}")
     return ACTIVATIONS[name]
 
+
+
+def _ffn_dim(dim: int, ffn_dim: int | None, dropout: float, layer_norm_eps: float) -> int:
+    """Check a layer's sizes and rates (dim >= 1, ffn_dim >= 1 or None for 4·dim, dropout in [0, 1),
+    layer_norm_eps > 0); return the feed-forward width."""
+    dim = _checks.integer("dim", dim)
+    _checks.probability("dropout", dropout)
+    _checks.number("layer_norm_eps", layer_norm_eps, 0.0)
+    return 4 * dim if ffn_dim is None else _checks.integer("ffn_dim", ffn_dim)
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -59,7 +69,7 @@ class TransformerEncoderLayer(nn.Module):
         alibi: bool = False,
     ):
         super().__init__()
-        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        ffn_dim = _ffn_dim(dim, ffn_dim, dropout, layer_norm_eps)
         self.self_attn = MultiHeadAttention(
             dim, num_heads, num_kv_heads=num_kv_heads, qkv_bias=bias, proj_bias=bias,
             attn_drop=dropout, rope=rope, alibi=alibi,
@@ -92,6 +102,8 @@ class TransformerEncoderLayer(nn.Module):
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
         """x (b, n, dim) → (b, n, dim); mask (b, 1, 1, k) padding or broadcastable to (b, h, n, k)."""
+        if isinstance(x, torch.Tensor):
+            _checks.module_input(self, ("x",), (x,))
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, causal, cache)
             return x + self._ff(self.norm2(x))
@@ -118,7 +130,7 @@ class TransformerDecoderLayer(nn.Module):
         rope: bool = False,
     ):
         super().__init__()
-        ffn_dim = 4 * dim if ffn_dim is None else ffn_dim
+        ffn_dim = _ffn_dim(dim, ffn_dim, dropout, layer_norm_eps)
         self.self_attn = MultiHeadAttention(
             dim, num_heads, num_kv_heads=num_kv_heads, qkv_bias=bias, proj_bias=bias, attn_drop=dropout, rope=rope
         )
@@ -176,6 +188,8 @@ class TransformerDecoderLayer(nn.Module):
         memory_mask: (b, 1, 1, s) padding of the source or broadcastable to (b, h, t, s).
         ``need_weights=True`` returns ``(x, cross-attention weights (b, h, t, s))``.
         """
+        if isinstance(x, torch.Tensor) and isinstance(memory, torch.Tensor):
+            _checks.module_input(self, ("x", "memory"), (x, memory))
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, causal, cache)
             ca, w = self._ca(self.norm2(x), memory, memory_mask, need_weights, cache)

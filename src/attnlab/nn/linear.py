@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import masks
+from .. import _checks, masks
 from ..functional.linear import LinearState, linear_attention, linear_attention_step
 from ..functional.multihead import merge_heads, split_heads
 from .padding import padded_queries, zero_padded
@@ -37,7 +37,8 @@ class LinearAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int = 8, *, qkv_bias: bool = False, proj_bias: bool = True):
         super().__init__()
-        if dim < 1 or num_heads < 1 or dim % num_heads:
+        dim, num_heads = _checks.integer("dim", dim), _checks.integer("num_heads", num_heads)
+        if dim % num_heads:
             raise ValueError(f"dim must be a positive multiple of num_heads; got dim={dim}, num_heads={num_heads}")
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
@@ -54,6 +55,7 @@ class LinearAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | LinearState | None]:
         if x.dim() != 3 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
+        _checks.module_input(self, ("x",), (x,))
         pad_q = None
         if state is None:
             mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], x.shape[1])  # broadcastable to (b, h, n, n)
@@ -71,6 +73,9 @@ class LinearAttention(nn.Module):
         self, batch: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> LinearState:
         """The state before the first token: S = 0 (b, h, d_h, d_h), z = 0 (b, h, d_h)."""
+        batch = _checks.integer("batch", batch, 0)
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise _checks.DtypeError(f"dtype must be a floating torch.dtype (or None for the module's); got {dtype!r}")
         w = self.qkv.weight
         kw: dict[str, Any] = {"device": device or w.device, "dtype": dtype or w.dtype}
         return LinearState(torch.zeros(batch, self.num_heads, self.head_dim, self.head_dim, **kw),

@@ -31,6 +31,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
@@ -59,6 +60,9 @@ class LuongAttention(nn.Module):
         max_elems: int = DEFAULT_MAX_ELEMS,
     ):
         super().__init__()
+        query_dim, key_dim = _checks.integer("query_dim", query_dim), _checks.integer("key_dim", key_dim)
+        attn_dim = _checks.optional_integer("attn_dim", attn_dim)
+        max_elems = _checks.integer("max_elems", max_elems)
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}; got {score!r}")
         if score == "dot" and query_dim != key_dim:
@@ -139,6 +143,7 @@ class LuongAttention(nn.Module):
                 f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
                 f"got query {tuple(query.shape)} and keys {tuple(key.shape)}"
             )
+        _checks.module_input(self, ("query", "keys"), (query, key))
         if projected_keys is None or active():
             return finish(query, key, values, self._score(False), mask, single, need_weights, kv_finite)
         width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim

@@ -33,7 +33,8 @@ class NeighborhoodAttention2D(nn.Module):
     def __init__(self, dim: int, num_heads: int = 4, *, kernel_size: int = 7, dilation: int = 1,
                  qkv_bias: bool = True, block: int = 64):
         super().__init__()
-        for name, value in (("dim", dim), ("num_heads", num_heads), ("kernel_size", kernel_size), ("dilation", dilation)):
+        for name, value in (("dim", dim), ("num_heads", num_heads), ("kernel_size", kernel_size), ("dilation", dilation),
+                            ("block", block)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer; got {value!r}")
         if dim < 1 or num_heads < 1 or dim % num_heads:
@@ -48,7 +49,7 @@ class NeighborhoodAttention2D(nn.Module):
     def forward(self, x: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         if _checks.tensor("x", x).dim() != 4 or x.shape[1] != self.dim:
             raise ValueError(f"x must be a (b, C, H, W) map with C={self.dim}; got shape {tuple(x.shape)}")
-        _checks.floating(("x", "the module's weights"), (x, self.qkv.weight))
+        _checks.module_input(self, ("x",), (x,))
         b, C, H, W = x.shape
         tokens = x.permute(0, 2, 3, 1)  # (b, H, W, C)
         qkv = self.qkv(tokens).view(b, H, W, 3, self.num_heads, self.head_dim).permute(3, 0, 4, 1, 2, 5)  # (3, b, h, H, W, d_h)

@@ -74,8 +74,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, dim: int, *, base: float = 10000.0):
         super().__init__()
-        if dim % 2:
-            raise ValueError(f"SinusoidalPositionalEncoding needs an even dim; got {dim}")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+            raise ValueError(f"SinusoidalPositionalEncoding needs an even dim >= 2; got {dim!r}")
         _base(base)
         self.dim, self.base = dim, base
 
@@ -90,7 +90,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, dim: int):
         super().__init__()
-        self.max_len = max_len
+        self.max_len = _checks.integer("max_len", max_len)
+        _checks.integer("dim", dim)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02)
 
     def forward(self, x: torch.Tensor, offset: int = 0, *, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -214,6 +215,8 @@ def _linear(head_dim: int, base: float, sc: dict) -> tuple[torch.Tensor, float]:
 
 
 def _ntk(head_dim: int, base: float, sc: dict) -> tuple[torch.Tensor, float]:
+    if head_dim == 2:  # one pair, θ_0 = base^0 = 1 whatever the base: NTK's new base changes nothing
+        return _rope_inv_freq(head_dim, base), 1.0
     return _rope_inv_freq(head_dim, base * sc["factor"] ** (head_dim / (head_dim - 2))), 1.0
 
 
@@ -338,8 +341,7 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
         start = 2 ** (-8 / n)
         return [start ** (i + 1) for i in range(n)]
 
-    if num_heads < 1:
-        raise ValueError(f"num_heads must be >= 1; got {num_heads}")
+    _checks.integer("num_heads", num_heads)
     if math.log2(num_heads).is_integer():
         return torch.tensor(power_of_two(num_heads))
     closest = 2 ** math.floor(math.log2(num_heads))
@@ -363,6 +365,7 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", alibi_slopes(num_heads), persistent=False)
 
     def forward(self, q_len: int, k_len: int) -> torch.Tensor:
+        q_len, k_len = _checks.integer("q_len", q_len, 0), _checks.integer("k_len", k_len, 0)
         device = self.slopes.device
         i = torch.arange(q_len, device=device).unsqueeze(-1) + (k_len - q_len)
         j = torch.arange(k_len, device=device)

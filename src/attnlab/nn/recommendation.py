@@ -76,6 +76,19 @@ def _padding(mask: torch.Tensor | None, b: int, n: int, device: torch.device) ->
     return mask.to(device)
 
 
+def item_ids(name: str, items: object, num_items: int) -> torch.Tensor:
+    """A 2-D integer tensor of item ids in [0, num_items] (0 = padding); returns it."""
+    items = _checks.tensor(name, items)
+    if items.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be an integer tensor of item ids; got dtype {items.dtype}")
+    if items.dim() != 2:
+        raise ValueError(f"{name} must be (b, n) item ids; got shape {_checks.shape(items)}")
+    if items.numel() and (int(items.min()) < 0 or int(items.max()) > num_items):
+        raise ValueError(f"{name}: item ids must be in [0, {num_items}] (0 = padding); "
+                         f"got [{int(items.min())}, {int(items.max())}]")
+    return items
+
+
 @register("target-attention")
 class TargetAttention(nn.Module):
     """DIN's target attention: ``TargetAttention(dim, hidden_dim=36, normalise="softmax")``.
@@ -103,6 +116,7 @@ class TargetAttention(nn.Module):
         if candidate.dim() != 2 or history.dim() != 3 or candidate.shape != (history.shape[0], d) or history.shape[-1] != d:
             raise ValueError(f"candidate must be (b, d) and history (b, n, d) with d = {d}; "
                              f"got candidate {tuple(candidate.shape)}, history {tuple(history.shape)}")
+        _checks.module_input(self, ("candidate", "history"), (candidate, history))
 
     def forward(
         self,
@@ -135,6 +149,8 @@ class SASRecBlock(nn.Module):
 
     def __init__(self, dim: int, num_heads: int = 1, *, dropout: float = 0.0):
         super().__init__()
+        dim, num_heads = _checks.integer("dim", dim), _checks.integer("num_heads", num_heads)
+        dropout = _checks.probability("dropout", dropout)
         self.attn = MultiHeadAttention(dim, num_heads, attn_drop=dropout, proj_drop=dropout)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.ffn = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.Dropout(dropout))
@@ -150,6 +166,7 @@ class SASRecBlock(nn.Module):
         _checks.floating(("x",), (x,))
         if x.dim() != 3:
             raise ValueError(f"x must be (b, n, d); got {tuple(x.shape)}")
+        _checks.module_input(self, ("x",), (x,))
         mask = _padding(mask, x.shape[0], x.shape[1], x.device)
         zero = torch.zeros((), dtype=x.dtype, device=x.device)
         if mask is not None:  # padded items are zeros before any arithmetic
@@ -175,6 +192,8 @@ class SASRec(nn.Module):
         super().__init__()
         self.num_items = _checks.integer("num_items", num_items)
         self.max_len = _checks.integer("max_len", max_len)
+        dim, num_layers = _checks.integer("dim", dim), _checks.integer("num_layers", num_layers)
+        num_heads, dropout = _checks.integer("num_heads", num_heads), _checks.probability("dropout", dropout)
         self.item_embedding = nn.Embedding(num_items + 1, dim, padding_idx=0)
         with torch.no_grad():  # entries of scale d^-1/2: the input M·√d has unit entries
             self.item_embedding.weight.normal_(0.0, dim ** -0.5)[0].zero_()
@@ -183,18 +202,11 @@ class SASRec(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def _check_items(self, items: torch.Tensor) -> None:
-        if items.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"items must be an integer tensor of item ids; got dtype {items.dtype}")
-        if items.numel() and (int(items.min()) < 0 or int(items.max()) > self.num_items):
-            raise ValueError(f"item ids must be in [0, {self.num_items}] (0 = padding); "
-                             f"got [{int(items.min())}, {int(items.max())}]")
-
     def forward(self, items: torch.Tensor, *, need_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """items (b, n) → states (b, n, d); with ``need_weights``, also each block's weights (b, h, n, n)."""
-        self._check_items(items)
-        if items.dim() != 2 or items.shape[1] > self.max_len:
+        item_ids("items", items, self.num_items)
+        if items.shape[1] > self.max_len:
             raise ValueError(f"items must be (b, n) with n ≤ max_len = {self.max_len}; got {tuple(items.shape)}")
         mask = items != 0  # (b, n) True = a real item
         pos = torch.arange(items.shape[1], device=items.device)
@@ -209,8 +221,14 @@ class SASRec(nn.Module):
 
     def score(self, states: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
         """r = F · M_i: states (b, d), items (b, m) long → (b, m)."""
-        self._check_items(items)
+        item_ids("items", items, self.num_items)
+        d = self.item_embedding.embedding_dim
+        _checks.tensor("states", states)
+        if states.dim() != 2 or tuple(states.shape) != (items.shape[0], d):
+            raise ValueError(f"states must be (b, d) = ({items.shape[0]}, {d}), one row per row of items "
+                             f"{_checks.shape(items)}; got {_checks.shape(states)}")
+        _checks.module_input(self, ("states",), (states,))
         return (self.item_embedding(items) * states.unsqueeze(1)).sum(-1)
 
 
-__all__ = ["TargetAttention", "SASRecBlock", "SASRec"]
+__all__ = ["TargetAttention", "SASRecBlock", "SASRec", "item_ids"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import _checks
 from ..functional.softcap import check_cap, softcap_attention
 from ._signature import classic_forward
 from .registry import register
@@ -24,7 +25,8 @@ class SoftcapAttention(nn.Module):
 
     def __init__(self, *, cap: float = 50.0, scale: float | None = None, attn_drop: float = 0.0):
         super().__init__()
-        self.cap, self.scale, self.attn_drop = check_cap(cap), scale, attn_drop
+        scale = None if scale is None else _checks.scale(scale)
+        self.cap, self.scale, self.attn_drop = check_cap(cap), scale, _checks.probability("attn_drop", attn_drop)
 
     @classic_forward
     def forward(

@@ -62,12 +62,17 @@ def card(name: str) -> dict[str, Any]:
 
 
 def load(name: str, *, device: str | None = None):
-    """A shipped model as ``train.load.LoadedModel`` (model in eval mode, vocabularies, config)."""
-    from ..train.load import load_model
+    """A shipped model as ``train.load.LoadedModel`` (model in eval mode, vocabularies, config).
 
+    ``device``: None (stay on the CPU) or what ``--device`` takes (auto, cpu, cuda, mps; a
+    ``torch.device`` too); a device that is not here is refused as the command line refuses it."""
+    from ..train.load import load_model
+    from ..train.runtime import resolve_device
+
+    where = None if device is None else resolve_device(device)
     loaded = load_model(folder(name))
-    if device is not None:
-        loaded.model.to(device)
+    if where is not None:
+        loaded.model.to(where)
     return loaded
 
 
@@ -82,17 +87,34 @@ class Translation:
     weights: Any
 
 
+def source_ids(text: object, vocab, config: dict[str, Any]) -> list[int]:
+    """The token ids of one sentence to translate, checked as ``attnlab translate`` checks its texts:
+    a str (``TypeError`` otherwise) that is not blank, of known tokens, at most twice as long as the
+    longest source the model was trained on (``config["max_src_len"]``); ``ValueError`` otherwise."""
+    if not isinstance(text, str):
+        raise TypeError(f"the text to translate must be a str; got {type(text).__name__}")
+    if not text.strip():
+        raise ValueError("an empty sentence cannot be translated")
+    limit = 2 * int(config.get("max_src_len", 1000))
+    ids = vocab.encode(text.strip(), strict=True)
+    if len(ids) > limit:
+        raise ValueError(f"the sentence has {len(ids)} tokens; this model was trained on at most {limit // 2} "
+                         f"(limit {limit})")
+    return ids
+
+
 def translate(name: str, text: str) -> Translation:
     """Translate ``text`` greedily with a shipped translator (``de-en``, ``zh-en-numbers``)."""
     from ..data import source_batch
     from ..data.vocab import tokenize
     from ..train.decode import greedy, length_guard
 
+    folder(name)  # an unknown name is refused before anything is loaded
     loaded = _cached(name)
     if loaded.kind not in ("seq2seq", "transformer"):
         raise ValueError(f"{name} is a {loaded.kind} model, not a translator")
     sv, tv = loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
-    ids = sv.encode(text.strip(), strict=True)
+    ids = source_ids(text, sv, loaded.config)
     hyp = greedy(loaded.model, *source_batch([ids]), max_len=length_guard([len(ids)]))[0]
     return Translation(tv.decode(hyp.tokens), tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else []),
                        tokenize(text.strip(), sv.level), hyp.weights)
@@ -147,4 +169,5 @@ def info_text(name: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["NAMES", "UnknownModel", "names", "folder", "card", "load", "recipe", "with_recipe", "info_text", "translate", "Translation"]
+__all__ = ["NAMES", "UnknownModel", "names", "folder", "card", "load", "recipe", "with_recipe", "info_text", "translate",
+           "Translation", "source_ids"]
