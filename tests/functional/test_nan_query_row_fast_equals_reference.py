@@ -1,10 +1,10 @@
 """A query row holding NaN gives a NaN output row on the fast path, as on the weights (reference) path.
 
 The contract: a non-finite query row's output is NaN, and its NaN reaches no other row. The
-reference path computes NaN scores for that row, a NaN softmax and a NaN output. Without a mask
-(and without ``causal``) the fast path hands the query to SDPA unguarded, and on the CPU SDPA's
-flash kernel reads a row whose running maximum is NaN as a row with no key: it writes zeros.
-(SDPA's math kernel gives NaN.) The rows beside it agree on both paths.
+reference path computes NaN scores for that row, a NaN softmax and a NaN output. On the CPU SDPA's
+flash kernel reads a row whose running maximum is NaN as a row with no key and writes zeros, so
+without a mask the fast path looks at the query first (one read) and sends a non-finite one to the
+reference path. The rows beside it agree on both paths.
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ def test_the_reference_path_gives_nan_for_the_nan_query_row_only() -> None:
     torch.testing.assert_close(ref.double()[ok], by_hand[ok], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="without a mask the fast path passes a NaN query row to SDPA unguarded; "
-                                       "the CPU flash kernel writes zeros for it where the reference path gives NaN")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_nan_query_row_is_nan_on_the_fast_path_too(dtype: torch.dtype) -> None:
     q, k, v = _inputs(dtype)

@@ -107,8 +107,6 @@ def test_sasrec_score_refuses_states_of_another_dtype():
 MULTI_HEAD = {"multi-head": {}, "gqa": {"num_kv_heads": 1}, "local": {"window": 2}}
 
 
-@pytest.mark.xfail(strict=True, reason="MultiHeadAttention's forward does not call _checks.module_input yet: "
-                                       "a float64 input fails inside torch's matmul")
 @pytest.mark.parametrize("name", list(MULTI_HEAD))
 def test_the_multi_head_family_refuses_it_the_same_way(name):
     m = attnlab.create(name, dim=8, num_heads=2, **MULTI_HEAD[name])

@@ -54,6 +54,7 @@ the output through the arithmetic itself (in the features it touches).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -423,6 +424,15 @@ def _plan_call(
     return masks.in_dtype(t, dtype), False, dead
 
 
+def _query_finite(query: torch.Tensor) -> bool:
+    """False for a CPU query holding a NaN or inf: SDPA's CPU kernel writes 0 for a row whose scores are
+    all NaN, where the reference path (and the arithmetic) gives NaN, so such a call takes the reference
+    path. One read of the query (a single row when decoding); nothing elsewhere (no host read)."""
+    if query.device.type != "cpu" or _checks.tracing():
+        return True
+    return math.isfinite(float((query.detach() if query.requires_grad else query).sum())) or _checks.all_finite(query)
+
+
 def _check_call(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score: str | ScoreFn, scale: float | None,
     dropout_p: float, need_weights: bool, return_lse: bool,
@@ -494,7 +504,8 @@ def attention(
         with ``return_lse``: ``(output, lse)``, lse (..., q) in the scores' dtype.
     """
     if mask is None and (not causal or query.shape[-2] == 1) and _plain(query, key, value, score, scale, dropout_p,
-                                                                         need_weights or return_lse):
+                                                                         need_weights or return_lse) and (
+            _query_finite(query)):
         # nothing masked (one query at the end of the keys may attend every key): SDPA alone
         s = 1.0 if score == "dot" else scores.default_scale(query.shape[-1])
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=s), None
@@ -516,6 +527,7 @@ def attention(
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
     use_fast = not need_weights and not return_lse and isinstance(score, str) and not active() and k_len > 0
+    use_fast = use_fast and (mask is not None or fused_causal or _query_finite(query))
     s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
     guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
     if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)

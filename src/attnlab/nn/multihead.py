@@ -351,6 +351,9 @@ class MultiHeadAttention(nn.Module):
                 "cross-attention keys are fixed: pass key=memory and an attnlab.nn.MemoryCache (or no cache)"
             )
         check_inputs(query, key, value)
+        if query.dtype != self.out_proj.weight.dtype or key.dtype != query.dtype:  # refused, never cast
+            names, given = (("x",), (query,)) if self_attention else (("query", "key", "value"), (query, key, value))
+            _checks.module_input(self, names, given)
         return key, value, self_attention, cache, memory_cache
 
     def _heads(
