@@ -428,7 +428,7 @@ def _query_finite(query: torch.Tensor) -> bool:
     """False for a CPU query holding a NaN or inf: SDPA's CPU kernel writes 0 for a row whose scores are
     all NaN, where the reference path (and the arithmetic) gives NaN, so such a call takes the reference
     path. One read of the query (a single row when decoding); nothing elsewhere (no host read)."""
-    if query.device.type != "cpu" or _checks.tracing():
+    if not _host_checks(query):
         return True
     return math.isfinite(float((query.detach() if query.requires_grad else query).sum())) or _checks.all_finite(query)
 
