@@ -22,7 +22,7 @@ from attnlab.nn import (
     MemoryCache,
     MultiHeadAttention,
 )
-from attnlab.nn.backends import BlockSparse, ContextParallel, Dense
+from attnlab.nn.backends import Backend, BlockSparse, ContextParallel, Dense
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -603,10 +603,31 @@ def test_projection_weights_refuses_a_separate_weight_set_to_none(name):
 
 # ---- the sparse module's block, its causal pattern ----------------------------------------------------------
 
-def test_sparse_module_hands_its_block_to_the_kernel():
-    m = MultiHeadAttention(8, 2, backend=BlockSparse(P.sliding_window(1), block=0))
+def test_backends_refuse_bad_settings_when_they_are_built():
     with pytest.raises(ValueError, match="^" + re.escape("block must be a positive integer; got 0") + "$"):
-        m(torch.randn(1, 6, 8))
+        BlockSparse(P.sliding_window(1), block=0)
+    with pytest.raises(ValueError, match="^" + re.escape("block must be a positive integer; got 2.5") + "$"):
+        BlockSparse(P.sliding_window(1), block=2.5)
+    with pytest.raises(ValueError, match="^" + re.escape("mode must be one of ['ring', 'ulysses']; got 'tree'") + "$"):
+        ContextParallel(mode="tree")
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "layout must be one of ('contiguous', 'zigzag'); got 'striped'") + "$"):
+        ContextParallel(layout="striped")
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "backend must be an attnlab.nn.backends.Backend (Dense(), BlockSparse(pattern), ContextParallel(group)); "
+            "got the abstract Backend()") + "$"):
+        MultiHeadAttention(8, 2, backend=Backend())
+
+
+def test_sparse_module_hands_its_block_to_the_kernel():
+    pattern = P.sliding_window(1)
+    m = MultiHeadAttention(8, 2, backend=BlockSparse(pattern, block=2)).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    out, _ = m(x)
+    assert [key[:2] for key in pattern.kernel_plans] == [(6, 2)]  # the kernel planned tiles of 2
+    m.backend = BlockSparse(pattern, block=4)
+    torch.testing.assert_close(m(x)[0], out)  # the same pairs in tiles of 4
+    assert [key[:2] for key in pattern.kernel_plans] == [(6, 2), (6, 4)]
 
 
 def test_causal_sparse_pattern_is_composed_once_per_module():
@@ -622,7 +643,4 @@ def test_causal_sparse_pattern_is_composed_once_per_module():
     assert torch.equal(first.allows(i, j, 6), ((i - j).abs() <= 1) & (j <= i))
 
 
-def test_context_parallel_hands_its_mode_to_the_kernel(one_process_group):
-    m = MultiHeadAttention(8, 2, backend=ContextParallel(mode="tree"))
-    with pytest.raises(ValueError, match="^" + re.escape("mode must be one of ['ring', 'ulysses']; got 'tree'") + "$"):
-        m(torch.randn(1, 4, 8))
+

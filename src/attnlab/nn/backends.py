@@ -40,6 +40,8 @@ from ..patterns import Pattern
 from ..trace import active
 
 Result = tuple[torch.Tensor, torch.Tensor | None]
+CP_MODES = ("ring", "ulysses")  # attnlab.distributed.MODES, checked when the backend is built
+CP_LAYOUTS = ("contiguous", "zigzag")  # attnlab.distributed.LAYOUTS
 
 
 def _padding_or_none(mask: torch.Tensor | None, b: int, n: int) -> bool:
@@ -123,6 +125,8 @@ class BlockSparse(Backend):
     def __init__(self, pattern: Pattern, block: int = 64):
         if not isinstance(pattern, Pattern):
             raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise ValueError(f"block must be a positive integer; got {block!r}")
         self.pattern, self.block = pattern, block
         self.causal_pattern = pattern & patterns.causal()
 
@@ -186,6 +190,10 @@ class ContextParallel(Backend):
                  pattern: Pattern | None = None):
         if pattern is not None and not isinstance(pattern, Pattern):
             raise ValueError(f"pattern must be an attnlab.patterns.Pattern; got {type(pattern).__name__}")
+        if mode not in CP_MODES:
+            raise ValueError(f"mode must be one of {list(CP_MODES)}; got {mode!r}")
+        if layout not in CP_LAYOUTS:
+            raise ValueError(f"layout must be one of {CP_LAYOUTS}; got {layout!r}")
         self.group, self.mode, self.layout, self.pattern = group, mode, layout, pattern
 
     def __call__(

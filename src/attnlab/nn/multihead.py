@@ -212,9 +212,10 @@ class MultiHeadAttention(nn.Module):
 
     @backend.setter
     def backend(self, backend: Backend) -> None:
-        if not isinstance(backend, Backend):
+        if not isinstance(backend, Backend) or type(backend).__call__ is Backend.__call__:
+            given = "the abstract Backend()" if isinstance(backend, Backend) else type(backend).__name__
             raise ValueError(f"backend must be an attnlab.nn.backends.Backend (Dense(), BlockSparse(pattern), "
-                             f"ContextParallel(group)); got {type(backend).__name__}")
+                             f"ContextParallel(group)); got {given}")
         rope, alibi = self.rotary is not None, self.alibi is not None
         backend.check_module(rope=rope, alibi=alibi)
         if (self.bias_k is not None or self.add_zero_attn) and (rope or alibi or not backend.accepts_extra_keys):
