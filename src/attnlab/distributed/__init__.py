@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 
 from .. import patterns as P
+from .agree import agree, signature
 from .ddp import World
-from .layout import LAYOUTS, gather, positions, shard
+from .layout import LAYOUTS, check_shards, gather, positions, shard
 from .ring import ring_attention
 from .ulysses import ulysses_attention
 
@@ -57,24 +58,15 @@ def context_parallel_attention(
     Returns:
         ``(out (b, h, n/W, d_v), None)``: no weights (they would be n × n).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be this rank's shard (b, h, n/W, d); got {got}")
-    if q.shape[:3] != k.shape[:3] or k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"q, k and v must share (b, h, n/W) (self-attention over one sharded sequence); got "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != (q.shape[0], q.shape[2])):
-        raise ValueError(
-            f"mask must be bool (b, n/W) = ({q.shape[0]}, {q.shape[2]}), True = may attend (a real key); "
-            f"got {mask.dtype} {tuple(mask.shape)}"
-        )
+    problem = None
+    try:  # this rank's own checks; their outcome is shared with the other ranks before any exchange
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
+        check_shards(q, k, v, mask, scale, pattern, layout)
+    except ValueError as e:
+        problem = str(e)
+    agree(group, problem, signature(q, k, v, mask=mask, causal=causal, pattern=pattern, scale=scale, mode=mode,
+                                    layout=layout))
     out = MODES[mode](q, k, v, causal=causal, pattern=pattern, mask=mask,
                       scale=scale, group=group, layout=layout)
     return out, None
