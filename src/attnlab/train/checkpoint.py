@@ -528,11 +528,14 @@ def _state_problem(v: Any, typ: type, lo: int | None) -> str | None:
     return None
 
 
+def _show(v: Any) -> str:
+    text = "null" if v is None else repr(v)  # as JSON names it
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_state(config: dict, where: str) -> None:
     """A ``CheckpointError`` naming the field, its value and what it must be, for a run's ``kind`` that
     attnlab does not write or that is not its model's, or a ``state`` counter out of its range."""
-    from .._limits import _show
-
     kind, model = config.get("kind"), config.get("model")
     if kind is not None:
         if kind not in ("char-lm", "captioner"):
