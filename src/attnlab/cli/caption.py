@@ -111,7 +111,9 @@ def run_caption(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(the inference runtime, the loaded captioner), its language checked against ``--lang``."""
-    if not Path(args.checkpoint).exists():
+    from ..train.checkpoint import exists
+
+    if not exists(args.checkpoint):  # the folder, or a save's complete leftover while it is moved aside
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
     rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="captioner")

@@ -585,6 +585,12 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, config
 
 
+def exists(directory: str | Path) -> bool:
+    """True when a checkpoint folder can be read at ``directory``: itself, or a save's complete leftover
+    while the save (or a kill during one) has it moved aside."""
+    return _readable(Path(directory)).is_dir()
+
+
 def load_checkpoint(directory: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
     """Read ``(tensors, config, path)``; raises ``CheckpointError`` when it cannot. Writes nothing.
 
@@ -611,4 +617,4 @@ def read_text(path: Path, name: str) -> str:
 
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_text", "check_out_dir", "recover", "is_checkpoint",
-           "describe", "run_kind", "check_state", "CheckpointError", "FORMAT", "RUNS"]
+           "describe", "run_kind", "check_state", "exists", "CheckpointError", "FORMAT", "RUNS"]

@@ -252,6 +252,9 @@ class _Run:
             self.log.add({**record, "wall_s": wall})
         if train:
             bar.update(step, loss=train["loss"])
+
+    def tell(self, step: int, train: dict | None, valid: dict, bar: Progress) -> None:
+        """The step's lines, printed once its checkpoint (if it saves one) is on disk."""
         if self.say is not None and (valid or not bar.tty):  # on a terminal the bar shows the train loss
             for msg in self.task.lines(step, train, valid):
                 self.say(f"{self.cfg.desc}: {msg}", bar)
@@ -296,6 +299,8 @@ def fit(task: Task, config: FitConfig, runtime: Runtime | None = None, out: str 
         bar.update(step)
         if config.due(config.save_every, step, last) and out is not None:
             run.write_checkpoint(guard, deadline)
+        if train or valid:  # after the checkpoint: no line announces a step that a kill could still lose
+            run.tell(step, train, valid, bar)
         if last:
             break
     bar.close()
