@@ -292,11 +292,10 @@ def _repair(target: Path) -> bool:
             if (p / RECORD).exists():
                 os.unlink(p / RECORD)
             _rmdir(p)
+        elif _record(p) is not None and p.name.endswith("new"):
+            shutil.rmtree(p)  # replaced, or never finished (a complete one was put in place above)
         elif target.is_dir() and _record(p) is not None:
-            if p.name.endswith("new"):
-                shutil.rmtree(p)
-            else:
-                _retire(p, target)
+            _retire(p, target)
     return restored
 
 
