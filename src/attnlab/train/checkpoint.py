@@ -33,7 +33,15 @@ One writer at a time: a save takes the lock ``.NAME.lock`` (``flock``, an empty 
 the checkpoint that stays there; the system drops the lock when its process ends, so a
 killed run never leaves a stale lock). ``check_out_dir``, which the training commands call
 before any work, takes it for the rest of the process, so a second run on the same folder is
-refused at once with a ``CheckpointError``. Under torchrun only rank 0 writes and locks.
+refused at once with a ``CheckpointError``. Under torchrun only rank 0 writes and locks. A save
+that fails (or a run that ``check_out_dir`` refuses) gives the lock up and removes its file when
+this process created it.
+
+Runs own their folders by intent: ``check_out_dir(out, run="lm", resume=..., overwrite=...)``
+refuses a folder that already holds a checkpoint unless the run continues it (``--resume``, a run
+of the same kind) or replaces it (``--overwrite``), saying what is there (``describe``: kind, step,
+date). Nothing inside the installed package (its shipped models) is ever a place to write.
+Reading checks a run's ``kind`` and the counters of its ``state`` (``check_state``).
 
 ``save_checkpoint`` and ``check_out_dir`` refuse a path that is a file, or a folder that is
 neither empty nor an attnlab checkpoint, with a ``CheckpointError`` naming it. Loading reads
