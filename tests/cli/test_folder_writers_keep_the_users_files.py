@@ -84,3 +84,15 @@ def test_a_file_is_not_a_folder_to_write_into(tmp_path):
     with pytest.raises(NotADirectoryError) as e:
         claim(f, ["table.md"])
     assert str(e.value) == f"[Errno 20] not a folder (it is a file): '{f}'"
+
+
+def test_faithfulness_of_a_run_refuses_before_it_measures(tmp_path, monkeypatch):
+    import attnlab.cli.experiment_faithfulness as cli
+
+    monkeypatch.setattr(cli, "measure_run", lambda *a: pytest.fail("measured before the folder was checked"))
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "table.md").write_text("my own notes", encoding="utf-8")
+    code, err = _run(["experiment", "faithfulness", "--run", str(tmp_path / "some-run"), "--out", str(out)])
+    assert (code, err) == (2, f"attnlab experiment faithfulness: error: {_refusal(out / 'table.md')}\n")
+    assert (out / "table.md").read_text(encoding="utf-8") == "my own notes"

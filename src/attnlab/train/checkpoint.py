@@ -386,7 +386,7 @@ def _check_intent(path: Path, run: str, resume: bool, overwrite: bool) -> None:
         except (OSError, ValueError):
             theirs = None
         if theirs != run:
-            hint = f"resume it with `attnlab train {theirs} --resume`" if theirs else "resume a run of this kind"
+            hint = f"resume it with `attnlab train {theirs} --resume`" if theirs else f"give the folder of a `train {run}` run"
             raise CheckpointError(f"--resume: {path} holds {describe(path)}, not a `train {run}` run: "
                                   f"{hint}, or choose another --out")
     elif not overwrite:
