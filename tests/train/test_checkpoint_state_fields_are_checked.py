@@ -56,8 +56,8 @@ def test_a_state_counter_out_of_range_is_named(run, field, value, expected):
 
 @pytest.mark.parametrize("kind, message", [
     ("captioner", "kind 'captioner' is not the kind of its model ('gpt')"),
-    ("bogus", "kind must be 'char-lm' or 'captioner' (or absent); got 'bogus'"),
-    (3, "kind must be 'char-lm' or 'captioner' (or absent); got 3"),
+    (3, "kind must be a string (a run's kind, e.g. 'char-lm'); got 3"),
+    (None, "kind must be a string (a run's kind, e.g. 'char-lm'); got null"),
 ])
 def test_a_wrong_kind_is_named(run, kind, message):
     _edit(run, kind=kind)

@@ -541,14 +541,14 @@ def _show(v: Any) -> str:
 
 
 def check_state(config: dict, where: str) -> None:
-    """A ``CheckpointError`` naming the field, its value and what it must be, for a run's ``kind`` that
-    attnlab does not write or that is not its model's, or a ``state`` counter out of its range."""
+    """A ``CheckpointError`` naming the field, its value and what it must be, for a run's ``kind`` that is
+    not a string or names another kind of run than its model, or a ``state`` counter out of its range."""
     kind, model = config.get("kind"), config.get("model")
-    if kind is not None:
-        if kind not in ("char-lm", "captioner"):
-            raise CheckpointError(f"{where}: kind must be 'char-lm' or 'captioner' (or absent); got {_show(kind)}")
+    if "kind" in config:
+        if not isinstance(kind, str):
+            raise CheckpointError(f"{where}: kind must be a string (a run's kind, e.g. 'char-lm'); got {_show(kind)}")
         theirs = model.get("kind") if isinstance(model, dict) else None
-        if isinstance(theirs, str) and theirs in RUNS and RUNS[theirs] != RUNS[kind]:
+        if kind in RUNS and isinstance(theirs, str) and theirs in RUNS and RUNS[theirs] != RUNS[kind]:
             raise CheckpointError(f"{where}: kind {kind!r} is not the kind of its model ({theirs!r})")
     if "state" not in config:
         return
@@ -559,8 +559,6 @@ def check_state(config: dict, where: str) -> None:
         problem = _state_problem(state[name], typ, lo) if name in state else None
         if problem is not None:
             raise CheckpointError(f"{where}: state.{name} must be {problem}; got {_show(state[name])}")
-
-
 
 
 def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
