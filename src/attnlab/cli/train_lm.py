@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
     p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out with its configuration (flags given here override it, e.g. --steps)")
+                   help="continue the run in --out with its configuration and its text, as its config.json records "
+                        "them (training flags given here override it, e.g. --steps)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the attnlab checkpoint already in --out with a new run (without it, such a folder is refused: "
                         "pass --resume to continue it instead)")
