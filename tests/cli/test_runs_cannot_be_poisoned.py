@@ -116,8 +116,8 @@ def _edit(out, path: str, value) -> None:
 
 
 @pytest.mark.parametrize("path, value, words", [
-    ("state.step", -3, "state.step must be an integer >= 0; got -3"),
-    ("state.step", 1.5, "state.step must be an integer >= 0; got 1.5"),
+    ("state.step", -3, "state.step must be an integer >= 1; got -3"),
+    ("state.step", 1.5, "state.step must be an integer >= 1; got 1.5"),
     ("state.loss_ema", "low", "state.loss_ema must be a finite number"),
     ("train.lr", None, "train.lr must be a number in (0, 100], not null; got null"),
     ("train.weight_decay", float("nan"), "train.weight_decay must be a finite number"),

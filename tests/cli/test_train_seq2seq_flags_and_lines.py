@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import types
+from datetime import datetime
 
 import pytest
 
@@ -293,10 +294,12 @@ def test_ten_training_pairs_are_enough(tmp_path, fitted, capsys):
 def test_a_checkpoint_is_not_overwritten_and_a_foreign_one_not_resumed(tmp_path, fitted, capsys):
     run = tmp_path / "run"
     shutil.copytree(pretrained.folder("zh-en-numbers"), run)
+    saved = datetime.fromtimestamp((run / "config.json").stat().st_mtime).strftime("%Y-%m-%d %H:%M")
     _refused(
         capsys,
         [*TINY, "--out", str(run)],
-        f"{run} exists and is not empty: pass --resume to continue it, or another --out",
+        f"{run} already holds an attnlab `train seq2seq` run (saved {saved}); pass --resume to continue it or "
+        "--overwrite to replace it, or choose another --out",
     )
     config = json.loads((run / "config.json").read_text())
     config["data"] = [1]

@@ -203,6 +203,7 @@ def test_a_whole_run_its_records_progress_and_files(tmp_path, monkeypatch):
         assert len(res["gradient_norm"][m]["init"]) == 1 + 3 + 1
     assert res["config"]["distances"] == (1, 3) and res["seconds"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".attnlab-files",
         "distance.png",
         "results.json",
         "table.md",

@@ -201,7 +201,7 @@ def test_config_checks():
 def test_cli_quick_writes_its_files(tmp_path, capsys):
     out = tmp_path / "f"
     assert main(["experiment", "faithfulness", "--quick", "--quiet", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["faithfulness.png", "results.json", "table.md"]
+    assert sorted(p.name for p in out.iterdir()) == [".attnlab-files", "faithfulness.png", "results.json", "table.md"]
     res = json.loads((out / "results.json").read_text())
     assert set(res["models"]) == {"bahdanau", "luong"}
     for r in res["models"].values():

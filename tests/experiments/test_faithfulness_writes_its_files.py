@@ -21,7 +21,7 @@ def test_write_creates_the_folder_and_writes_again_into_it(tmp_path):
     res = _results()
     faithfulness.write(res, out)
     faithfulness.write(res, out)  # a second run into the same folder
-    assert sorted(p.name for p in out.iterdir()) == ["faithfulness.png", "results.json", "table.md"]
+    assert sorted(p.name for p in out.iterdir()) == [".attnlab-files", "faithfulness.png", "results.json", "table.md"]
     raw = (out / "results.json").read_text(encoding="utf-8")
     assert json.loads(raw) == res and raw == json.dumps(res, indent=2)
     assert (out / "table.md").read_text(encoding="utf-8").startswith("| decoder | weights | output TVD |")

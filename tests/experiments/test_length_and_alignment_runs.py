@@ -149,7 +149,7 @@ def test_length_run_passes_its_sizes_on_and_adds_a_bootstrap_interval_per_bucket
     }
     assert rows[2]["bleu_ci"] == want2["bleu"] and rows[2]["chrf_ci"] == want2["chrf"]
     assert res["models"]["luong"]["by_length"][0]["chrf_ci"] == pytest.approx((100.0, 100.0))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["length.png", "results.json", "table.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".attnlab-files", "length.png", "results.json", "table.md"]
     raw = (tmp_path / "results.json").read_text(encoding="utf-8")
     written = json.loads(raw)
     assert raw == json.dumps(written, indent=2)  # indented by two for a reader
@@ -249,6 +249,7 @@ def test_alignment_run_keeps_splits_trains_and_scores(tmp_path, monkeypatch):
         res["seconds"].values()
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".attnlab-files",
         "alignment.png",
         "results.json",
         "table.md",

@@ -197,7 +197,7 @@ def test_a_run_records_every_seed_and_writes_its_files(tmp_path):
             assert res["metrics"][m][key][1] == pytest.approx(
                 12.706 * np.std(v, ddof=1) / np.sqrt(2)
             )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "table.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".attnlab-files", "results.json", "table.md"]
     text = (tmp_path / "results.json").read_text(encoding="utf-8")
     assert text.startswith('{\n "config": {\n  "data": {\n   "num_users": 20,')
     assert json.loads(text)["per_seed"] == res["per_seed"]

@@ -30,7 +30,9 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text()) == res
     assert (tmp_path / "table.md").read_text() == table(res)
     assert (tmp_path / "rope_scaling.png").stat().st_size > 1000
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written leftovers
+    # no half-written leftovers; the folder's marker lists what the run wrote
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".attnlab-files"]
+    assert json.loads((tmp_path / ".attnlab-files").read_text()) == {"files": ["results.json", "rope_scaling.png", "table.md"]}
 
 
 def test_set_rotary_swaps_the_scaling_of_every_layer():

@@ -146,6 +146,7 @@ def test_a_run_trains_each_positional_model_once_and_records_rounded_losses(
     assert res["config"]["lengths"] == [8, 16]  # the JSON form, as written
     assert json.loads((tmp_path / "results.json").read_text(encoding="utf-8")) == res
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".attnlab-files",
         "results.json",
         "rope_scaling.png",
         "table.md",

@@ -154,10 +154,8 @@ def test_resume_refuses_a_running_state_that_is_not_a_finite_number(tmp_path, fi
     (out / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError) as e:
         fit(Toy(), FitConfig(steps=4, clip=0.0), out=out, resume=True)
-    assert (
-        str(e.value)
-        == f"--resume: {out}/config.json: state.{field} must be a finite number; got {value!r}"
-    )
+    expected = {"loss_n": "an integer >= 0", "train_time": "a finite number >= 0"}.get(field, "a finite number")
+    assert str(e.value) == f"{out}/config.json: state.{field} must be {expected}; got {value!r}"
 
 
 def test_resume_refusals_of_a_missing_checkpoint_another_model_and_a_bad_step(tmp_path):
@@ -173,8 +171,8 @@ def test_resume_refusals_of_a_missing_checkpoint_another_model_and_a_bad_step(tm
     with pytest.raises(CheckpointError) as e:
         fit(other, FitConfig(steps=4), out=out, resume=True)
     assert str(e.value) == (
-        f"--resume: the checkpoint at {out} is of another model ({{'kind': 'toy'}}); "
-        "resume with the flags of the run it continues"
+        f"--resume: the checkpoint at {out} is of another model: size (none) recorded, 2 given; "
+        "resume with the flags of the run it continues (or leave them out)"
     )
     cfg = json.loads((out / "config.json").read_text())
     for bad in ({"step": -1}, None):
@@ -182,8 +180,8 @@ def test_resume_refusals_of_a_missing_checkpoint_another_model_and_a_bad_step(tm
         (out / "config.json").write_text(json.dumps(cfg))
         with pytest.raises(ValueError) as e:
             fit(Toy(), FitConfig(steps=4), out=out, resume=True)
-        shown = -1 if bad else "null"
-        assert str(e.value) == f"{out}/config.json: state.step must be an integer >= 0; got {shown}"
+        what = "state.step must be an integer >= 1; got -1" if bad else "state must be an object; got null"
+        assert str(e.value) == f"{out}/config.json: {what}"
 
 
 def test_a_resumed_run_starts_from_the_saved_state_and_its_records(tmp_path):

@@ -47,9 +47,9 @@ def translation_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("path, value, words", [
-    ("state.step", -1, "state.step must be an integer >= 0; got -1"),
-    ("state.step", 1.5, "state.step must be an integer >= 0; got 1.5"),
-    ("state", None, "state.step must be an integer >= 0; got null"),
+    ("state.step", -1, "state.step must be an integer >= 1; got -1"),
+    ("state.step", 1.5, "state.step must be an integer >= 1; got 1.5"),
+    ("state", None, "state must be an object; got null"),
 ])
 def test_translation_resume_checks_the_step(translation_run, tmp_path, path, value, words):
     import shutil

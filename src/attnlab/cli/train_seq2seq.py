@@ -86,6 +86,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  "validation and checkpoint included (default: no limit)")
     t.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
     t.add_argument("--resume", action="store_true", help="continue the run in --out where it stopped")
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace the attnlab checkpoint already in --out with a new run (without it, such a folder is refused: "
+                        "pass --resume to continue it instead)")
     t.add_argument("--quiet", action="store_true", help="no progress lines")
     add_threads(p)
     add_runtime(p)
@@ -190,7 +193,7 @@ def _fresh(args, out: Path):
     from ..data import build_corpus
     from ..train.loop import TrainConfig
 
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise UsageError(f"{out} exists and is not empty: pass --resume to continue it, or another --out")
     data_cfg = _data_config(args)
     ds = _data(args, data_cfg)
@@ -217,7 +220,9 @@ def run(args: argparse.Namespace) -> int:
     rt = runtime_from(args)
     torch.manual_seed(args.seed)  # before anything random is made: the model's initial weights included
     out = Path(args.out)
-    check_out_dir(out)  # the folder's lock, held for the whole run: a second run on it is refused
+    # the folder's lock, held for the whole run (a second run on it is refused); a run in it is
+    # continued or replaced only when --resume or --overwrite says so
+    check_out_dir(out, run="seq2seq", resume=args.resume, overwrite=args.overwrite)
     ds, corpus, model, cfg, extra = (_resumed if args.resume else _fresh)(args, out)
     files = {"src_vocab.json": corpus.src_vocab.to_json(), "tgt_vocab.json": corpus.tgt_vocab.to_json()}
     if not args.quiet and rt.is_main:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import write_text, writing
+from .._files import claim, write_text, writing
 from ..data import Vocab, collate, encode_pairs
 from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
@@ -38,6 +38,10 @@ from ..viz.heatmap import pyplot_or_none
 from . import ibm1
 
 DECODERS = ("bahdanau", "luong")
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "alignment.png")
 
 
 @dataclass
@@ -108,6 +112,8 @@ def attention_links(model, examples, batch_size: int, threshold: float) -> tuple
 
 
 def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool = False) -> dict:
+    if out is not None:
+        claim(out, FILES)  # before any work: a file of the user's there is refused
     t_start = time.perf_counter()
     verses = [v for v in load_verses(source_form=cfg.source_form)
               if 0 < len(v.source) <= cfg.max_src and 0 < len(v.target) <= cfg.max_tgt]

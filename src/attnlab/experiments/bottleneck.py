@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import write_text, writing
+from .._files import claim, write_text, writing
 from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
 from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
@@ -36,6 +36,10 @@ from ..viz.heatmap import pyplot_or_none
 
 DECODERS = ("none", "bahdanau", "luong")
 MODEL_NAMES = (*DECODERS, "transformer")  # what ``decoders`` may hold
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "bottleneck.png")
 
 
 @dataclass
@@ -101,6 +105,8 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
 
     ``keep_outputs``: also keep each model's test hypotheses, references and source lengths
     (``"outputs"``), for statistics over sentences (``attnlab.experiments.length``)."""
+    if out is not None:
+        claim(out, FILES)  # before any work: a file of the user's there is refused
     corpus = build_corpus(load_dataset(cfg.data, n=cfg.n, seed=cfg.seed, max_digits=cfg.max_digits))
     test = corpus.test[: cfg.test_size]
     buckets = metrics.length_buckets([len(s) for s, _ in test], cfg.buckets)

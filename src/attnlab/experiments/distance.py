@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._files import write_text, writing
+from .._files import claim, write_text, writing
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
 from ..viz.heatmap import pyplot_or_none
 
@@ -44,6 +44,10 @@ MODELS = ("gru", "lstm", "attention")
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 _Z975 = 1.959963984540054
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "distance.png")
 
 
 def t975(df: int) -> float:
@@ -155,6 +159,8 @@ def interval(values: Iterable[float]) -> tuple[float, float]:
 
 
 def run(cfg: DistanceConfig, out_dir: str | Path | None = None, *, progress=None) -> dict:
+    if out_dir is not None:
+        claim(out_dir, FILES)  # before any work: a file of the user's there is refused
     t0 = time.perf_counter()
     acc: dict[str, dict[int, list[float]]] = {m: {k: [] for k in cfg.distances} for m in cfg.models}
     grads: dict[str, dict[str, list[list[float]]]] = {m: {"init": [], "trained": []} for m in cfg.models}

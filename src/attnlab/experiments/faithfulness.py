@@ -47,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import write_text
+from .._files import claim, write_text
 from ..data import build_corpus, collate, load_dataset
 from ..data.batching import batches_in_order
 from ..data.vocab import PAD
@@ -58,6 +58,10 @@ from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
 
 METHODS = ("uniform", "permuted", "random", "adversarial")
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "faithfulness.png")
 
 
 @dataclass
@@ -234,6 +238,8 @@ def _add(acc: dict, p, q, att_jsd, gold, real) -> None:
 
 def run(cfg: FaithfulnessConfig, out: str | Path | None = None, *, progress=None) -> dict:
     """Train each decoder on ``cfg.data``, measure on the test split; write table.md, results.json, faithfulness.png."""
+    if out is not None:
+        claim(out, FILES)  # before any work: a file of the user's there is refused
     t0 = time.perf_counter()
     corpus = build_corpus(load_dataset(cfg.data, n=cfg.n, seed=cfg.seed, max_digits=cfg.max_digits))
     test = corpus.test[: cfg.test_size]
@@ -259,6 +265,7 @@ def run(cfg: FaithfulnessConfig, out: str | Path | None = None, *, progress=None
 
 def write(results: dict, out: str | Path) -> None:
     """results.json, table.md and faithfulness.png into ``out``, each written whole (temporary name, renamed)."""
+    claim(out, FILES)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "results.json", json.dumps(results, indent=2))

@@ -22,11 +22,14 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._files import write_text, writing
+from .._files import claim, write_text, writing
 from ..train import metrics
 from ..viz.heatmap import pyplot_or_none
 from .bottleneck import BottleneckConfig
 from .bottleneck import run as run_models
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "length.png")
 
 
 @dataclass
@@ -67,6 +70,8 @@ def bootstrap(hyps: list[str], refs: list[str], resamples: int, seed: int) -> di
 
 
 def run(cfg: LengthConfig, out: str | Path | None = None, *, progress: bool = False) -> dict:
+    if out is not None:
+        claim(out, FILES)  # before any work: a file of the user's there is refused
     bcfg = BottleneckConfig(data=cfg.data, steps=cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, emb_dim=cfg.emb_dim,
                             hidden=cfg.hidden, attn_dim=cfg.attn_dim, buckets=cfg.buckets, test_size=cfg.test_size,
                             seed=cfg.seed, decoders=cfg.decoders)

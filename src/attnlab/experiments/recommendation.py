@@ -38,12 +38,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._files import write_text
+from .._files import claim, write_text
 from ..data.interactions import InteractionConfig, Interactions, generate
 from ..nn.recommendation import SASRec, TargetAttention, item_ids
 from .distance import interval
 
 MODELS = ("mean", "gru", "din", "sasrec")
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md")
 
 
 @dataclass
@@ -209,6 +213,8 @@ def chance_weight(test) -> float:
 
 
 def run(cfg: RecommendationConfig, out_dir: str | Path | None = None, *, progress=None) -> dict:
+    if out_dir is not None:
+        claim(out_dir, FILES)  # before any work: a file of the user's there is refused
     t0 = time.perf_counter()
     per_seed: dict[str, dict[str, list[float]]] = {m: {} for m in cfg.models}
     chance = []

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .._files import write_text
+from .._files import claim, write_text
 from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
@@ -37,6 +37,10 @@ from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
 
 METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "alibi")
+
+
+# What run() writes into its folder (claimed before any work: never a file of the user's).
+FILES = ("results.json", "table.md", "rope_scaling.png")
 
 
 @dataclass
@@ -111,6 +115,8 @@ def _val_loss(model: GPT, ids: torch.Tensor, n: int, cfg: RopeScalingConfig) -> 
 def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | None = None, progress: bool = False) -> dict:
     """Train the rotary and ALiBi models, evaluate every method at every length; write
     table.md, results.json and rope_scaling.png to ``out`` when given."""
+    if out is not None:
+        claim(out, FILES)  # before any work: a file of the user's there is refused
     if text is None:
         from ..data import shakespeare
 

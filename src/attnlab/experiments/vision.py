@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .._files import write_text, writing
+from .._files import claim, write_text, writing
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 from ..viz.heatmap import pyplot_or_none
@@ -57,6 +57,10 @@ def _fashion(cfg: VisionConfig):
 
 
 DATASETS: dict[str, Callable] = {"mnist5k": _mnist5k, "fashion": _fashion}
+
+
+# What run() writes into cfg.out_dir (claimed before any work: never a file of the user's).
+FILES = ("results.md", "results.json", "learning_curve.png", "cbam_spatial_maps.png")
 
 
 @dataclass
@@ -206,6 +210,8 @@ def spatial_overlays(model: SmallCNN, images: np.ndarray, labels: np.ndarray, pa
 
 def run(cfg: VisionConfig, log: Callable[[str], None] = print) -> VisionResult:
     cfg.validate()
+    if cfg.out_dir is not None:
+        claim(cfg.out_dir, FILES)  # before any work: a file of the user's there is refused
     (tr_items, tr_labels), (te_items, te_labels) = DATASETS[cfg.dataset](cfg)
     test_img, test_y, test_box = canvas.cluttered(te_items, te_labels, n=cfg.n_test, size=cfg.canvas,
                                                   clutter=cfg.clutter, seed=10_000)

@@ -33,7 +33,15 @@ One writer at a time: a save takes the lock ``.NAME.lock`` (``flock``, an empty 
 the checkpoint that stays there; the system drops the lock when its process ends, so a
 killed run never leaves a stale lock). ``check_out_dir``, which the training commands call
 before any work, takes it for the rest of the process, so a second run on the same folder is
-refused at once with a ``CheckpointError``. Under torchrun only rank 0 writes and locks.
+refused at once with a ``CheckpointError``. Under torchrun only rank 0 writes and locks. A save
+that fails (or a run that ``check_out_dir`` refuses) gives the lock up and removes its file when
+this process created it.
+
+Runs own their folders by intent: ``check_out_dir(out, run="lm", resume=..., overwrite=...)``
+refuses a folder that already holds a checkpoint unless the run continues it (``--resume``, a run
+of the same kind) or replaces it (``--overwrite``), saying what is there (``describe``: kind, step,
+date). Nothing inside the installed package (its shipped models) is ever a place to write.
+Reading checks a run's ``kind`` and the counters of its ``state`` (``check_state``).
 
 ``save_checkpoint`` and ``check_out_dir`` refuse a path that is a file, or a folder that is
 neither empty nor an attnlab checkpoint, with a ``CheckpointError`` naming it. Loading reads
@@ -46,6 +54,7 @@ checkpoint of another format. A save that fails (a full disk, a read-only folder
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -56,7 +65,7 @@ from typing import Any
 
 import torch
 
-from .._files import fsync_dir
+from .._files import fsync_dir, refuse_package
 
 FORMAT = 1
 MARKER = ".complete"
@@ -68,8 +77,9 @@ KEPT = ("tensorboard",)
 
 # A hook called with the name of each step of a save (tests inject a kill here).
 _on_step: Callable[[str], None] | None = None
-# Locks this process holds: lock file → its descriptor.
+# Locks this process holds: lock file → its descriptor; and those whose file this process created.
 _held: dict[str, int] = {}
+_created: set[str] = set()
 
 
 class CheckpointError(ValueError):
@@ -114,29 +124,74 @@ def _try_lock(fd: int) -> bool:
         return False
 
 
+def _lock_key(target: Path) -> str:
+    return os.path.join(os.path.realpath(target.parent), f".{target.name}.lock")  # one key per folder, however spelled
+
+
+def _open_lock(key: str) -> tuple[int, bool]:
+    """The lock file's descriptor, and whether this call created the file."""
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(key, flags | os.O_CREAT | os.O_EXCL, 0o666), True
+    except FileExistsError:
+        return os.open(key, flags), False
+
+
 def _acquire(target: Path) -> str | None:
     """Lock ``target`` for this process; the lock's key when this call took it, None when held already."""
-    key = os.path.join(os.path.realpath(target.parent), f".{target.name}.lock")  # one key per folder, however spelled
+    key = _lock_key(target)
     if key in _held:
         return None
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(key, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
-    if not _try_lock(fd):
+    for _ in range(10):  # a lock file removed by a failed save between our open and our lock: open it again
+        try:
+            fd, created = _open_lock(key)
+        except FileNotFoundError:  # pragma: no cover - removed between the two opens
+            continue
+        if not _try_lock(fd):
+            os.close(fd)
+            raise CheckpointError(f"{target} is being written by another attnlab run (it holds the lock {key}); "
+                                  "wait for that run to end, or choose another folder")
+        try:
+            same = os.stat(key).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            _held[key] = fd
+            if created:
+                _created.add(key)
+            return key
         os.close(fd)
-        raise CheckpointError(f"{target} is being written by another attnlab run (it holds the lock {key}); "
-                              "wait for that run to end, or choose another folder")
-    _held[key] = fd
-    return key
+    raise CheckpointError(f"could not take the lock {key}: it keeps being replaced")  # pragma: no cover
 
 
 def _release(key: str | None) -> None:
     if key is not None:
         os.close(_held.pop(key))  # closing the descriptor drops the lock
+        _created.discard(key)
+
+
+def _drop_lock(target: Path) -> None:
+    """After a failed save or a refused run: the lock of ``target`` is given up, and its file removed when
+    this process created it (so that a failed run leaves nothing behind; a file from before stays)."""
+    key = _lock_key(target)
+    if key not in _held:
+        return
+    if key in _created:
+        try:
+            os.unlink(key)  # while still locked: a process that opens it now sees another file (``_acquire``)
+        except OSError:
+            pass
+    _release(key)
 
 
 def _folder(directory: str | Path) -> Path:
     """The folder a save may replace; not the current folder, nor one that holds it."""
     path = Path(directory)
+    try:
+        refuse_package(path)  # the shipped models: read, never written
+    except PermissionError as e:
+        raise CheckpointError(str(e)) from None
     full, here = os.path.abspath(path), os.path.abspath(os.curdir)
     if here == full or here.startswith(full.rstrip(os.sep) + os.sep):
         raise CheckpointError(f"{path} is the current folder or holds it; a save replaces the checkpoint folder "
@@ -245,11 +300,10 @@ def _repair(target: Path) -> bool:
             if (p / RECORD).exists():
                 os.unlink(p / RECORD)
             _rmdir(p)
+        elif _record(p) is not None and p.name.endswith("new"):
+            shutil.rmtree(p)  # replaced, or never finished (a complete one was put in place above)
         elif target.is_dir() and _record(p) is not None:
-            if p.name.endswith("new"):
-                shutil.rmtree(p)
-            else:
-                _retire(p, target)
+            _retire(p, target)
     return restored
 
 
@@ -278,17 +332,91 @@ def _refuse_foreign(path: Path) -> None:
         )
 
 
-def check_out_dir(directory: str | Path) -> Path:
+# The training command (``attnlab train VERB``) of each kind of checkpoint: its config's "kind" or its model's.
+RUNS = {"char-lm": "lm", "gpt": "lm", "captioner": "caption", "seq2seq": "seq2seq", "transformer": "seq2seq"}
+
+
+def run_kind(config: dict) -> str | None:
+    """The ``attnlab train`` verb whose run wrote ``config`` (``lm``, ``seq2seq``, ``caption``); None if unknown."""
+    model = config.get("model")
+    kind = config.get("kind", model.get("kind") if isinstance(model, dict) else None)
+    return RUNS.get(kind) if isinstance(kind, str) else None
+
+
+def _last_step(folder: Path, config: dict) -> int | None:
+    """The step the checkpoint was saved at: its state's, else its run log's last record."""
+    state = config.get("state")
+    step = state.get("step") if isinstance(state, dict) else None
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        return step
+    from .runlog import read
+
+    try:
+        return max((r["step"] for r in read(folder)), default=None)
+    except (OSError, ValueError):
+        return None
+
+
+def describe(directory: str | Path) -> str:
+    """What the checkpoint in ``directory`` is, for a message: ``a `train lm` run (step 200, saved 2026-01-31 14:05)``."""
+    from datetime import datetime
+
+    folder = _readable(Path(directory))
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        saved = datetime.fromtimestamp((folder / "config.json").stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+    except (OSError, ValueError):
+        config, saved = {}, "at an unknown time"
+    config = config if isinstance(config, dict) else {}
+    kind, step = run_kind(config), _last_step(folder, config)
+    what = f"an attnlab `train {kind}` run" if kind else "an attnlab checkpoint"
+    return f"{what} ({'' if step is None else f'step {step}, '}saved {saved})"
+
+
+def _check_intent(path: Path, run: str, resume: bool, overwrite: bool) -> None:
+    """A training run of kind ``run`` writes into an existing checkpoint only when asked to (see check_out_dir)."""
+    if resume and overwrite:
+        raise CheckpointError(f"--resume continues the run in {path} and --overwrite replaces it: pass one of them")
+    shown = _readable(path)
+    if not is_checkpoint(shown):
+        return
+    if resume:
+        try:
+            theirs = run_kind(json.loads((shown / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            theirs = None
+        if theirs != run:
+            hint = f"resume it with `attnlab train {theirs} --resume`" if theirs else f"give the folder of a `train {run}` run"
+            raise CheckpointError(f"--resume: {path} holds {describe(path)}, not a `train {run}` run: "
+                                  f"{hint}, or choose another --out")
+    elif not overwrite:
+        raise CheckpointError(f"{path} already holds {describe(path)}; pass --resume to continue it or --overwrite "
+                              "to replace it, or choose another --out")
+
+
+def check_out_dir(directory: str | Path, *, run: str | None = None, resume: bool = False,
+                  overwrite: bool = False) -> Path:
     """A folder a command may write a checkpoint into: missing, empty, or an attnlab checkpoint.
 
-    Raises ``CheckpointError`` for a file, or a folder of the user's that holds anything else
-    (nothing of it would be kept otherwise), and when another run holds the folder's lock.
-    Then takes that lock for the rest of this process, and finishes an interrupted save."""
+    Raises ``CheckpointError`` for a file, a folder inside the attnlab package (its shipped
+    models), or a folder of the user's that holds anything else (nothing of it would be kept
+    otherwise), and when another run holds the folder's lock. With ``run`` (the training
+    command's kind: ``lm``, ``seq2seq``, ``caption``), a folder that holds a checkpoint is
+    refused unless ``resume`` (continue it; it must be a run of that kind) or ``overwrite``
+    (replace it) says so; the message says what is there (kind, step, date). Then takes the
+    folder's lock for the rest of this process, and finishes an interrupted save."""
     path = _folder(directory)
     _refuse_foreign(path)
     if _writes():
-        _acquire(path)
-        _repair(path)
+        _acquire(path)  # first: a run writing there now is what to say
+    try:
+        if run is not None:
+            _check_intent(path, run, resume, overwrite)
+        if _writes():
+            _repair(path)
+    except BaseException:
+        _drop_lock(path)
+        raise
     return path
 
 
@@ -374,16 +502,63 @@ def save_checkpoint(
             shutil.rmtree(new, ignore_errors=True)
             raise
         _swap(target, new)
-    except (OSError, SafetensorError) as e:
+    except BaseException as e:
+        _drop_lock(target)  # a lock file this process made goes with the failed save
+        if not isinstance(e, (OSError, SafetensorError)):
+            raise
         cause = getattr(e, "strerror", None) or " ".join(str(e).split())
         raise CheckpointError(f"could not save the checkpoint {target}: {cause}; "
                               "the last checkpoint there (if any) is unchanged") from e
     finally:
-        _release(key)
+        _release(key if key in _held else None)
     return target
 
 
 # -- loading ------------------------------------------------------------------------------------------
+
+# The counters of a run's ``state`` in config.json (``train.fit`` writes them, a resume reads them):
+# field → (an integer or a finite number, its lowest value). A checkpoint is saved after a step: step >= 1.
+STATE = {"step": (int, 1), "epoch": (int, 0), "loss_n": (int, 0), "loss_sum": (float, None),
+         "train_time": (float, 0), "loss_ema": (float, None)}
+MAX_STEP = 10**9
+
+
+def _state_problem(v: Any, typ: type, lo: int | None) -> str | None:
+    """What ``v`` must be when it is not that (None when it is)."""
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if typ is int:
+        if not (number and isinstance(v, int) and v >= lo):
+            return f"an integer >= {lo}"
+        return None if v <= MAX_STEP else f"an integer <= {MAX_STEP}"
+    if not (number and math.isfinite(v) and (lo is None or v >= lo)):
+        return "a finite number" + ("" if lo is None else f" >= {lo}")
+    return None
+
+
+def _show(v: Any) -> str:
+    text = "null" if v is None else repr(v)  # as JSON names it
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_state(config: dict, where: str) -> None:
+    """A ``CheckpointError`` naming the field, its value and what it must be, for a run's ``kind`` that is
+    not a string or names another kind of run than its model, or a ``state`` counter out of its range."""
+    kind, model = config.get("kind"), config.get("model")
+    if "kind" in config:
+        if not isinstance(kind, str):
+            raise CheckpointError(f"{where}: kind must be a string (a run's kind, e.g. 'char-lm'); got {_show(kind)}")
+        theirs = model.get("kind") if isinstance(model, dict) else None
+        if kind in RUNS and isinstance(theirs, str) and theirs in RUNS and RUNS[theirs] != RUNS[kind]:
+            raise CheckpointError(f"{where}: kind {kind!r} is not the kind of its model ({theirs!r})")
+    if "state" not in config:
+        return
+    state = config["state"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where}: state must be an object; got {_show(state)}")
+    for name, (typ, lo) in STATE.items():
+        problem = _state_problem(state[name], typ, lo) if name in state else None
+        if problem is not None:
+            raise CheckpointError(f"{where}: state.{name} must be {problem}; got {_show(state[name])}")
 
 
 def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -407,11 +582,18 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
             f"{config.get('attnlab_version', '?') if isinstance(config, dict) else '?'}); "
             f"this attnlab reads format {FORMAT}"
         )
+    check_state(config, str(cfg_file))
     try:
         tensors = load_file(str(weights))
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights} is not a readable safetensors file: {e}") from None
     return tensors, config
+
+
+def exists(directory: str | Path) -> bool:
+    """True when a checkpoint folder can be read at ``directory``: itself, or a save's complete leftover
+    while the save (or a kill during one) has it moved aside."""
+    return _readable(Path(directory)).is_dir()
 
 
 def load_checkpoint(directory: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], Path]:
@@ -440,4 +622,4 @@ def read_text(path: Path, name: str) -> str:
 
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_text", "check_out_dir", "recover", "is_checkpoint",
-           "CheckpointError", "FORMAT"]
+           "describe", "run_kind", "check_state", "exists", "CheckpointError", "FORMAT", "RUNS"]

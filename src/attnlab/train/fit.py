@@ -156,6 +156,17 @@ def model_entry(model: torch.nn.Module) -> dict:
     return model_config(model)
 
 
+def _differences(recorded: Any, given: dict) -> str:
+    """``dim 16 recorded, 32 given; ...``: the model settings in which a resume differs from its checkpoint."""
+    if not isinstance(recorded, dict):
+        return f"its config.json records {str(recorded)[:80]}"
+    def show(d: dict, k: str) -> str:
+        return repr(d[k]) if k in d else "(none)"
+
+    names = [k for k in {**recorded, **given} if k not in recorded or k not in given or recorded[k] != given[k]]
+    return "; ".join(f"{k} {show(recorded, k)} recorded, {show(given, k)} given" for k in names[:4])
+
+
 class _Run:
     """One run of ``fit``: its state between the steps (the loop's body is split in its methods)."""
 
@@ -175,15 +186,16 @@ class _Run:
             raise CheckpointError(f"--resume: no checkpoint to resume at {out}")
         tensors, config, _ = load_checkpoint(out)
         self.step = self.task.restore(out, tensors, config)
-        if config.get("model") != self.task.model_config():
-            raise CheckpointError(f"--resume: the checkpoint at {out} is of another model ({config.get('model')}); "
-                                  "resume with the flags of the run it continues")
+        recorded, given = config.get("model"), self.task.model_config()
+        if recorded != given:
+            raise CheckpointError(f"--resume: the checkpoint at {out} is of another model: {_differences(recorded, given)}; "
+                                  "resume with the flags of the run it continues (or leave them out)")
+        if self.step > self.cfg.steps:
+            raise CheckpointError(f"--resume: the run at {out} is at step {self.step}, past the {self.cfg.steps} steps "
+                                  "of the run: pass a larger --steps to continue it")
         restore_training(self.task.model, self.opt, tensors, str(out))
-        state = config.get("state") or {}
+        state = config.get("state") or {}  # its counters checked as it was read (checkpoint.check_state)
         s, n = state.get("loss_sum", 0.0), state.get("loss_n", 0)
-        for name, v in (("loss_sum", s), ("loss_n", n), ("train_time", state.get("train_time", 0.0))):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise CheckpointError(f"--resume: {out}/config.json: state.{name} must be a finite number; got {v!r}")
         if self.rt.is_main:  # the running sum of the interval, once over the ranks
             self.loss_sum, self.loss_n = torch.full((), float(s), device=self.rt.device), int(n)
         self.train_s = self.train_s0 = float(state.get("train_time", 0.0))
@@ -240,6 +252,9 @@ class _Run:
             self.log.add({**record, "wall_s": wall})
         if train:
             bar.update(step, loss=train["loss"])
+
+    def tell(self, step: int, train: dict | None, valid: dict, bar: Progress) -> None:
+        """The step's lines, printed once its checkpoint (if it saves one) is on disk."""
         if self.say is not None and (valid or not bar.tty):  # on a terminal the bar shows the train loss
             for msg in self.task.lines(step, train, valid):
                 self.say(f"{self.cfg.desc}: {msg}", bar)
@@ -284,6 +299,8 @@ def fit(task: Task, config: FitConfig, runtime: Runtime | None = None, out: str 
         bar.update(step)
         if config.due(config.save_every, step, last) and out is not None:
             run.write_checkpoint(guard, deadline)
+        if train or valid:  # after the checkpoint: no line announces a step that a kill could still lose
+            run.tell(step, train, valid, bar)
         if last:
             break
     bar.close()
