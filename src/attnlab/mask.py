@@ -144,6 +144,12 @@ class Mask:
     """
 
     __slots__ = ("_parts", "_plans", "b", "q", "k", "device")
+    _parts: tuple[_Part, ...]
+    _plans: dict[tuple, Any]
+    b: int | None
+    q: int | None
+    k: int | None
+    device: torch.device | None
 
     def __init__(self, parts: Sequence[_Part], device: torch.device | None = None):
         object.__setattr__(self, "_parts", tuple(parts))

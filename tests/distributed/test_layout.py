@@ -52,7 +52,7 @@ def test_bad_arguments(kwargs, message):
 
 def test_q_k_v_must_be_shards_of_one_sequence():
     q = torch.zeros(1, 2, 4, 3)
-    with pytest.raises(ValueError, match=r"k must be this rank's shard \(b, h, n/W, d\); got \(2, 4, 3\)"):
+    with pytest.raises(ValueError, match=r"k must be this rank's shard \(b, h, n/W, d\); got shape \(2, 4, 3\)"):
         context_parallel_attention(q, q[0], q)
     with pytest.raises(ValueError, match="must share"):
         context_parallel_attention(q, q[:, :, :3], q[:, :, :3])

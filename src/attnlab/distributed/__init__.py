@@ -64,7 +64,7 @@ def context_parallel_attention(
             raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
         check_shards(q, k, v, mask, scale, pattern, layout)
     except ValueError as e:
-        problem = str(e)
+        problem = e
     agree(group, problem, signature(q, k, v, mask=mask, causal=causal, pattern=pattern, scale=scale, mode=mode,
                                     layout=layout))
     out = MODES[mode](q, k, v, causal=causal, pattern=pattern, mask=mask,

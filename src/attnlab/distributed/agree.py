@@ -46,24 +46,20 @@ def _disagreement(sigs: list[dict[str, object]]) -> str | None:
             f"pass shards of one shape and the same options")
 
 
-def agree(group: Any, problem: str | None, sig: dict[str, object]) -> None:
-    """Every rank shares ``problem`` (its own check's message, or None) and ``sig``; every rank raises
-    the same ``ValueError`` when a rank failed its check or the signatures differ. One process: the
-    problem is raised as it is."""
-    if not dist.is_available() or not dist.is_initialized():
+def agree(group: Any, problem: ValueError | None, sig: dict[str, object]) -> None:
+    """Every rank shares ``problem`` (its own check's error, or None) and ``sig``; every rank raises
+    the same error (of the failed check's type, else ``ValueError``) when a rank failed its check or
+    the signatures differ. One process: the problem is raised as it is."""
+    if not dist.is_available() or not dist.is_initialized() or world(group)[1] == 1:
         if problem is not None:
-            raise ValueError(problem)
+            raise problem
         world(group)  # the clear error for a missing process group
-    rank, size = world(group)
-    if size == 1:
-        if problem is not None:
-            raise ValueError(problem)
         return
-    shared: list[Any] = [None] * size
-    dist.all_gather_object(shared, (problem, sig), group=group)
+    shared: list[Any] = [None] * world(group)[1]
+    dist.all_gather_object(shared, (None if problem is None else (type(problem), str(problem)), sig), group=group)
     failed = [(r, p) for r, (p, _) in enumerate(shared) if p is not None]
     if failed:
-        raise ValueError("; ".join(f"rank {r}: {p}" for r, p in failed))
+        raise failed[0][1][0]("; ".join(f"rank {r}: {message}" for r, (_, message) in failed))
     differs = _disagreement([s for _, s in shared])
     if differs is not None:
         raise ValueError(differs)

@@ -44,6 +44,13 @@ CP_MODES = ("ring", "ulysses")  # attnlab.distributed.MODES, checked when the ba
 CP_LAYOUTS = ("contiguous", "zigzag")  # attnlab.distributed.LAYOUTS
 
 
+def _as_tensor(mask: torch.Tensor | Mask | None, q_len: int, k_len: int, device: torch.device) -> torch.Tensor | None:
+    """A mask value as the tensor kernels take: its (b, 1, 1, k) key padding, else its dense form."""
+    if not isinstance(mask, Mask):
+        return mask
+    return mask.keys[:, None, None, :] if mask.keys is not None else mask.tensor(q_len, k_len, device)
+
+
 def _padding_or_none(mask: torch.Tensor | None, b: int, n: int) -> bool:
     """No mask, or a bool (b, 1, 1, n) key padding mask (what ``score_mask`` makes of a (b, n) one)."""
     return mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n))
@@ -65,8 +72,8 @@ class Backend:
         """Refuse (``ValueError``) a module's positions that this backend cannot take."""
 
     def check_call(
-        self, mask: torch.Tensor | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | None:
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
+    ) -> torch.Tensor | Mask | None:
         """Refuse (``ValueError``) a call this backend cannot make; ``mask`` as the caller gave it, returned
         as the module should read it (``attnlab.masks.score_mask``)."""
         return mask
@@ -136,6 +143,7 @@ class BlockSparse(Backend):
         kv_finite: bool = False,
     ) -> Result:
         b, n = q.shape[0], q.shape[-2]
+        mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and mask.dtype != torch.bool:
             raise ValueError(
                 f"with a sparse pattern, mask must be bool (True = may attend): a padding mask (b, n) = ({b}, {n}) "
@@ -157,8 +165,8 @@ class BlockSparse(Backend):
             raise ValueError("pattern= and alibi=True do not combine: the block-sparse kernel adds no bias")
 
     def check_call(
-        self, mask: torch.Tensor | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | None:
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
+    ) -> torch.Tensor | Mask | None:
         if not self_attention:
             raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
         if cached:
@@ -204,6 +212,7 @@ class ContextParallel(Backend):
         from ..distributed import context_parallel_attention
 
         b, n = q.shape[0], q.shape[-2]
+        mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and not _padding_or_none(mask, b, n):
             raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
                              f"{mask.dtype} {_checks.shape(mask)}")
@@ -221,8 +230,8 @@ class ContextParallel(Backend):
                              f"cp_layout={self.layout!r}")
 
     def check_call(
-        self, mask: torch.Tensor | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | None:
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
+    ) -> torch.Tensor | Mask | None:
         if not self_attention or cached or need_weights:
             raise ValueError("context_parallel is for self-attention m(x) of a sharded sequence, without a cache "
                              "and without weights (they would be n × n)")

@@ -289,8 +289,8 @@ class MultiHeadAttention(nn.Module):
         return self._forward(query, key, value, mask, causal, need_weights, cache)
 
     def _forward(
-        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, mask: torch.Tensor | None,
-        causal: bool, need_weights: bool, cache: LayerCache | MemoryCache | None,
+        self, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None,
+        mask: torch.Tensor | Mask | None, causal: bool, need_weights: bool, cache: LayerCache | MemoryCache | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``forward`` on batched inputs (b, q, dim)."""
         key, value, self_attention, cache, memory_cache = self._check_call(query, key, value, cache)
@@ -298,9 +298,10 @@ class MultiHeadAttention(nn.Module):
                                        need_weights=need_weights)
         b, q_len = query.shape[:2]
         offset = 0 if cache is None else cache.length
-        value_mask = mask if isinstance(mask, Mask) else None  # a mask value goes to the backend as it is
-        if value_mask is not None:
-            smask, key_pad = _value_mask_for_module(value_mask, b, q_len, offset + key.shape[1], query.device)
+        value_mask = None
+        if isinstance(mask, Mask):  # a mask value goes to the backend as it is
+            value_mask = mask
+            smask, key_pad = _value_mask_for_module(mask, b, q_len, offset + key.shape[1], query.device)
         else:
             if mask is not None:
                 _checks.tensor("mask", mask)
