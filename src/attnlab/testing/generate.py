@@ -29,6 +29,7 @@ import torch
 
 from .cases import Setup
 from .reference import allowed
+from .report import HUNG
 from .signatures import signature as _signature
 
 MASKS = ("none", "key padding", "broadcast (q, k)", "random", "fully masked rows")  # simplest first
@@ -92,20 +93,31 @@ def build(spec: Spec) -> tuple[str, Setup]:
     return spec.plant or "values", Setup(q, k, v, allow)
 
 
+class _Hung(Exception):
+    """A generated input made the function hang: stop searching (each further try could hang too)."""
+
+
 def smallest_failure(attempt: Callable, signature: str, examples: int, seed: int):
     """Try ``examples`` generated inputs with ``attempt(name, setup)`` (``None`` = passed); the
-    failure of the smallest failing spec hypothesis shrinks to, or ``None`` if all passed."""
+    failure of the smallest failing spec hypothesis shrinks to, or ``None`` if all passed. A call that
+    hangs (``check``'s time limit) is returned at once, not shrunk."""
     hypothesis = _hypothesis()
     from hypothesis.errors import NoSuchExample
+
+    def fails(spec: Spec) -> bool:
+        found = attempt(*build(spec))
+        if found is not None and found[0] == HUNG:
+            raise _Hung(found)
+        return found is not None
 
     settings = hypothesis.settings(max_examples=examples, database=None, deadline=None,
                                    suppress_health_check=list(hypothesis.HealthCheck))
     try:
-        spec = hypothesis.find(specs(signature), lambda s: attempt(*build(s)) is not None, settings=settings,
-                               random=random.Random(seed))
+        spec = hypothesis.find(specs(signature), fails, settings=settings, random=random.Random(seed))
     except NoSuchExample:
         return None
+    except _Hung as e:
+        return e.args[0]
     return attempt(*build(spec))
-
 
 __all__ = ["MASKS", "PLANTS", "Spec", "build", "smallest_failure", "specs"]
