@@ -151,6 +151,9 @@ def test_the_budgets_per_dtype_and_what_each_planted_case_is_called():
     assert PLANTED == {
         "masked NaN value": "NaN in a masked value",
         "masked inf key": "inf in a masked key",
+        "local window": "NaN in a key outside every window",
+        "random row masks": "NaN in a key no row may attend",
+        "causal": "a NaN in a future key",
     }
 
 

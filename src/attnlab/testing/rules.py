@@ -176,6 +176,8 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
         if _far(out, want, budget) and not _far(out, reference(q, k, v, allow, causal=other, scale=scale), budget):
             raise RuleBroken(f"the causal mask looks {other.replace('_', '-')} aligned", f" (declared {causal!r})")
     dirty = ~(torch.isfinite(k.detach()).all(-1) & torch.isfinite(v.detach()).all(-1))  # (b, h, k)
+    if case == "causal" and dirty.shape[-1]:
+        dirty[..., -1] = True  # where the case plants its NaN: the rows that may see it are never judged
     seen = (ok & dirty[..., None, :]).any(-1)  # (b, h, q): rows that may attend a NaN or inf
     _judge_output(case, out, want, ok, seen, budget)
     if not grad or case == "mask polarity" or not out.numel():
