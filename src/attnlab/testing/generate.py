@@ -104,11 +104,15 @@ def smallest_failure(attempt: Callable, signature: str, examples: int, seed: int
     hypothesis = _hypothesis()
     from hypothesis.errors import NoSuchExample
 
+    hung: list = []  # the first hang: after it, no input is tried again (hypothesis shrinks on any error)
+
     def fails(spec: Spec) -> bool:
-        found = attempt(*build(spec))
-        if found is not None and found[0] == HUNG:
-            raise _Hung(found)
-        return found is not None
+        if not hung:
+            found = attempt(*build(spec))
+            if found is None or found[0] != HUNG:
+                return found is not None
+            hung.append(found)
+        raise _Hung  # one place, so that hypothesis sees one error and raises it as it is
 
     settings = hypothesis.settings(max_examples=examples, database=None, deadline=None,
                                    suppress_health_check=list(hypothesis.HealthCheck))
@@ -116,8 +120,10 @@ def smallest_failure(attempt: Callable, signature: str, examples: int, seed: int
         spec = hypothesis.find(specs(signature), fails, settings=settings, random=random.Random(seed))
     except NoSuchExample:
         return None
-    except _Hung as e:
-        return e.args[0]
+    except Exception:
+        if hung:  # _Hung, or an exception group of it
+            return hung[0]
+        raise
     return attempt(*build(spec))
 
 __all__ = ["MASKS", "PLANTS", "Spec", "build", "smallest_failure", "specs"]
