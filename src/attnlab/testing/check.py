@@ -21,6 +21,7 @@ from .report import HUNG, Failure, Report
 from .rules import RuleBroken, judge
 from .signatures import NotExpressible, Signature
 
+
 class _Hung(Exception):
     """The call did not return within the time limit."""
 
