@@ -39,7 +39,7 @@ def _within(seconds: float | None, work: Callable):
         try:
             with torch.set_grad_enabled(grad_mode):
                 box["result"] = work()
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+        except BaseException as e:  # handed to the caller's thread
             box["error"] = e
 
     thread = threading.Thread(target=target, name="attnlab.testing.check", daemon=True)
