@@ -114,7 +114,9 @@ def smallest_failure(attempt: Callable, signature: str, examples: int, seed: int
             hung.append(found)
         raise _Hung  # one place, so that hypothesis sees one error and raises it as it is
 
-    settings = hypothesis.settings(max_examples=examples, database=None, deadline=None,
+    # report_multiple_bugs=False: stop generating at the first failure. Otherwise hypothesis keeps looking
+    # for up to 10 s after it, so what it shrinks would depend on how fast the machine is.
+    settings = hypothesis.settings(max_examples=examples, database=None, deadline=None, report_multiple_bugs=False,
                                    suppress_health_check=list(hypothesis.HealthCheck))
     try:
         spec = hypothesis.find(specs(signature), fails, settings=settings, random=random.Random(seed))
