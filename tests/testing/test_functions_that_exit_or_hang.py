@@ -101,3 +101,19 @@ def test_each_call_runs_in_its_own_thread_with_the_callers_grad_mode_or_here_wit
     seen.clear()
     assert check(where, cases=("values",), timeout=None).ok
     assert set(seen) == {(True, True)}
+
+
+def test_a_hang_while_a_failure_is_shrunk_stops_the_shrinking_and_the_check():
+    release = threading.Event()
+
+    def wrong_when_large_hangs_when_small(q, k, v, mask):
+        if k.shape[-2] < 10:
+            release.wait()
+        return attnlab.attention(q, k, v, mask=mask, scale=1.0)[0]
+
+    try:
+        report = check(wrong_when_large_hangs_when_small, cases=("values", "causal"), timeout=2, grad=False)
+    finally:
+        release.set()
+    assert [(f.case, f.rule, f.shape()) for f in report.failures] == [("values" + TAG, HUNG, "b=1 h=1 q=1 k=2 d=1")]
+    assert report.not_run == ["causal" + TAG]

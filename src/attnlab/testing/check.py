@@ -9,6 +9,7 @@ any other exception; ``os._exit`` ends the process and cannot be caught.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,10 +88,11 @@ class _Run:
                   "scale": self.scale, "grad": self.grad, "judge": name, "twice": twice}
 
         def call_and_judge():
-            out = self.sig.call(self.fn, q, k, v, arg)
-            again = self.sig.call(self.fn, q, k, v, arg) if twice else None
-            judge(name, out, q, k, v, allow=s.allow, causal=s.causal, scale=self.scale, grad=self.grad,
-                  again=again)
+            with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():  # per thread
+                out = self.sig.call(self.fn, q, k, v, arg)
+                again = self.sig.call(self.fn, q, k, v, arg) if twice else None
+                judge(name, out, q, k, v, allow=s.allow, causal=s.causal, scale=self.scale, grad=self.grad,
+                      again=again)
         try:
             _within(self.timeout, call_and_judge)
         except RuleBroken as e:
@@ -107,14 +109,14 @@ class _Run:
 
     def smallest(self, case: Case, seed: int):
         """The first (smallest) shape of the ladder that breaks the rule the largest breaks; ``None``
-        if the largest passes."""
+        if the largest passes. A hang is returned at once, not shrunk (each try could hang again)."""
         shapes = LADDER if case.ladder else LADDER[-1:]
         found = self.trial(case, shapes[-1], seed)
         if found is None or found[0] == HUNG:
             return found
         for shape in shapes[:-1]:
             small = self.trial(case, shape, seed)
-            if small is not None and small[0] == found[0]:
+            if small is not None and small[0] in (found[0], HUNG):
                 return small
         return found
 
