@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..testing.signatures import SIGNATURES
 
     p = sub.add_parser("check", help=VERBS["check"], description=VERBS["check"] + ". Exit 0 when every rule "
-                       "holds, 1 when one is broken (each failure printed with its smallest input).")
+                       "holds, 1 when one is broken (each failure printed with its smallest input; a function that exits or "
+                       "hangs fails the case it did it in), 2 when the function cannot be checked.")
     p.add_argument("target", metavar="MODULE:FUNCTION",
                    help="the function to check: package.module:function or path/to/file.py:function")
     p.add_argument("--signature", choices=sorted(SIGNATURES), default="qkv_mask",
