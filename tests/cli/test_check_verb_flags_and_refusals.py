@@ -66,6 +66,7 @@ def test_the_defaults_reach_the_contract(recorded, target, capsys):
         "seed": 0,
         "causal": "top_left",
         "examples": 0,
+        "timeout": 120.0,
     }
     assert capsys.readouterr().out == "REPORT-TEXT\n"
 
@@ -92,6 +93,8 @@ def test_every_flag_reaches_the_contract(recorded, target, capsys):
         "bottom_right",
         "--examples",
         "5",
+        "--timeout",
+        "2.5",
     ]
     assert main(argv) == 0
     ((_, kwargs),) = calls
@@ -103,6 +106,7 @@ def test_every_flag_reaches_the_contract(recorded, target, capsys):
         "seed": 7,
         "causal": "bottom_right",
         "examples": 5,
+        "timeout": 2.5,
     }
 
 

@@ -37,6 +37,8 @@ def test_the_ladder_and_the_list_of_cases():
         (1, 1, 2, 3, 2),
         (2, 1, 3, 3, 2),
         (2, 2, 4, 5, 3),
+        (2, 2, 9, 17, 8),
+        (2, 2, 130, 257, 128),
     ]
     assert [(c.name, c.ladder, c.twice) for c in C.CASES] == [
         ("values", True, False),
@@ -49,6 +51,9 @@ def test_the_ladder_and_the_list_of_cases():
         ("mask polarity", True, False),
         ("causal", True, False),
         ("causal alignment (q < k)", True, False),
+        ("causal alignment (q > k)", True, False),
+        ("local window", True, False),
+        ("random row masks", True, False),
         ("empty keys (k = 0)", False, False),
         ("empty batch (b = 0)", False, False),
         ("empty queries (q = 0)", False, False),

@@ -54,9 +54,12 @@ def test_attnlab_attention_conforms_in_every_signature_and_dtype():
 
 def test_a_causal_mask_aligned_otherwise_than_declared_is_named():
     causal = lambda q, k, v, c: attnlab.attention(q, k, v, causal=c)  # noqa: E731  (bottom-right)
-    (failure,) = check(causal, signature="qkv_causal").failures
+    failure, more_queries = check(causal, signature="qkv_causal").failures
     assert failure.message == "the causal mask looks bottom-right aligned (declared 'top_left')"
     assert failure.shape() == "b=1 h=1 q=1 k=2 d=1"
+    assert (more_queries.case, more_queries.message) == (
+        "causal alignment (q > k) [float32, cpu]", "the causal mask looks bottom-right aligned (declared 'top_left')")
+    assert more_queries.shape() == "b=1 h=1 q=3 k=1 d=1"
     with pytest.raises(RuleBroken, match="looks bottom-right aligned"):
         exec(failure.reproducer(), {"fn": causal})
     sdpa = lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c)  # noqa: E731
@@ -73,6 +76,8 @@ def test_the_textbook_implementation_leaks_masked_nan_and_gives_nan_rows():
         "inf in a masked key reached the gradient of q",  # 0 · inf in the backward of scores @ k
         "a fully masked row gives NaN",
         "a NaN in a future key reached an earlier row",
+        "NaN in a key outside every window reached the output",
+        "NaN in a key no row may attend reached the output",
     ]
     assert "values [float32, cpu]" in report.passed and "mask polarity [float32, cpu]" in report.passed
 
@@ -113,6 +118,8 @@ def test_torch_sdpa_as_it_behaves_here():
         "NaN in a masked value reached the output",
         "inf in a masked key reached the output",
         "a NaN in a future key reached an earlier row",
+        "NaN in a key outside every window reached the output",
+        "NaN in a key no row may attend reached the output",
     ]
     assert {"values [float32, cpu]", "fully masked row [float32, cpu]", "mask polarity [float32, cpu]",
             "empty keys (k = 0) [float32, cpu]"} <= set(report.passed)
@@ -150,7 +157,7 @@ def test_the_reproducer_is_the_smallest_input_that_fails():
 def test_the_report_reads_and_assert_conforms_raises_it():
     report = check(textbook)
     text = str(report)
-    assert text.startswith(f"textbook (signature 'qkv_mask'): 4 failed, {len(CASES) - 4} passed\n")
+    assert text.startswith(f"textbook (signature 'qkv_mask'): 6 failed, {len(CASES) - 6} passed\n")
     assert "FAIL masked NaN value [float32, cpu]: NaN in a masked value reached the output" in text
     with pytest.raises(AssertionError, match="a fully masked row gives NaN"):
         assert_conforms(textbook)
@@ -266,7 +273,8 @@ def test_a_padding_signature_runs_every_case_a_key_mask_can_say_the_empty_ones_i
     report = check(lambda q, k, v, keep: attnlab.attention(q, k, v, mask=keep[:, None, None, :]), signature="qkv_padding")
     assert report.ok
     assert report.skipped == ["broadcast mask (q, k) [float32, cpu]", "causal [float32, cpu]",
-                              "causal alignment (q < k) [float32, cpu]"]
+                              "causal alignment (q < k) [float32, cpu]", "causal alignment (q > k) [float32, cpu]",
+                              "local window [float32, cpu]", "random row masks [float32, cpu]"]
     assert {"empty keys (k = 0) [float32, cpu]", "empty batch (b = 0) [float32, cpu]",
             "empty queries (q = 0) [float32, cpu]"} <= set(report.passed)
 

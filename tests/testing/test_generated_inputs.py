@@ -56,14 +56,16 @@ def test_a_conforming_implementation_passes_every_generated_input():
     assert {"generated inputs (60 examples) [float32, cpu]", "generated inputs (60 examples) [float64, cpu]"} <= set(report.passed)
 
 
-@pytest.mark.parametrize("fn,rule,planted", [
-    (nan_leak, "NaN in a masked value reached the output", "masked NaN value"),
-    (minus_1e9, "a fully masked row is not zero", None),
-    (inverted, "differs from the reference", None),
+# nan_leak breaks two rules on one input (a planted NaN reaches a row that attends something, and a
+# fully masked row): which one the shrunk input shows depends on the path hypothesis shrinks along.
+@pytest.mark.parametrize("fn,rules,planted", [
+    (nan_leak, ("NaN in a masked value reached the output", "a fully masked row gives NaN"), "masked NaN value"),
+    (minus_1e9, ("a fully masked row is not zero",), None),
+    (inverted, ("differs from the reference",), None),
 ])
-def test_a_planted_defect_is_caught_and_shrunk_to_a_small_input(fn, rule, planted):
+def test_a_planted_defect_is_caught_and_shrunk_to_a_small_input(fn, rules, planted):
     failure = _generated(check(fn, examples=100))
-    assert failure.rule == rule
+    assert failure.rule in rules
     assert _small(failure), failure.shape()
     assert failure.inputs["judge"] == (planted or "values")
     with pytest.raises(RuleBroken) as err:

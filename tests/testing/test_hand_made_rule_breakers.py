@@ -1,6 +1,6 @@
 """``check`` on hand-made attention functions, each wrong in one known way: the checker names exactly
 the rules that way breaks, in the cases it breaks them, and passes every other case. Also the report's
-lines, and which cases skip the gradient check (causal, mask polarity, determinism, empty outputs)."""
+lines, and which cases skip the gradient check (mask polarity, determinism, empty outputs)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ CASES = [
     "mask polarity",
     "causal",
     "causal alignment (q < k)",
+    "causal alignment (q > k)",
+    "local window",
+    "random row masks",
     "empty keys (k = 0)",
     "empty batch (b = 0)",
     "empty queries (q = 0)",
@@ -47,15 +50,20 @@ def test_zero_weights_times_nan_values_breaks_the_planted_value_rules_only():
         "masked NaN value" + TAG: "NaN in a masked value reached the output",
         "masked inf key" + TAG: "inf in a masked key reached the gradient of q",
         "causal" + TAG: "a NaN in a future key reached an earlier row",
+        "local window" + TAG: "NaN in a key outside every window reached the output",
+        "random row masks" + TAG: "NaN in a key no row may attend reached the output",
     }
     assert report.passed == [
-        c + TAG for c in CASES if c not in ("masked NaN value", "masked inf key", "causal")
+        c + TAG for c in CASES
+        if c not in ("masked NaN value", "masked inf key", "causal", "local window", "random row masks")
     ]
     assert report.skipped == []
     assert [f.shape() for f in report.failures] == [
         "b=1 h=1 q=1 k=2 d=1",
         "b=1 h=1 q=1 k=2 d=1",
         "b=1 h=1 q=2 k=2 d=1",
+        "b=1 h=1 q=1 k=2 d=1",
+        "b=1 h=1 q=2 k=3 d=2",
     ]
 
 
@@ -69,13 +77,13 @@ def wrong_gradient(q, k, v, mask):
 def test_a_wrong_gradient_is_named_where_gradients_are_checked_and_nowhere_else():
     report = check(wrong_gradient)
     assert report.rules() == ["the gradient of q differs from the reference"]
-    # no gradient check: determinism (outputs only), causal, mask polarity, and the empty outputs
+    # no gradient check: determinism (outputs only), mask polarity, and the empty outputs; the causal
+    # case checks the gradient of q on the rows that do not see its planted key
     assert report.passed == [
         c + TAG
         for c in (
             "deterministic",
             "mask polarity",
-            "causal",
             "empty keys (k = 0)",
             "empty batch (b = 0)",
             "empty queries (q = 0)",
@@ -96,11 +104,13 @@ def test_a_function_that_ignores_is_causal():
     assert _failed(report) == {
         "causal" + TAG: "a NaN in a future key reached an earlier row",
         "causal alignment (q < k)" + TAG: "differs from the reference",
+        "causal alignment (q > k)" + TAG: "differs from the reference",
     }
     assert report.passed == [c + TAG for c in CASES[-3:]]
-    assert report.skipped == [c + TAG for c in CASES[:8]]
+    not_expressible = CASES[:8] + ["local window", "random row masks"]
+    assert report.skipped == [c + TAG for c in not_expressible]
     lines = str(report).splitlines()
-    assert lines[0] == "ignores_is_causal (signature 'qkv_causal'): 2 failed, 3 passed"
+    assert lines[0] == "ignores_is_causal (signature 'qkv_causal'): 3 failed, 3 passed"
     assert lines[1] == (
         "  FAIL causal [float32, cpu]: a NaN in a future key reached an earlier row  "
         "[smallest input: b=1 h=1 q=2 k=2 d=1]"
@@ -109,15 +119,19 @@ def test_a_function_that_ignores_is_causal():
         "  FAIL causal alignment (q < k) [float32, cpu]: differs from the reference: max |error| "
     )
     assert lines[2].endswith("  [smallest input: b=1 h=1 q=2 k=3 d=2]")
-    assert lines[3] == "  passed: " + ", ".join(c + TAG for c in CASES[-3:])
-    assert lines[4] == "  not expressible in this signature: " + ", ".join(
-        c + TAG for c in CASES[:8]
+    assert lines[3].startswith(
+        "  FAIL causal alignment (q > k) [float32, cpu]: differs from the reference: max |error| "
+    )
+    assert lines[3].endswith("  [smallest input: b=1 h=1 q=3 k=2 d=2]")
+    assert lines[4] == "  passed: " + ", ".join(c + TAG for c in CASES[-3:])
+    assert lines[5] == "  not expressible in this signature: " + ", ".join(
+        c + TAG for c in not_expressible
     )
     assert (
-        lines[5]
+        lines[6]
         == "  (failure.reproducer() returns Python source that rebuilds the smallest input)"
     )
-    assert len(lines) == 6
+    assert len(lines) == 7
 
 
 def test_a_conforming_report_reads_in_one_line_per_list_and_tags_each_dtype():
@@ -159,4 +173,4 @@ def test_unknown_signature_and_alignment_are_errors_naming_the_known_ones():
     )
     with pytest.raises(ValueError) as err:
         check(weights_times_nan_values, causal="left")
-    assert str(err.value) == "causal alignment 'left' is not one of ('top_left', 'bottom_right')"
+    assert str(err.value) == "causal='left' is not one of ('top_left', 'bottom_right')"

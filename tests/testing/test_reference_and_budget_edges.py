@@ -151,6 +151,9 @@ def test_the_budgets_per_dtype_and_what_each_planted_case_is_called():
     assert PLANTED == {
         "masked NaN value": "NaN in a masked value",
         "masked inf key": "inf in a masked key",
+        "local window": "NaN in a key outside every window",
+        "random row masks": "NaN in a key no row may attend",
+        "causal": "a NaN in a future key",
     }
 
 
@@ -233,3 +236,23 @@ def test_an_infinite_difference_reads_inf_not_the_largest_float():
         match=r"^two calls on the same input give different outputs: max \|difference\| inf$",
     ):
         judge("deterministic", out, q, k, v, again=out + torch.inf)
+
+
+def test_a_nan_key_a_later_row_sees_reaches_only_that_row_of_the_reference_and_no_gradient_of_q():
+    q, k, v = _qkv(1, 2, 4, 4, 2, seed=8)
+    k[..., 3, 0] = torch.nan  # key 3: only the last row may see it (causal, q = k)
+    v[..., 3, 1] = torch.inf
+    q.requires_grad_()
+    out = reference(q, k, v, causal="top_left")
+    allow = np.broadcast_to(np.tril(np.ones((4, 4), dtype=bool)), (1, 2, 4, 4))
+    np.testing.assert_allclose(out[..., :3, :].detach().numpy(), np_attention(q.detach().numpy(), np.nan_to_num(k.numpy()), v.numpy(), allow)[..., :3, :],
+                               rtol=0, atol=1e-12)
+    assert bool(out[..., 3, :].isnan().all())  # a row that may attend a NaN or inf is NaN: never compared
+    cot = torch.ones_like(out).index_fill(-2, torch.tensor([3]), 0.0)  # as judge: no cotangent on that row
+    (grad,) = torch.autograd.grad(out, q, cot)
+    assert bool(torch.isfinite(grad).all()) and grad[..., 3, :].abs().max() == 0
+    clean = q.detach()[..., :3, :].requires_grad_()  # the first three rows never see key 3
+    (want,) = torch.autograd.grad(reference(clean, k[..., :3, :], v[..., :3, :], causal="top_left"), clean,
+                                  torch.ones(1, 2, 3, 2, dtype=F64))
+    torch.testing.assert_close(grad[..., :3, :], want, rtol=0, atol=1e-12)
+    assert want[..., 1:, :].abs().max() > 0.01  # rows 1 and 2 see two and three keys: a gradient to compare

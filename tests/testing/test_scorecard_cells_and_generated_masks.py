@@ -56,6 +56,9 @@ def test_the_columns_and_the_rows_of_the_scorecard():
         "mask polarity",
         "causal",
         "causal alignment (q < k)",
+        "causal alignment (q > k)",
+        "local window",
+        "random row masks",
         "empty",
     ]
     assert S.HALF == (torch.float16, torch.bfloat16)

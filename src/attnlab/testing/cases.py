@@ -2,6 +2,11 @@
 
 ``check`` runs each at its largest shape first and, when a rule breaks, again at the smaller shapes of
 ``LADDER`` to report the smallest input that breaks the same rule. The rules live in ``rules.judge``.
+
+The largest shape is the size real kernels tile at: 130 queries and 257 keys (two 128-wide tiles and
+a ragged end; 16, 32 and 64-wide tiles end ragged too), head size 128, two batch elements and two
+heads. One input of that size per case keeps ``check`` to seconds; the next shape down (17 keys,
+head size 8) is where a failure found at the largest is usually shown smaller.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 # From the smallest input to the one run first: (b, h, q, k, d).
-LADDER = [(1, 1, 1, 2, 1), (1, 1, 2, 2, 2), (1, 1, 2, 3, 2), (2, 1, 3, 3, 2), (2, 2, 4, 5, 3)]
+LADDER = [(1, 1, 1, 2, 1), (1, 1, 2, 2, 2), (1, 1, 2, 3, 2), (2, 1, 3, 3, 2), (2, 2, 4, 5, 3), (2, 2, 9, 17, 8),
+          (2, 2, 130, 257, 128)]
 
 
 @dataclass
@@ -105,6 +111,39 @@ def causal_alignment(shape, g, dense):
     return Setup(q, k, v, None, causal=True)
 
 
+def causal_more_queries(shape, g, dense):
+    b, h, n, m, d = shape
+    q, k, v = _qkv(b, h, max(n, m) + 1, min(n, m), d, g)  # q > k: bottom-right's first rows see no key
+    return Setup(q, k, v, None, causal=True)
+
+
+def _plant_unseen(s: Setup, allow: torch.Tensor) -> Setup:
+    """NaN in the keys and values that no row of their (batch element, head) may attend."""
+    b, h = s.q.shape[:2]
+    unseen = ~allow.expand(b, h, *allow.shape[-2:]).any(-2)  # (b, h, k)
+    s.k[unseen] = torch.nan
+    s.v[unseen] = torch.nan
+    return s
+
+
+def local_window(shape, g, dense):
+    b, h, n, m, d = shape
+    s = Setup(*_qkv(b, h, n, m, d, g), None)
+    width = 1 + m // 16
+    s.allow = (torch.arange(n)[:, None] - torch.arange(m)).abs() < width  # (q, k): keys within the window
+    return _plant_unseen(s, s.allow)
+
+
+def random_row_masks(shape, g, dense):
+    b, h, n, m, d = shape
+    s = Setup(*_qkv(b, h, n, m, d, g), torch.rand(b, h, n, m, generator=g) < 0.3)
+    if n > 1:
+        s.allow[..., 0, :] = False  # the first row of every head sees nothing
+    if m > 1:
+        s.allow[..., -1] = False  # and no row sees the last key
+    return _plant_unseen(s, s.allow)
+
+
 def _empty(b, n, m):
     def build(shape, g, dense):
         q, k, v = _qkv(b, 2, n, m, 3, g)
@@ -131,6 +170,9 @@ CASES = [
     Case("mask polarity", mask_polarity),
     Case("causal", causal),
     Case("causal alignment (q < k)", causal_alignment),
+    Case("causal alignment (q > k)", causal_more_queries),
+    Case("local window", local_window),
+    Case("random row masks", random_row_masks),
     Case("empty keys (k = 0)", _empty(2, 3, 0), ladder=False),
     Case("empty batch (b = 0)", _empty(0, 3, 4), ladder=False),
     Case("empty queries (q = 0)", _empty(2, 0, 4), ladder=False),

@@ -29,6 +29,7 @@ import torch
 
 from .cases import Setup
 from .reference import allowed
+from .report import HUNG
 from .signatures import signature as _signature
 
 MASKS = ("none", "key padding", "broadcast (q, k)", "random", "fully masked rows")  # simplest first
@@ -92,20 +93,39 @@ def build(spec: Spec) -> tuple[str, Setup]:
     return spec.plant or "values", Setup(q, k, v, allow)
 
 
+class _Hung(Exception):
+    """A generated input made the function hang: stop searching (each further try could hang too)."""
+
+
 def smallest_failure(attempt: Callable, signature: str, examples: int, seed: int):
     """Try ``examples`` generated inputs with ``attempt(name, setup)`` (``None`` = passed); the
-    failure of the smallest failing spec hypothesis shrinks to, or ``None`` if all passed."""
+    failure of the smallest failing spec hypothesis shrinks to, or ``None`` if all passed. A call that
+    hangs (``check``'s time limit) is returned at once, not shrunk."""
     hypothesis = _hypothesis()
     from hypothesis.errors import NoSuchExample
 
-    settings = hypothesis.settings(max_examples=examples, database=None, deadline=None,
+    hung: list = []  # the first hang: after it, no input is tried again (hypothesis shrinks on any error)
+
+    def fails(spec: Spec) -> bool:
+        if not hung:
+            found = attempt(*build(spec))
+            if found is None or found[0] != HUNG:
+                return found is not None
+            hung.append(found)
+        raise _Hung  # one place, so that hypothesis sees one error and raises it as it is
+
+    # report_multiple_bugs=False: stop generating at the first failure. Otherwise hypothesis keeps looking
+    # for up to 10 s after it, so what it shrinks would depend on how fast the machine is.
+    settings = hypothesis.settings(max_examples=examples, database=None, deadline=None, report_multiple_bugs=False,
                                    suppress_health_check=list(hypothesis.HealthCheck))
     try:
-        spec = hypothesis.find(specs(signature), lambda s: attempt(*build(s)) is not None, settings=settings,
-                               random=random.Random(seed))
+        spec = hypothesis.find(specs(signature), fails, settings=settings, random=random.Random(seed))
     except NoSuchExample:
         return None
+    except Exception:
+        if hung:  # _Hung, or an exception group of it
+            return hung[0]
+        raise
     return attempt(*build(spec))
-
 
 __all__ = ["MASKS", "PLANTS", "Spec", "build", "smallest_failure", "specs"]

@@ -2,10 +2,12 @@
 
     out_i = Σ_j softmax_j(s_ij) v_j,   s_ij = scale · q_i·k_j  over the keys j that row i may attend
 
-It keeps the contract by construction, not by care: a key no query may attend is replaced by zeros
-before any arithmetic, a forbidden (row, key) pair contributes an exact 0 (never ``0 · v``), and a
-row with no allowed key gives zeros. So NaN or inf at masked positions never reaches its output or,
-when every query masks the key, its gradients.
+It keeps the contract by construction, not by care: every NaN or inf in a key or a value is
+replaced by zero before any arithmetic, a forbidden (row, key) pair has weight exactly 0, a row with
+no allowed key gives zeros, and a row that may attend a key or value holding NaN or inf gives NaN
+(its true value is not defined; the rules never compare it). So NaN or inf at masked positions
+reaches neither its output nor its gradients, whether the mask is the same for every row or not,
+and it costs two (q, k) matrix products, so the checker's large shapes stay fast.
 
 Shapes: q (b, h, q, d), k (b, h, k, d), v (b, h, k, d_v), allow bool broadcastable to (b, h, q, k),
 True = may attend.
@@ -47,15 +49,15 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow: torch.Te
     q, k, v = (t.to(torch.float64) for t in (q, k, v))
     b, h, n, d = q.shape
     ok = allowed(allow, causal, (b, h, n, k.shape[-2]), q.device)  # (b, h, q, k)
-    used = ok.any(-2)[..., None]  # (b, h, k, 1): keys some query may attend
-    k = torch.where(used, k, torch.zeros((), dtype=k.dtype, device=k.device))
-    v = torch.where(used, v, torch.zeros((), dtype=v.dtype, device=v.device))
+    dirty = ~(torch.isfinite(k).all(-1) & torch.isfinite(v).all(-1))  # (b, h, k): NaN or inf in the key or value
+    zero = torch.zeros((), dtype=torch.float64, device=q.device)
+    k, v = (torch.where(torch.isfinite(t), t, zero) for t in (k, v))
     s = q @ k.transpose(-2, -1) * (1 / math.sqrt(d) if scale is None else scale)  # (b, h, q, k)
     s = torch.where(ok, s, -torch.inf)
     s = torch.where(ok.any(-1, keepdim=True), s, 0.0)  # a fully masked row: any finite scores
     w = torch.where(ok, torch.softmax(s, -1), 0.0)
-    terms = torch.where(ok[..., None], w[..., None] * v[:, :, None], 0.0)  # (b, h, q, k, d_v)
-    return terms.sum(-2)
-
+    out = w @ v  # (b, h, q, d_v)
+    sees_dirty = (ok & dirty[..., None, :]).any(-1, keepdim=True)  # (b, h, q, 1)
+    return torch.where(sees_dirty, torch.nan, out)
 
 __all__ = ["ALIGNMENTS", "allowed", "causal_pairs", "reference"]

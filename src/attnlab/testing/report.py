@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+HUNG = "did not return within the time limit"  # the rule of a case whose call hung
+
 
 def _literal(t: torch.Tensor, grad: bool = False) -> str:
     """Python source that rebuilds ``t`` exactly (every float dtype's values are exact in a Python float)."""
@@ -71,14 +73,17 @@ class Failure:
 
 @dataclass
 class Report:
-    """``ok`` when nothing failed; ``failures`` (``Failure``), ``passed`` and ``skipped`` (case names;
-    skipped: the signature cannot express the case's mask)."""
+    """``ok`` when nothing failed; ``failures`` (``Failure``), ``passed``, ``skipped`` and ``not_run``
+    (case names; skipped: the signature cannot express the case's mask; not run: the function hung in
+    an earlier case, which failed)."""
 
     function: str
     signature: str
     failures: list[Failure] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    hung: bool = False  # a call did not return within the time limit: the cases after it are not run
 
     @property
     def ok(self) -> bool:
@@ -96,9 +101,11 @@ class Report:
             lines.append("  passed: " + ", ".join(self.passed))
         if self.skipped:
             lines.append("  not expressible in this signature: " + ", ".join(self.skipped))
+        if self.not_run:
+            lines.append("  not run (the function hung in an earlier case): " + ", ".join(self.not_run))
         if self.failures:
             lines.append("  (failure.reproducer() returns Python source that rebuilds the smallest input)")
         return "\n".join(lines)
 
 
-__all__ = ["Failure", "Report"]
+__all__ = ["HUNG", "Failure", "Report"]

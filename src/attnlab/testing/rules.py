@@ -15,7 +15,11 @@ from .reference import ALIGNMENTS, allowed, reference
 BUDGET = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 # What each dirty case plants at the masked positions, as the failure names it.
-PLANTED = {"masked NaN value": "NaN in a masked value", "masked inf key": "inf in a masked key"}
+PLANTED = {"masked NaN value": "NaN in a masked value", "masked inf key": "inf in a masked key",
+           "local window": "NaN in a key outside every window", "random row masks": "NaN in a key no row may attend",
+           "causal": "a NaN in a future key"}
+# The cases whose alignment is named when the output matches the other one.
+ALIGNED = ("causal alignment (q < k)", "causal alignment (q > k)")
 
 
 class RuleBroken(AssertionError):
@@ -104,21 +108,41 @@ def _cotangent(out: torch.Tensor) -> torch.Tensor:
     return torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.device)
 
 
-def _judge_output(case, out, want, ok, budget):
-    planted = PLANTED.get(case)
-    rows = ~ok.any(-1)  # (b, h, q)
-    if case == "causal":
-        early = torch.zeros_like(rows)
-        early[..., : max(out.shape[-2] - 1, 0)] = True  # the rows that do not see the last key
-        untouched("a NaN in a future key", "an earlier row", out[early])
-        keep = early[..., None]
+def _judge_output(case, out, want, ok, seen, budget):
+    """The output rules; ``seen`` (b, h, q): the rows that may attend a planted NaN, which are not judged."""
+    planted = PLANTED.get(case, "a NaN or inf in a key or value")
+    rows = ~ok.any(-1)  # (b, h, q): rows that see nothing
+    if bool(seen.any()):
+        untouched(planted, "an earlier row" if case == "causal" else "a row that may not attend it", out[~seen])
+        keep = ~seen[..., None]
         out = torch.where(keep, out.detach().to(torch.float64), 0.0)
         want = torch.where(keep, want.detach(), 0.0)
-    elif planted:
+    elif case in PLANTED:
         untouched(planted, "the output", out[~rows])
-    elif bool(rows.any()):
+    if bool(rows.any()):
         rows_zero(out, rows)
     close(out, want, budget)
+
+
+def _judge_gradients(case, out, want, q, k, v, leaves, seen, budget):
+    """The gradient rules for a random cotangent, zero on the ``seen`` rows (b, h, q); when there are
+    such rows, only the gradient of q on the other rows is defined, and judged."""
+    cot = torch.where(seen[..., None], 0.0, _cotangent(out))
+    got = _grads(out, q, k, v, cot.to(out.dtype))
+    ref = _grads(want, *leaves, cot)
+    if bool(seen.any()):
+        if "q" not in got:
+            return
+        planted = PLANTED.get(case, "a NaN or inf in a key or value")
+        where = "an earlier row" if case == "causal" else "a row that may not attend it"
+        g, r = got["q"][~seen], ref["q"][~seen]
+        if not bool(torch.isfinite(g).all()):
+            raise RuleBroken(f"{planted} reached the gradient of q at {where}")
+        close(g, r, 10 * budget, "the gradient of q differs from the reference")
+        return
+    finite_gradients(got, case)
+    for name, g in got.items():
+        close(g, ref[name], 10 * budget, f"the gradient of {name} differs from the reference")
 
 
 def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad=True, again=None) -> None:
@@ -127,6 +151,8 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
     ``allow``/``causal`` describe the mask in attnlab's polarity (see ``attnlab.testing.signatures``);
     ``grad``: also check the gradients of q, k, v (those that require grad) for a random cotangent;
     ``again``: the output of a second call on the same inputs, which must equal ``out`` bit for bit.
+    A row that may attend a key or value holding NaN or inf (a causal row that sees the planted
+    future key) is not judged, and its cotangent is zero.
     """
     b, h, n, _ = q.shape
     want_shape = (b, h, n, v.shape[-1])
@@ -145,21 +171,19 @@ def judge(case: str, out, q, k, v, *, allow=None, causal=False, scale=None, grad
     if case == "mask polarity":
         if _far(out, want, budget) and not _far(out, reference(q, k, v, ~ok, scale=scale), budget):
             raise RuleBroken("mask polarity looks inverted")
-    if case == "causal alignment (q < k)":
+    if case in ALIGNED:
         other = next(a for a in ALIGNMENTS if a != causal)
         if _far(out, want, budget) and not _far(out, reference(q, k, v, allow, causal=other, scale=scale), budget):
             raise RuleBroken(f"the causal mask looks {other.replace('_', '-')} aligned", f" (declared {causal!r})")
-    _judge_output(case, out, want, ok, budget)
-    if not grad or case in ("causal", "mask polarity") or not out.numel():
+    dirty = ~(torch.isfinite(k.detach()).all(-1) & torch.isfinite(v.detach()).all(-1))  # (b, h, k)
+    if case == "causal" and dirty.shape[-1]:
+        dirty[..., -1] = True  # where the case plants its NaN: the rows that may see it are never judged
+    seen = (ok & dirty[..., None, :]).any(-1)  # (b, h, q): rows that may attend a NaN or inf
+    _judge_output(case, out, want, ok, seen, budget)
+    if not grad or case == "mask polarity" or not out.numel():
         return
     if not out.requires_grad:
         raise RuleBroken("the output carries no gradient", " (pass grad=False to check outputs only)")
-    cot = _cotangent(out)
-    got = _grads(out, q, k, v, cot.to(out.dtype))
-    ref = _grads(want, *leaves, cot)
-    finite_gradients(got, case)
-    for name, g in got.items():
-        close(g, ref[name], 10 * budget, f"the gradient of {name} differs from the reference")
-
+    _judge_gradients(case, out, want, q, k, v, leaves, seen, budget)
 
 __all__ = ["BUDGET", "RuleBroken", "close", "finite_gradients", "has_shape", "judge", "rows_zero", "untouched"]

@@ -17,8 +17,9 @@ import torch.nn.functional as F
 
 from .check import check
 
-COLUMNS = ["values", "deterministic", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key", "fully masked row", "mask polarity", "causal", "causal alignment (q < k)",
-           "empty"]
+COLUMNS = ["values", "deterministic", "broadcast mask (q, k)", "non-contiguous inputs", "masked NaN value", "masked inf key",
+           "fully masked row", "mask polarity", "causal", "causal alignment (q < k)", "causal alignment (q > k)",
+           "local window", "random row masks", "empty"]
 HALF = (torch.float16, torch.bfloat16)
 
 
