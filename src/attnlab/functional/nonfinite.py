@@ -52,7 +52,8 @@ def flag_rows(x: torch.Tensor) -> torch.Tensor:
     A finite row whose sum overflows is flagged too (entries near the dtype's largest value)."""
     if _checks.tracing():  # inside torch.compile: a reduction that fuses with the cleaning's read
         return nonfinite_rows(x)
-    return ~torch.isfinite(x @ x.new_ones(x.shape[-1]))
+    s = x @ x.new_ones(x.shape[-1])  # (..., n)
+    return s.mul(0).ne(0)  # 0 · s is 0 where s is finite, NaN where it is ±inf or NaN: two small operations
 
 
 class _Clean(torch.autograd.Function):
@@ -115,17 +116,16 @@ def finish_nonfinite(out: torch.Tensor, hit: torch.Tensor | None, dead: torch.Te
     zeros in the fully masked rows (which win: a row that may attend nothing is zero)."""
     if hit is None and dead is None:
         return out
-    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
-    zero = torch.zeros((), dtype=out.dtype, device=out.device)
     if hit is None:
         assert dead is not None  # (the both-None case returned above)
-        return torch.where(dead, zero, out)
+        return torch.where(dead, 0.0, out)
     hit = hit.unsqueeze(-1)  # (..., q|1, 1)
     if dead is None:
         if not (out.requires_grad and torch.is_grad_enabled()) and hit.shape[:-1] == out.shape[:-1]:
-            return out.masked_fill_(hit, nan)  # the kernel's fresh output, in place: no new tensor
-        return torch.where(hit, nan, out)
-    return torch.where(hit | dead, torch.where(dead, zero, nan), out)
+            return out.masked_fill_(hit, float("nan"))  # the kernel's fresh output, in place: no new tensor
+        return torch.where(hit, float("nan"), out)
+    nan = torch.full((), float("nan"), dtype=out.dtype, device=out.device)
+    return torch.where(hit | dead, torch.where(dead, 0.0, nan), out)
 
 
 def host_checks(t: torch.Tensor) -> bool:
