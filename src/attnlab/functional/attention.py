@@ -383,14 +383,14 @@ def combine_values(weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 def _plain(query: Any, key: Any, value: Any, score: object, scale: object, dropout_p: object, extra: bool) -> bool:
     """A call with nothing to check beyond what SDPA checks itself: tensors of one floating dtype and
     one leading shape, features that match, keys present, the default score and scale, no trace."""
-    return (
-        not extra and scale is None and (score == "scaled_dot" or score == "dot")
-        and isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)
-        and query.dim() >= 2 and query.dtype == key.dtype == value.dtype and query.is_floating_point()
-        and query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and key.shape[-2] == value.shape[-2] > 0
-        and query.shape[-1] == key.shape[-1] > 0 and isinstance(dropout_p, float) and 0.0 <= dropout_p < 1.0
-        and not active()
-    )
+    if extra or scale is not None or not (score == "scaled_dot" or score == "dot") or type(dropout_p) is not float:
+        return False
+    if not (isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and isinstance(value, torch.Tensor)):
+        return False
+    qs, ks, vs, dtype = query.shape, key.shape, value.shape, query.dtype
+    return (len(qs) >= 2 and qs[:-2] == ks[:-2] == vs[:-2] and ks[-2] == vs[-2] > 0 and qs[-1] == ks[-1] > 0
+            and dtype == key.dtype == value.dtype and dtype.is_floating_point and 0.0 <= dropout_p < 1.0
+            and not active())
 
 
 def _from_value(
