@@ -1,6 +1,6 @@
 """attnlab.attention against SDPA called directly and a naive matmul–softmax–matmul.
 
-    .venv/bin/python benchmarks/bench_attention.py [--sizes 512 1024 2048 4096] [--repeats 7] [--padding]
+    .venv/bin/python benchmarks/bench_attention.py [--sizes 512 1024 2048 4096] [--repeats 7] [--padding] [--causal]
 
 b=1, h=8, d=64, float32, self-attention without a mask. For each n the four
 variants run interleaved (round-robin, one call each per round) so that load
@@ -9,7 +9,7 @@ the rounds: on a shared machine, load only ever adds time, so the minimum is
 the steadiest estimate of each variant's own cost (medians are printed too).
 Ratios: fast path vs SDPA (throughput, higher is better; target ≥ 0.95 at
 n ≥ 1024) and need_weights=True vs naive (time, lower is better; target ≤ 1.3).
-``--padding``: every variant gets a (1, 1, 1, n) bool key padding mask with the
+``--causal``: every variant causal (without a mask). ``--padding``: every variant gets a (1, 1, 1, n) bool key padding mask with the
 last n/8 keys padded (what the masked path costs: the non-finite guard and the
 fully-masked-row fix run on every masked call).
 """
@@ -28,20 +28,24 @@ import torch.nn.functional as F
 import attnlab
 
 MASK: list[torch.Tensor | None] = [None]  # the padding mask of this run (``--padding``), else None
+CAUSAL = [False]  # ``--causal``: every variant causal (SDPA's is_causal, attnlab's causal=True)
 
 
 def naive(q, k, v):
     s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1]))
     if MASK[0] is not None:
         s = s.masked_fill(~MASK[0], float("-inf"))
+    if CAUSAL[0]:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
 
 
 VARIANTS = {
-    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=MASK[0]),
-    "attnlab_fast": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0])[0],
+    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=MASK[0], is_causal=CAUSAL[0]),
+    "attnlab_fast": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0], causal=CAUSAL[0])[0],
     "naive": naive,
-    "attnlab_weights": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0], need_weights=True)[0],
+    "attnlab_weights": lambda q, k, v: attnlab.attention(q, k, v, mask=MASK[0], causal=CAUSAL[0],
+                                                         need_weights=True)[0],
 }
 
 
@@ -103,9 +107,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--padding", action="store_true", help="a (1, 1, 1, n) key padding mask, n/8 keys padded")
+    p.add_argument("--causal", action="store_true", help="causal attention (SDPA's is_causal, attnlab's causal=True)")
     args = p.parse_args()
+    CAUSAL[0] = args.causal
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads={args.threads}, "
-          f"padding={args.padding}")
+          f"padding={args.padding}, causal={args.causal}")
     rows = run(args.sizes, args.repeats, args.threads, args.padding)
     print()
     print(markdown(rows))
