@@ -8,6 +8,7 @@ reads ``args.checkpoint`` (or its ``dest``) the same way for both.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def pretrained_folder(name: str) -> str:
@@ -28,3 +29,13 @@ def add_model_source(p: argparse.ArgumentParser, what: str, *, flag: str = "--ch
     g.add_argument(flag, dest=dest, metavar="DIR", help=what)
     g.add_argument("--pretrained", dest=dest, type=pretrained_folder, metavar="NAME",
                    help=pretrained or "a trained model that ships with attnlab instead (attnlab pretrained list)")
+
+
+def check_hf_source(args: argparse.Namespace) -> None:
+    """``--hf DIR`` with ``--text``: the folder exists and there is a text to run the model on."""
+    from . import UsageError
+
+    if args.text is None:
+        raise UsageError("--hf needs --text: the text to run the model on")
+    if not Path(args.hf).is_dir():
+        raise UsageError(f"no such model folder: {args.hf}")

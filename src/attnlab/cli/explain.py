@@ -23,7 +23,7 @@ from ..explain import builtin_names, document, load, render, render_markdown, ru
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS, canonical
 from . import VERBS, UsageError
-from ._source import add_model_source
+from ._source import add_model_source, check_hf_source
 from ._threads import add_threads
 from ._types import positive_int
 
@@ -121,10 +121,7 @@ def _counted(flag: str, value: int | None, n: int, what: str, default: int = 1) 
 
 def hf_head(args: argparse.Namespace):
     """The worked example of one head of a Hugging Face model, from one pass through attnlab's attention."""
-    if args.text is None:
-        raise UsageError("--hf needs --text: the text to run the model on")
-    if not Path(args.hf).is_dir():
-        raise UsageError(f"no such model folder: {args.hf}")
+    check_hf_source(args)
     try:
         from ..integrations.transformers import NAME, calls
         from ..viz.hf import run_once

@@ -32,7 +32,7 @@ from ..viz.heatmap import save as save_figure
 from . import VERBS, UsageError
 from ._deprecated import deprecated_alias
 from ._runtime import add_inference_device, inference_runtime
-from ._source import add_model_source
+from ._source import add_model_source, check_hf_source
 from ._threads import add_threads, apply_threads
 from ._types import Span, positive_int, token_span
 
@@ -103,10 +103,7 @@ def hf_weights(args: argparse.Namespace):
     forward pass with ``attn_implementation="attnlab"`` (an encoder–decoder: its encoder's)."""
     import numpy as np
 
-    if args.text is None:
-        raise UsageError("--hf needs --text: the text to run the model on")
-    if not Path(args.hf).is_dir():
-        raise UsageError(f"no such model folder: {args.hf}")
+    check_hf_source(args)
     try:
         # (importing it registers attnlab's attention with transformers)
         from ..integrations.transformers import NAME
