@@ -247,3 +247,28 @@ def test_a_module_reads_the_key_padding_of_a_combined_value_as_padded_queries():
     out, _ = m(x, mask=Mask.padding([5, 3], 5) & Mask.causal())
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     assert torch.all(out[1, 3:] == 0)
+
+
+@pytest.mark.parametrize("name,kw", [("differential", {}), ("mla", {"kv_latent_dim": 8}), ("linear", {}),
+                                     ("local", {"window": 2}), ("gqa", {"num_kv_heads": 1})])
+def test_every_module_with_a_mask_takes_the_value_as_it_takes_the_tensor(name, kw):
+    torch.manual_seed(0)
+    m = attnlab.create(name, dim=16, num_heads=2, **kw).eval()
+    x = torch.randn(2, 6, 16)
+    keep = torch.arange(6) < torch.tensor([6, 4])[:, None]
+    ref = m(x, mask=keep[:, None, None, :])
+    out = m(x, mask=Mask.padding([6, 4], 6))
+    ref, out = (r[0] if isinstance(r, tuple) else r for r in (ref, out))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_the_functional_multi_head_attention_takes_the_value():
+    from attnlab.functional import multi_head_attention
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    w = {n: torch.randn(8, 8) * 0.3 for n in ("w_q", "w_k", "w_v", "w_o")}
+    keep = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    ref, _ = multi_head_attention(x, x, x, w, num_heads=2, mask=keep[:, None, None, :])
+    out, _ = multi_head_attention(x, x, x, w, num_heads=2, mask=Mask.padding([5, 2], 5))
+    torch.testing.assert_close(out, ref)
