@@ -134,3 +134,21 @@ def test_a_resumed_run_continues_its_log_and_its_wall_time(tmp_path):
     _, _, losses = by_hand(6)
     assert r.history[2]["loss"] == pytest.approx(np.mean(losses[4:6]), rel=1e-5)
     assert r.step == 6 and r.train_loss == pytest.approx(np.mean(losses[4:6]), rel=1e-5)
+
+
+def test_the_first_steps_line_shows_the_loss_averaged_over_the_processes(tmp_path, monkeypatch):
+    """Under data or context parallelism each process holds its share of the step's loss: the line shows
+    the runtime's mean over the processes (faked here as sum 3.0 over count 4 of the others added)."""
+    from attnlab.train import runtime as rt_module
+
+    seen = []
+
+    def mean(self, local_sum, local_n):
+        seen.append((local_sum, local_n))
+        return (local_sum + 3.0) / (local_n + 4)
+
+    monkeypatch.setattr(rt_module.Runtime, "mean", mean)
+    lines: list[str] = []
+    fit(Linear(), FitConfig(steps=3, log_every=3, clip=0.0, desc="cp"), out=tmp_path / "run", log=lines.append)
+    local_sum, local_n = seen[0]
+    assert lines[0].startswith(f"cp: step 1/3  loss {(local_sum + 3.0) / (local_n + 4):.4f}  (first step ")

@@ -289,8 +289,10 @@ def fit(task: Task, config: FitConfig, runtime: Runtime | None = None, out: str 
         if step == first + 1 and config.max_seconds is not None:  # until an evaluation is timed: an estimate
             deadline.took("eval", task.eval_seconds(rt))
         last = step == config.steps or deadline.due(step_s, rt.world)  # --max-seconds: stop while the end fits
-        if step == first + 1 and run.say is not None and not config.due(config.log_every, step, last):
-            run.say(f"{config.desc}: " + first_step_line(step, config.steps, float(total) / max(1, n), step_s), bar)
+        if step == first + 1 and not config.due(config.log_every, step, last):
+            loss = rt.mean(float(total), int(n))  # every rank: the mean over the processes (one sequence's shards)
+            if run.say is not None:
+                run.say(f"{config.desc}: " + first_step_line(step, config.steps, loss, step_s), bar)
         train = run.log_train(guard) if config.due(config.log_every, step, last) else None
         valid = run.evaluate(guard, deadline) if config.due(config.eval_every, step, last) else {}
         run.valid = valid or run.valid
