@@ -272,3 +272,14 @@ def test_the_functional_multi_head_attention_takes_the_value():
     ref, _ = multi_head_attention(x, x, x, w, num_heads=2, mask=keep[:, None, None, :])
     out, _ = multi_head_attention(x, x, x, w, num_heads=2, mask=Mask.padding([5, 2], 5))
     torch.testing.assert_close(out, ref)
+
+
+def test_a_causal_value_keeps_no_plan_per_step_of_a_growing_cache():
+    m = Mask.causal()
+    for k_len in range(3, 9):  # one query, then chunks of two, over a cache that grows
+        for q_len in (1, 2):
+            q, k, v = _qkv(b=1, h=1, q=q_len, k=k_len)
+            out, _ = attnlab.attention(q, k, v, mask=m)
+            ref, _ = attnlab.attention(q, k, v, causal=True)
+            torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert m._plans == {}

@@ -352,7 +352,7 @@ class Mask:
         keys = self._parts[0] if len(self._parts) == 1 else None
         if isinstance(keys, _Keys) and keys.empty is False:
             return None
-        dense = self.tensor(q_len, k_len, device)
+        dense = self._dense(q_len, k_len, device) if self.is_causal else self.tensor(q_len, k_len, device)
         dead = ~masks.allowed(dense).any(-1, keepdim=True)  # (b|1, 1, q|1, 1)
         if dead.device.type != "meta" and not _checks.tracing() and not bool(dead.any()):
             return None

@@ -400,6 +400,8 @@ def _from_value(
     or None). Checked against the call's sizes once per size; what the call needs is the value's plan."""
     if causal:  # the value's causal form, made once and kept with it
         m = m.plan(("& causal",), lambda: m & Mask.causal())
+    if m.is_causal:  # nothing to keep (a cache that grows by a token a step would add a plan a step)
+        return _plan_call(m, scores_shape, query.device, query.dtype, on_host)
     key = (tuple(scores_shape), query.device, query.dtype, on_host)
     return m.plan(key, lambda: _plan_call(m, scores_shape, query.device, query.dtype, on_host))
 
@@ -416,7 +418,10 @@ def _plan_call(
         return None, False, None  # one query at the end of the keys may attend every key
     if m.is_causal and (q_len == k_len or (m.aligned_bottom_right and q_len < k_len and not on_host)):
         return None, True, None  # the kernel's own causal mask
-    t, dead = m.tensor(q_len, k_len, device), m.empty_rows(q_len, k_len, device)
+    if m.is_causal:  # made for this call only (see _from_value)
+        t, dead = m._dense(q_len, k_len, device), m._empty_rows(q_len, k_len, device)
+    else:
+        t, dead = m.tensor(q_len, k_len, device), m.empty_rows(q_len, k_len, device)
     if len(lead) < 2:  # (b, q, k) or (q, k) scores: the value's (b|1, 1, q|1, k) without its head axis
         t, dead = t[:, 0], None if dead is None else dead[:, 0]
         if not lead:
