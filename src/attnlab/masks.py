@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -79,10 +80,11 @@ def score_mask(
     if mask is None:
         return None, False
     if type(mask).__name__ == "Mask" and hasattr(mask, "key_padding"):  # an attnlab.Mask: its own forms
-        mask.check(b, q_len, k_len)
-        if mask.keys is not None:
-            return mask.keys[:, None, None, :], True  # (b, 1, 1, k)
-        return mask.tensor(q_len, k_len), False  # (b|1, 1, q|1, k), made once per size and kept
+        value: Any = mask  # (attnlab.mask sits above this module: known here by what it has)
+        value.check(b, q_len, k_len)
+        if value.keys is not None:
+            return value.keys[:, None, None, :], True  # (b, 1, 1, k)
+        return value.tensor(q_len, k_len), False  # (b|1, 1, q|1, k), made once per size and kept
     if not isinstance(mask, torch.Tensor):
         raise ValueError(f"mask must be a torch.Tensor (bool or float) or an attnlab.Mask; got {type(mask).__name__}")
     shape = tuple(mask.shape)
