@@ -62,6 +62,7 @@ demo: $(DEMO_STAMP)
 	@echo "== 5/5  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"
 	@echo "         anything into (the full run, its figures and their reading: benchmarks/RESULTS.md)"
 	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
+	@echo "== Next: . $(VENV)/bin/activate   (then attnlab --help; or call $(BIN)/attnlab directly)"
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -254,3 +254,19 @@ def test_python_dash_m_attnlab_cli_is_the_command():
     assert proc.returncode == 2 and proc.stderr.startswith(
         "attnlab: error: argument VERB: invalid choice: 'nope'"
     )
+
+
+def test_bare_attnlab_lists_the_verbs_and_a_mistyped_flag_names_the_close_one(capsys):
+    from attnlab.cli import VERBS, main
+
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: attnlab") and all(verb in out for verb in VERBS)
+    with pytest.raises(SystemExit) as e:
+        main(["explain", "--exampel", "x"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("attnlab explain: error: unrecognized arguments: --exampel (did you mean "
+                                       "--example? see attnlab explain --help)\n")
+    with pytest.raises(SystemExit):
+        main(["explain", "--zzz"])
+    assert capsys.readouterr().err == "attnlab explain: error: unrecognized arguments: --zzz (see attnlab explain --help)\n"

@@ -72,8 +72,35 @@ def _missing_extra(e: ModuleNotFoundError) -> str | None:
 class Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line on stderr (exit 2), without the usage block."""
 
+    verb = ""  # the verb of the command line being parsed (set by ``main``), for its options' names
+
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        prog, hint = self.prog, ""
+        verb_parser = self._verb_parser()
+        if verb_parser is not None:
+            prog = verb_parser.prog
+            if message.startswith("unrecognized arguments:"):
+                hint = _did_you_mean(message.split(":", 1)[1].split(), verb_parser)
+        self.exit(2, f"{prog}: error: {' '.join(message.split())} ({hint}see {prog} --help)\n")
+
+    def _verb_parser(self) -> argparse.ArgumentParser | None:
+        subparsers = getattr(self, "_subparsers", None)
+        if not self.verb or subparsers is None:
+            return None
+        for action in subparsers._group_actions:
+            choices = getattr(action, "choices", None) or {}
+            if self.verb in choices:
+                return choices[self.verb]
+        return None
+
+
+def _did_you_mean(given: list[str], parser: argparse.ArgumentParser) -> str:
+    """"did you mean --example? " for a mistyped option, from the verb's own option names."""
+    import difflib
+
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    close = [m for g in given if g.startswith("-") for m in difflib.get_close_matches(g.split("=")[0], options, n=1)]
+    return f"did you mean {', '.join(close)}? " if close else ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -109,6 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"attnlab train: error: {e}", file=sys.stderr)
             return 2
     parser = build_parser(only=_verb(argv))
+    if not argv:  # bare ``attnlab``: the verbs, as --help lists them
+        parser.print_help()
+        return 0
+    if isinstance(parser, Parser):
+        parser.verb = _verb(argv)
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:
