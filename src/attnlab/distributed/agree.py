@@ -50,12 +50,14 @@ def agree(group: Any, problem: ValueError | None, sig: dict[str, object]) -> Non
     """Every rank shares ``problem`` (its own check's error, or None) and ``sig``; every rank raises
     the same error (of the failed check's type, else ``ValueError``) when a rank failed its check or
     the signatures differ. One process: the problem is raised as it is."""
-    if not dist.is_available() or not dist.is_initialized() or world(group)[1] == 1:
+    if problem is not None and (not dist.is_available() or not dist.is_initialized()):
+        raise problem
+    size = world(group)[1]  # (the clear error for a missing process group)
+    if size == 1:
         if problem is not None:
             raise problem
-        world(group)  # the clear error for a missing process group
         return
-    shared: list[Any] = [None] * world(group)[1]
+    shared: list[Any] = [None] * size
     dist.all_gather_object(shared, (None if problem is None else (type(problem), str(problem)), sig), group=group)
     failed = [(r, p) for r, (p, _) in enumerate(shared) if p is not None]
     if failed:

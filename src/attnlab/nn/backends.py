@@ -171,14 +171,7 @@ class BlockSparse(Backend):
             raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
         if cached:
             raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
-        if isinstance(mask, Mask):  # the kernel takes bool tensors: key padding, or the value's dense form
-            if mask.keys is not None:
-                return mask.keys[:, None, None, :]
-            if mask.q is None or mask.is_bias:
-                raise ValueError(f"with a sparse pattern, a mask value is key padding or a bool mask of fixed size; "
-                                 f"got {mask!r}")
-            return mask.tensor(mask.q, mask.k if mask.k is not None else mask.q)
-        return mask
+        return mask  # (a mask value becomes the kernel's bool tensor in the call, at the call's n: ``_as_tensor``)
 
     def __repr__(self) -> str:
         return f"BlockSparse({self.pattern!r}, block={self.block})"

@@ -125,7 +125,7 @@ def _value_mask_for_module(
     self-attention marks the padded queries too)."""
     mask.check(b, q_len, k_len)
     keys = mask.key_padding
-    pad = None if keys is None else keys[:, None, None, :].to(device)
+    pad = None if keys is None else mask.plan(("key padding", device), lambda: keys[:, None, None, :].to(device))
     if mask.keys is not None:
         return pad, pad
     return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), pad

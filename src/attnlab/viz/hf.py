@@ -236,6 +236,14 @@ def _encode(model_dir: Path, config, tok, text: str, target: str | None) -> dict
     return kwargs
 
 
+def _need_transformers(doing: str) -> None:
+    """An ``ImportError`` naming the extra when transformers is not installed."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{doing} Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+
+
 def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *, device="cpu",
                  attn_implementation: str = "eager") -> View:
     """Tokenise ``text`` with the folder's tokenizer, run the folder's model once, return its attention.
@@ -249,11 +257,9 @@ def load_and_run(model_dir: str | Path, text: str, target: str | None = None, *,
     For an encoder–decoder, the decoder reads ``target`` (default: ``text``) after its start token.
     Weights are read from safetensors only (a pickled ``.bin`` is refused, never unpickled); a folder,
     text or weights that transformers cannot use is one ``ValueError`` that names the step."""
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ImportError("viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    _need_transformers("viewing")
+    import torch
+
     model_dir = Path(model_dir)
     with _quiet():
         config, tok, model = _load(model_dir, attn_implementation)
@@ -285,11 +291,9 @@ def run_once(model_dir: str | Path, text: str, *, attn_implementation: str = "ea
     """(config, tokens, outputs): the folder's model run once on ``text`` on the CPU, with
     ``output_attentions=True`` and the attention implementation asked for (encoder-only and
     decoder-only models; the tokens as the viewer shows them). Errors as ``load_and_run``'s."""
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError:
-        raise ImportError("reading Hugging Face models needs transformers: pip install 'attnlab[hf]'") from None
+    _need_transformers("reading")
+    import torch
+
     model_dir = Path(model_dir)
     with _quiet():
         config, tok, model = _load(model_dir, attn_implementation)
