@@ -65,7 +65,7 @@ def test_canonical_and_its_message():
 @pytest.mark.parametrize("name", ["My-attention", "my_attention", "multi_head", "UPPER"])
 def test_register_message(name):
     assert message(lambda: R.register(name)) == (
-        f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
+        f"registered names are lower case with hyphens (not {name!r}); put old spellings in aliases")
 
 
 class _Probe(torch.nn.Module):
@@ -88,14 +88,14 @@ def test_register_create_with_defaults_and_twice():
         deco = R.register("probe-plain")
         assert message(lambda: deco(_Probe)) == "attention name 'probe-plain' is registered twice"
     finally:
-        R._REGISTRY.pop("probe-plain", None)
-        R._REGISTRY.pop("probe-defaults", None)
+        R.RECORDS.pop("probe-plain", None)
+        R.RECORDS.pop("probe-defaults", None)
     assert "probe-plain" not in R.available()
 
 
 def test_create_unknown_names_every_available_name():
     text = message(lambda: R.create("nope"))
-    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R._REGISTRY))}"
+    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R.RECORDS))}"
     assert "luong-concat, luong-dot, luong-general" in text
     assert R.create("luong_dot", query_dim=2, key_dim=2).score == "dot"
     assert R.create("luong-concat", query_dim=2, key_dim=2).score == "concat"

@@ -89,7 +89,7 @@ def item_ids(name: str, items: object, num_items: int) -> torch.Tensor:
     return items
 
 
-@register("target-attention")
+@register("target-attention", functional=target_attention)
 class TargetAttention(nn.Module):
     """DIN's target attention: ``TargetAttention(dim, hidden_dim=36, normalise="softmax")``.
 
