@@ -186,7 +186,7 @@ def format_doc() -> str:
         "`tokens`, `key_tokens`. The JSON Schema is `attnlab/explain/example.schema.json` (in the package).",
         "Mechanism names are `attnlab.nn`'s (`attnlab.available()`), with hyphens (`multi-head`); underscores",
         "are read as hyphens (`multi_head`), and other names as the registry reads them",
-        f"({', '.join(f'`{a}` = `{c}`' for a, c in {**ALIASES, **WALKTHROUGH_OF}.items())}).",
+        f"({', '.join(f'`{a}` = `{c}`' for a, c in sorted({**ALIASES, **WALKTHROUGH_OF}.items()))}).",
         "",
     ]
     examples: dict[str, str] = {}
@@ -215,8 +215,8 @@ def schema_text() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Write the schema next to this module and the Markdown page to ``docs/examples-format.md`` (or argv[0])."""
     argv = sys.argv[1:] if argv is None else argv
-    for path, text in ((SCHEMA_FILE, schema_text()), (Path(argv[0] if argv else "docs/examples-format.md"), format_doc())):
-        write_text(path, text)  # never half-written
+    write_text(SCHEMA_FILE, schema_text(), package_ok=True)  # the package's own generated file; never half-written
+    write_text(Path(argv[0] if argv else "docs/examples-format.md"), format_doc())
     return 0
 
 

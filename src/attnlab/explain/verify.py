@@ -86,8 +86,7 @@ import torch
 from ..functional.steps import evaluate
 from ..trace import Trace
 from .examples import Example, ExampleError
-from .mechanisms import display_value, run
-from .recompute import path_for
+from .mechanisms import display_value, path_for, run
 
 EXACT, DRIFT, WRONG = "exact", "rounding drift", "wrong"
 CONVENTION, OTHER_STEP = "another convention", "another step"
