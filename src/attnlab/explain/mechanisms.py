@@ -13,7 +13,7 @@ their batch axis of one for display; a single query vector drops the query axis)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -305,6 +305,7 @@ class Mechanism:
     batched: bool = False
     squeeze: bool = False
     shows: tuple[str, ...] = ()  # registered modules whose arithmetic this walkthrough shows (their own name reads as this)
+    keys: dict[str, tuple[dict, str]] = field(default_factory=dict)  # its own keys' JSON Schema and meaning (others: spec's)
 
 
 _QKV = ("query", "keys", "values?", "mask?")

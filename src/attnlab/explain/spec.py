@@ -86,6 +86,13 @@ PARAMS: dict[str, tuple[dict, str]] = {
 }
 
 
+def _types(table: str) -> dict[str, tuple[dict, str]]:
+    """The key types of ``table`` ("inputs" or "params"): the shared ones, and each mechanism's own (``Mechanism.keys``)."""
+    shared = INPUTS if table == "inputs" else PARAMS
+    own = {k: t for m in MECHANISMS.values() for k, t in m.keys.items() if k in _names(getattr(m, table))}
+    return {**shared, **own}
+
+
 def _names(spec: tuple[str, ...]) -> list[str]:
     return [n.rstrip("?") for s in spec for n in s.split("|")]
 
@@ -131,8 +138,8 @@ def schema() -> dict[str, Any]:
             "source": {"type": "string"},
             "tokens": {"type": "array", "items": {"type": "string"}},
             "key_tokens": {"type": "array", "items": {"type": "string"}},
-            "inputs": {"type": "object", "properties": {k: s for k, (s, _) in INPUTS.items()}, "additionalProperties": False},
-            "params": {"type": "object", "properties": {k: s for k, (s, _) in PARAMS.items()}, "additionalProperties": False},
+            **{table: {"type": "object", "properties": {k: s for k, (s, _) in _types(table).items()},
+                       "additionalProperties": False} for table in ("inputs", "params")},
             "claim": {"type": "array", "items": {"$ref": "#/$defs/claim"}},
         },
         "allOf": per_mechanism,
@@ -195,9 +202,9 @@ def format_doc() -> str:
     for name, m in MECHANISMS.items():
         paper = PAPERS[m.paper]
         lines += [f"## `{name}`", "", f"{m.summary} ({paper.authors} {paper.year}, {paper.url}).", "", "- inputs:"]
-        lines += _spec_text(m.inputs, INPUTS)
+        lines += _spec_text(m.inputs, _types("inputs"))
         lines += ["- parameters:"]
-        lines += _spec_text(m.params, PARAMS) or ["  - none"]
+        lines += _spec_text(m.params, _types("params")) or ["  - none"]
         if name in examples:
             steps = run(load(examples[name])).names()
             lines += [f"- steps (example `{examples[name]}`): " + ", ".join(f"`{s}`" for s in steps)]
