@@ -30,6 +30,10 @@ import torch
 
 _ModuleClass = TypeVar("_ModuleClass", bound=type[torch.nn.Module])
 
+# what a module can take (the contract suite, tests/conformance, checks each record's claim):
+# mask: a padding or attention mask; causal: causal=True; weights: need_weights=True; cache: a key/value cache
+SUPPORTS = ("mask", "causal", "weights", "cache")
+
 
 @dataclass(frozen=True)
 class Record:
@@ -38,7 +42,7 @@ class Record:
     name: its one spelling; aliases: its other names (each read as ``name`` everywhere);
     module: the class ``create`` builds, with ``defaults`` under the caller's keywords;
     functional: its pure function in ``attnlab.functional`` (None where the module is only a
-    composition of others, e.g. a block).
+    composition of others, e.g. a block); supports: what its call takes, words of ``SUPPORTS``.
     """
 
     name: str
@@ -46,6 +50,7 @@ class Record:
     aliases: tuple[str, ...] = ()
     functional: Callable[..., Any] | None = None
     defaults: tuple[tuple[str, Any], ...] = ()
+    supports: frozenset[str] = frozenset()
 
     def build(self, **kwargs: Any) -> torch.nn.Module:
         """The module with the registered defaults, the caller's keywords winning."""
@@ -81,18 +86,20 @@ def add(record: Record) -> None:
             raise ValueError(f"attention name {taken!r} is registered twice")
     for alias in record.aliases:
         _check_spelling(alias)
+    if not record.supports <= set(SUPPORTS):
+        raise ValueError(f"{record.name}: supports takes words of {SUPPORTS}; got {tuple(sorted(record.supports))}")
     RECORDS[record.name] = record
     ALIASES.update(dict.fromkeys(record.aliases, record.name))
 
 
 def register(name: str, *, aliases: tuple[str, ...] = (), functional: Callable[..., Any] | None = None,
-             **defaults: Any) -> Callable[[_ModuleClass], _ModuleClass]:
+             supports: tuple[str, ...] = (), **defaults: Any) -> Callable[[_ModuleClass], _ModuleClass]:
     """Class decorator: ``@register("luong-dot", score="dot")`` registers a name with default kwargs;
-    ``aliases`` are its other names, ``functional`` its pure function."""
+    ``aliases`` are its other names, ``functional`` its pure function, ``supports`` what its call takes."""
     _check_spelling(name)
 
     def deco(cls: _ModuleClass) -> _ModuleClass:
-        add(Record(name, cls, tuple(aliases), functional, tuple(defaults.items())))
+        add(Record(name, cls, tuple(aliases), functional, tuple(defaults.items()), frozenset(supports)))
         return cls
 
     return deco
@@ -115,4 +122,4 @@ def available() -> list[str]:
     return sorted(RECORDS)
 
 
-__all__ = ["Record", "RECORDS", "register", "add", "record", "create", "available", "canonical", "ALIASES"]
+__all__ = ["Record", "RECORDS", "SUPPORTS", "register", "add", "record", "create", "available", "canonical", "ALIASES"]
