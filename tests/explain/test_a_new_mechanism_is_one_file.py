@@ -87,3 +87,10 @@ def test_the_toy_runs_and_verify_recomputes_its_steps(toy):
     verdicts = verify(parse(EXAMPLE + claims, "toy.toml"))
     assert [(v.step, v.status) for v in verdicts] == [("scaled_scores", EXACT), ("weights", DRIFT)]
     assert [v.status for v in verify(parse(EXAMPLE + '[[claim]]\nstep = "scores"\nvalue = [1.0, 0.0, 0.7]\n'))] == [EXACT]
+
+
+def test_a_walkthrough_is_added_once(toy):
+    with pytest.raises(ValueError) as e:
+        mechanisms.add("toy-temperature", mechanisms.MECHANISMS["toy-temperature"])
+    assert str(e.value) == "mechanism 'toy-temperature' has a walkthrough already"
+    assert names.NAMES.count("toy-temperature") == 1
