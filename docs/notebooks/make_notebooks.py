@@ -33,7 +33,7 @@ NOTEBOOKS = {
         new_markdown_cell("The whole walkthrough, with each written claim checked:"),
         new_code_cell(
             "from attnlab.cli import main\n"
-            "main(['explain', 'additive', '--example', 'seed-000-additive'])"
+            "main(['explain', 'additive', '--example', 'tutorial1-additive'])"
         ),
     ],
     "02-translator-alignments.ipynb": [
@@ -66,7 +66,7 @@ NOTEBOOKS = {
         new_code_cell(
             "import attnlab.explain as ex\nfrom attnlab.viz import from_example\nfrom attnlab.viz.viewer import render_html\n"
             "from IPython.display import HTML\n\n"
-            "example = ex.load('seed-001-multi-head')\ntrace = ex.run(example)\n"
+            "example = ex.load('tutorial2-multi-head')\ntrace = ex.run(example)\n"
             "HTML(render_html(from_example(example, trace)))"
         ),
     ],
