@@ -6,7 +6,7 @@
                feature_map = [[[...]]]  (channel, spatial: (C, H, W) or (b, C, H, W))
                mask = [[1, 0, ...], ...]  (optional; 1/true = may attend)
     [params]   w_q, w_k, v, weight, w_v, w_o, num_heads, scale, causal, score, w_c, b_c, ...
-               (matrices as the seeds write them: W acting on a column, W x)
+               (matrices as the tutorials write them: W acting on a column, W x)
     [[claim]]  step = "scores"; index = [2]; value = 1.32     (index is 1-based)
 
 This module reads examples: ``parse``/``load`` give an ``Example`` and the
