@@ -214,7 +214,7 @@ def test_verify_exits_one_when_a_claim_is_wrong(capsys):
 
 
 def test_verify_all_checks_every_built_in_example(capsys):
-    assert main(["verify", "--all", "-q"]) == 1  # the seed examples keep their wrong claims
+    assert main(["verify", "--all", "-q"]) == 1  # the tutorials' examples keep their wrong claims
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == builtin_names()
     assert main(["verify", "attnlab-gqa", "--all", "-q"]) == 1

@@ -75,7 +75,7 @@ def test_multi_head_walkthrough_against_numpy():
     cat = np.concatenate(heads, axis=1)
     np.testing.assert_allclose(display_value(ex, "heads", t["heads"].value).numpy(), cat, atol=1e-12)
     np.testing.assert_allclose(display_value(ex, "output", t["output"].value).numpy(), cat @ w_o.T, atol=1e-12)
-    # head 1 is the seed's own self-attention example: 猫's largest weight is on 上 (0.880)
+    # head 1 is the tutorial's own self-attention example: 猫's largest weight is on 上 (0.880)
     assert abs(display_value(ex, "weights", t["weights"].value)[0, 0, 4].item() - 0.880) < 5e-4
 
 

@@ -1,4 +1,4 @@
-"""Traces record the reference path's steps; the walkthroughs of the seed examples read them."""
+"""Traces record the reference path's steps; the walkthroughs of the tutorials' examples read them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checker: exact / rounding drift / wrong, on the seeds' examples, attnlab's own, and built cases."""
+"""The checker: exact / rounding drift / wrong, on the tutorials' examples, attnlab's own, and built cases."""
 
 from __future__ import annotations
 
