@@ -28,7 +28,7 @@ NOTEBOOKS = {
             "for step in steps:\n"
             "    print(f'{step.name:16s} {step.formula:40s} {step.value.flatten().tolist()}')"
         ),
-        new_markdown_cell("The seed text writes `score(s_t, h_2) = 1.32`; the computed value is:"),
+        new_markdown_cell("The first tutorial writes `score(s_t, h_2) = 1.32`; the computed value is:"),
         new_code_cell("round(steps['scores'].value[0, 1].item(), 4)"),
         new_markdown_cell("The whole walkthrough, with each written claim checked:"),
         new_code_cell(
