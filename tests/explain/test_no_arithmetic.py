@@ -1,4 +1,4 @@
-"""Explain reads, never recomputes: no arithmetic of attention in attnlab/explain (issue 11, part 3)."""
+"""Explain reads, never recomputes: no arithmetic of attention in attnlab/explain."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ is active:
     attentional: context_state = [c; s],  output_preactivation = W_c[c; s] + b_c,  output = tanh(·)
     CBAM:        avg_pool, max_pool, mlp, weights = σ(·), output = F ⊗ M (channel);
                  pooled, conv, weights, output (spatial)
-    issue 14:    softcap: …scaled_scores, softcapped_scores = c·tanh(e/c), …core…;
+    modern:      softcap: …scaled_scores, softcapped_scores = c·tanh(e/c), …core…;
                  linear: query_features = φ(Q), key_features = φ(K), similarities, weights = s / Σ s, context;
                  differential: the core twice (*_1, *_2), weights = A_1 − λ A_2, context;
                  latent (MLA): content_keys = W^UK c, value_heads = W^UV c, query_heads, key_heads = [·^C; ·^R], …core…;

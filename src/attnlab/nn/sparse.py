@@ -11,7 +11,7 @@ O(n·w) time and memory, forward and backward.
 ============================  ===========================================================  =========================
 module                        pattern                                                      paper
 ============================  ===========================================================  =========================
-``LocalAttention``            ``sliding_window(window, 0 if causal else window)``          local attention (seed 001)
+``LocalAttention``            ``sliding_window(window, 0 if causal else window)``          the second tutorial (§5.2)
 ``SparseAttention``           any ``attnlab.patterns`` pattern                             Child et al. 2019
 ``LongformerAttention``       ``sliding_window(window) | global_tokens(global_indices)``   Beltagy et al. 2020
 ``BigBirdAttention``          window ``|`` global ``|`` ``random_blocks(random_per_row)``  Zaheer et al. 2020
