@@ -138,6 +138,15 @@ def test_notebook_runs(notebook, tmp_path):
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
 
+def test_the_notebooks_page_and_each_notebook_say_how_to_open_them():
+    nbformat = pytest.importorskip("nbformat")
+    line = 'pip install -e ".[notebooks]" && jupyter notebook docs/notebooks'
+    assert f"\n    {line}\n" in (DOCS / "notebooks.md").read_text(encoding="utf-8")
+    for notebook in NOTEBOOKS:
+        first = nbformat.read(notebook, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and line in first.source, notebook.name
+
+
 def test_notebooks_are_what_the_script_writes(tmp_path):
     script = (DOCS / "notebooks" / "make_notebooks.py").read_text()
     assert len(NOTEBOOKS) >= 3
