@@ -127,6 +127,23 @@ def test_worked_example_page_shows_its_formulas_and_values_as_mathml(site):
     assert font and (site / "assets" / font.group(1)).is_file()
 
 
+def css_rules(css: str) -> dict[str, dict[str, str]]:
+    """``selector -> {property: value}`` of a flat style sheet (no nesting), comments left out."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return {sel.strip(): dict(tuple(x.strip() for x in decl.split(":", 1)) for decl in body.split(";") if ":" in decl)
+            for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)}
+
+
+def test_display_formulas_scroll_sideways_only_and_code_stays_in_the_column():
+    rules = css_rules((DOCS / "assets" / "math.css").read_text(encoding="utf-8"))
+    block = rules['math[display="block"]']
+    # overflow-x: auto alone computes overflow-y to auto: a vertical scrollbar beside every matrix
+    assert block["overflow-x"] == "auto" and block["overflow-y"] == "hidden"
+    assert re.fullmatch(r"0\.[1-9]\d*em 0", block["padding"])  # room for the stretched brackets, so nothing is clipped
+    assert rules[".md-typeset pre > code"]["overflow-x"] == "auto"
+    assert rules[".md-typeset :not(pre) > code"]["overflow-wrap"] == "anywhere"
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(notebook, tmp_path):
     nbformat = pytest.importorskip("nbformat")
