@@ -140,7 +140,7 @@ LABELS: dict[str, tuple[str, str]] = {
     "content_keys": ("content keys from the latents", "由潜向量得到的内容键"),
     "key_groups": ("key heads shared by the query heads", "各查询头共享的键头"),
     "value_groups": ("value heads shared by the query heads", "各查询头共享的值头"),
-    "features": ("activation unit input [e_j, v_A, e_j − v_A, e_j ⊙ v_A]", "激活单元的输入 [e_j, v_A, e_j − v_A, e_j ⊙ v_A]"),
+    "features": ("activation unit input", "激活单元的输入"),
     "hidden": ("hidden layer before PReLU", "PReLU 之前的隐藏层"),
     "activated": ("hidden layer after PReLU", "PReLU 之后的隐藏层"),
     **{f"{step}_{n}": (f"{en}, map {n}", f"第 {n} 张图的{zh}") for n in (1, 2) for step, en, zh in (
