@@ -49,6 +49,23 @@ def test_make_demo_installs_only_what_the_demo_needs():
     assert '-e ".[lab,viz]"' in recipe and "[dev]" not in recipe
 
 
+def test_make_demo_ends_on_words_a_learner_can_read(capsys):
+    """The demo's last command is the shipped captioner on a held-out scene (each word, where it looked,
+    right or wrong), not a smoke run whose figures the reader is told to ignore."""
+    import shlex
+
+    from attnlab.cli import main
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^demo: .*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    commands = re.findall(r"^\t@?\$\(BIN\)/attnlab (.+?)(?: \|\|.*)?$", recipe, re.M)
+    assert commands[-1] == "caption --pretrained caption" and not any("--quick" in c for c in commands)
+    assert main(shlex.split(commands[-1])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "attention accuracy on this image: 2/2; exact match: yes"
+    assert lines[-3].startswith("   1 whale        region (row ") and lines[-3].endswith("✓ on its emoji")
+
+
 def _recipe(target: str) -> str:
     """The commands of a Makefile target's prerequisite stamp (what it installs)."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
