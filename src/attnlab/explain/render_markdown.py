@@ -57,9 +57,12 @@ def _esc(s: str) -> str:
 
 
 def _given(lang: str, name: str, value: str | None = None) -> str:
-    """An input's or parameter's name (and value): code in English, the Chinese label as text."""
-    text = i18n.given(lang, name) + ("" if value is None else f" = {value}")
-    return text if lang == "zh" else f"`{text}`"
+    """An input's or parameter's name (and value): code, or in Chinese its label as text (a symbol such
+    as ``w_q`` and a library call such as a pattern stay code)."""
+    shown = i18n.given(lang, name)
+    if shown == name:
+        return f"`{name}`" if value is None else f"`{name} = {value}`"
+    return shown if value is None else f"{shown} = " + (f"`{value}`" if value.startswith("attnlab.") else value)
 
 
 def render_markdown(
