@@ -1,7 +1,8 @@
 # attnlab: the two commands.
 #   make demo   set up .venv with what the demo needs (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
-#   make docs   the documentation site into site/ (make cli-reference: its page docs/cli.md)
+#   make docs   the documentation site into site/, in a venv with the docs extra only (make cli-reference:
+#               its page docs/cli.md)
 #   make mutation  mutation testing (mutmut) of every package; hours, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
@@ -12,6 +13,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.attnlab-installed
 # make demo needs only the core, the lab and the pictures: a lighter venv than make test's.
 DEMO_STAMP := $(VENV)/.attnlab-demo-installed
+# make docs needs only the core and the docs extra (mkdocs, the math renderer): no test tools.
+DOCS_STAMP := $(VENV)/.attnlab-docs-installed
 # The torch requirement the venv was built with: a changed TORCH_SPEC rewrites this file,
 # which makes the stamp stale, so the next make reinstalls torch.
 SPEC_FILE := $(VENV)/.torch-spec
@@ -31,13 +34,19 @@ $(STAMP): pyproject.toml Makefile $(SPEC_FILE)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@if [ -n "$(NODEPS_PACKAGES)" ]; then $(BIN)/python -m pip install --quiet --no-deps $(NODEPS_PACKAGES); fi
 	@$(MAKE) --no-print-directory system-deps
-	@touch $(STAMP) $(DEMO_STAMP)
+	@touch $(STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 $(DEMO_STAMP): pyproject.toml Makefile $(SPEC_FILE)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[lab,viz]"
 	@touch $(DEMO_STAMP)
+
+$(DOCS_STAMP): pyproject.toml Makefile $(SPEC_FILE)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	@touch $(DOCS_STAMP)
 
 # Optional data from Debian packages: best effort, never fatal.
 system-deps:
@@ -59,17 +68,19 @@ demo: $(DEMO_STAMP)
 	$(BIN)/attnlab explain --example tutorial2-multi-head --lang zh
 	@echo "== 4/5  Every built-in worked example verified claim by claim"
 	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the tutorials' wrong claims are counted above)"
-	@echo "== 5/5  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"
-	@echo "         anything into (the full run, its figures and their reading: benchmarks/RESULTS.md)"
-	$(BIN)/attnlab experiment bottleneck --quick --out runs/bottleneck-quick
+	@echo "== 5/5  The shipped captioner on a scene it never saw: each word, the region of the image it looked at"
+	@echo "         most (rows and columns counted from 1, from the top left) and whether that is its own emoji"
+	$(BIN)/attnlab caption --pretrained caption
 	@echo "== Next: . $(VENV)/bin/activate   (then attnlab --help; or call $(BIN)/attnlab directly)"
+	@echo "   The experiments that settle the tutorials' claims, with their figures and how to read them:"
+	@echo "   attnlab experiment --help, benchmarks/RESULTS.md"
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest -q
 
 # The documentation site into site/ (tests/test_docs.py builds it strict in make test too).
-docs: $(STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 # docs/cli.md, every command's --help, written again after a help text, default or choice changed
 # (tests/cli/test_command_reference_page.py checks that the page is what the command line prints).

@@ -113,6 +113,39 @@ def test_no_page_shows_raw_tex(site):
         assert "arithmatex" not in html, f"{name} keeps math for a script to render"
 
 
+# What a formula looks like when it was typed as plain text: TeX's sub- and superscripts and commands,
+# a root sign or a transpose mark, or a symbol with an underscore subscript (s_t, α_t, W_k, d_h).
+RAW_FORMULA = re.compile(r"_\{|\^\{|\\[A-Za-z]{2,}|√|ᵀ|(?<![\w/.-])[A-Za-zα-ωΑ-Ω]_[A-Za-z0-9]{1,3}(?![\w/.-])")
+
+
+def guide_pages() -> list[str]:
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    (guide,) = [entry["Guide"] for entry in nav if isinstance(entry, dict) and "Guide" in entry]
+    return [next(iter(page.values())) for page in guide]
+
+
+def test_raw_formula_pattern_finds_formulas_typed_as_text():
+    found = [w for w in ("from s_{t-1}", "the RNN's α_t", "1/√d_h", "qᵀk", "W_k h_j", "\\frac{a}{b}") if RAW_FORMULA.search(w)]
+    kept = [w for w in ("numbers-de-en", "runs/de_en", "num_heads", "x_1.png", "ROMEO:") if RAW_FORMULA.search(w)]
+    assert len(found) == 6 and kept == []
+
+
+def test_guide_pages_typeset_every_formula(site):
+    pages = guide_pages()
+    assert "classic.md" in pages and "transformer.md" in pages and len(pages) >= 10
+    for src in pages:
+        html = (site / src.removesuffix(".md") / "index.html").read_text(encoding="utf-8")
+        text = visible_text(html)
+        raw = RAW_FORMULA.search(text)
+        assert raw is None, f"{src} shows a formula as text: ...{text[max(0, raw.start() - 60):raw.end() + 40]!r}..."
+    for src in ("classic.md", "transformer.md"):
+        html = (site / src.removesuffix(".md") / "index.html").read_text(encoding="utf-8")
+        assert len(re.findall(r'<math [^>]*display="block"', html)) >= 1, src
+        assert len(re.findall(r'<math [^>]*display="inline"', html)) >= 4, src
+
+
 def test_worked_example_page_shows_its_formulas_and_values_as_mathml(site):
     for page in ("tutorial/additive/index.html", "zh/tutorial/additive/index.html"):
         html = (site / page).read_text(encoding="utf-8")
@@ -127,6 +160,23 @@ def test_worked_example_page_shows_its_formulas_and_values_as_mathml(site):
     assert font and (site / "assets" / font.group(1)).is_file()
 
 
+def css_rules(css: str) -> dict[str, dict[str, str]]:
+    """``selector -> {property: value}`` of a flat style sheet (no nesting), comments left out."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    return {sel.strip(): dict(tuple(x.strip() for x in decl.split(":", 1)) for decl in body.split(";") if ":" in decl)
+            for sel, body in re.findall(r"([^{}]+)\{([^{}]*)\}", css)}
+
+
+def test_display_formulas_scroll_sideways_only_and_code_stays_in_the_column():
+    rules = css_rules((DOCS / "assets" / "math.css").read_text(encoding="utf-8"))
+    block = rules['math[display="block"]']
+    # overflow-x: auto alone computes overflow-y to auto: a vertical scrollbar beside every matrix
+    assert block["overflow-x"] == "auto" and block["overflow-y"] == "hidden"
+    assert re.fullmatch(r"0\.[1-9]\d*em 0", block["padding"])  # room for the stretched brackets, so nothing is clipped
+    assert rules[".md-typeset pre > code"]["overflow-x"] == "auto"
+    assert rules[".md-typeset :not(pre) > code"]["overflow-wrap"] == "anywhere"
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(notebook, tmp_path):
     nbformat = pytest.importorskip("nbformat")
@@ -136,6 +186,15 @@ def test_notebook_runs(notebook, tmp_path):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_the_notebooks_page_and_each_notebook_say_how_to_open_them():
+    nbformat = pytest.importorskip("nbformat")
+    line = 'pip install -e ".[notebooks]" && jupyter notebook docs/notebooks'
+    assert f"\n    {line}\n" in (DOCS / "notebooks.md").read_text(encoding="utf-8")
+    for notebook in NOTEBOOKS:
+        first = nbformat.read(notebook, as_version=4).cells[0]
+        assert first.cell_type == "markdown" and line in first.source, notebook.name
 
 
 def test_notebooks_are_what_the_script_writes(tmp_path):

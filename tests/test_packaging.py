@@ -49,6 +49,56 @@ def test_make_demo_installs_only_what_the_demo_needs():
     assert '-e ".[lab,viz]"' in recipe and "[dev]" not in recipe
 
 
+def test_make_demo_ends_on_words_a_learner_can_read(capsys):
+    """The demo's last command is the shipped captioner on a held-out scene (each word, where it looked,
+    right or wrong), not a smoke run whose figures the reader is told to ignore."""
+    import shlex
+
+    from attnlab.cli import main
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^demo: .*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    commands = re.findall(r"^\t@?\$\(BIN\)/attnlab (.+?)(?: \|\|.*)?$", recipe, re.M)
+    assert commands[-1] == "caption --pretrained caption" and not any("--quick" in c for c in commands)
+    assert main(shlex.split(commands[-1])) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "attention accuracy on this image: 2/2; exact match: yes"
+    assert lines[-3].startswith("   1 whale        region (row ") and lines[-3].endswith("✓ on its emoji")
+
+
+def _recipe(target: str) -> str:
+    """The commands of a Makefile target's prerequisite stamp (what it installs)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    stamp = re.search(rf"^{target}: (\S+)$", makefile, re.M).group(1)
+    return re.search(rf"^{re.escape(stamp)}: .*?\n((?:\t.*\n)+)", makefile, re.M).group(1)
+
+
+def test_make_docs_installs_the_docs_extra_only():
+    recipe = _recipe("docs")
+    assert '-e ".[docs]"' in recipe and "[dev]" not in recipe and "[lab" not in recipe
+
+
+def test_the_docs_extra_holds_what_the_site_build_loads():
+    import tomllib
+
+    docs = " ".join(tomllib.loads(_pyproject())["project"]["optional-dependencies"]["docs"])
+    mkdocs = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "name: material" in mkdocs and "mkdocs-material==" in docs
+    assert "- mkdocstrings:" in mkdocs and "python:" in mkdocs and "mkdocstrings-python==" in docs
+    assert "latex2mathml" in (ROOT / "docs" / "hooks.py").read_text() and "latex2mathml==" in docs
+
+
+def test_the_notebooks_extra_installs_jupyter_and_what_the_notebooks_use():
+    import tomllib
+
+    extras = tomllib.loads(_pyproject())["project"]["optional-dependencies"]
+    assert "notebooks" not in " ".join(extras["dev"])  # the test suite runs them with nbclient ([docs])
+    jupyter = [r for r in extras["notebooks"] if re.match(r"notebook\b", r)]
+    assert jupyter == ["notebook>=7"]
+    # the translator notebook trains on the numbers corpus ([lab]) and draws its alignment ([viz])
+    assert "attnlab[lab,viz]" in extras["notebooks"]
+
+
 def test_license_is_spdx_and_ships():
     assert re.search(r'^license = "MIT"$', _pyproject(), re.M)
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")

@@ -9,6 +9,12 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
+# How to open them, in each notebook's first cell and in docs/notebooks.md (tests/test_docs.py checks both).
+OPEN = ('pip install -e ".[notebooks]" && jupyter notebook docs/notebooks')
+HOW_TO_OPEN = (
+    "\n\nTo open the notebooks, from the repository's root, in the venv of `make demo` (activate it first: "
+    f"`. .venv/bin/activate`):\n\n    {OPEN}"
+)
 
 NOTEBOOKS = {
     "01-worked-examples.ipynb": [
@@ -16,6 +22,7 @@ NOTEBOOKS = {
             "# The worked examples, computed\n\n"
             "The tutorials' worked examples, recomputed by attnlab step by step. Every number below comes "
             "from the reference path's trace (`attnlab.trace()`), the same numbers that `attnlab explain` prints."
+            + HOW_TO_OPEN
         ),
         new_code_cell(
             "import torch\nfrom functools import partial\nimport attnlab\n\n"
@@ -43,6 +50,7 @@ NOTEBOOKS = {
             "words as English words. A few hundred steps take about a minute on a laptop CPU; this notebook "
             "trains for 60 steps only (the tests run it), so the alignments are still rough: raise `STEPS` "
             "to see them sharpen into the diagonal."
+            + HOW_TO_OPEN
         ),
         new_code_cell(
             "import tempfile\nfrom attnlab.cli import main\n\n"
@@ -62,6 +70,7 @@ NOTEBOOKS = {
             "# The viewer, inline\n\n"
             "`attnlab.viz` renders attention weights as one self-contained HTML page; in a notebook it "
             "shows inline."
+            + HOW_TO_OPEN
         ),
         new_code_cell(
             "import attnlab.explain as ex\nfrom attnlab.viz import from_example\nfrom attnlab.viz.viewer import render_html\n"

@@ -42,13 +42,13 @@ def maps():
 
 
 def _word_line(i, word, m) -> str:
-    """A word's line by hand: 6×6 regions, 3×3 cells, so a cell is 2×2 regions."""
+    """A word's line by hand: 6×6 regions, 3×3 cells, so a cell is 2×2 regions; rows and columns counted from 1."""
     r, c = np.unravel_index(np.argmax(m), (6, 6))
     cr, cc = r // 2, c // 2
     mass = m[2 * cr : 2 * cr + 2, 2 * cc : 2 * cc + 2].sum()
     return (
-        f"  {i:2d} {word:<12} region (row {r}, col {c}) of 6×6, weight {m.max():.3f}; "
-        f"cell (row {cr}, col {cc}) of 3×3, mass {mass:.2f}"
+        f"  {i:2d} {word:<12} region (row {r + 1}, col {c + 1}) of 6×6, weight {m.max():.3f}; "
+        f"cell (row {cr + 1}, col {cc + 1}) of 3×3, mass {mass:.2f}"
     )
 
 
@@ -64,8 +64,8 @@ def test_the_default_image_its_reference_and_every_words_line(maps, capsys):
         "attention accuracy on this image: 2/2; exact match: yes",
     ]
     assert lines[3].endswith(
-        "cell (row 1, col 1) of 3×3, mass 0.62  ✓ on its emoji"
-    )  # scenes.json: whale in 4
+        "cell (row 2, col 2) of 3×3, mass 0.62  ✓ on its emoji"
+    )  # scenes.json: whale in 4, the middle cell
 
 
 @pytest.mark.parametrize(
@@ -73,12 +73,12 @@ def test_the_default_image_its_reference_and_every_words_line(maps, capsys):
     [
         (
             {"caption": ["horse", "whale"], "token_cells": [0, 8]},
-            ["  ✗ (its emoji: cell row 2, col 2)", "  ✗ (its emoji: cell row 0, col 0)"],
+            ["  ✗ (its emoji: cell row 3, col 3)", "  ✗ (its emoji: cell row 1, col 1)"],
             "0/2; exact match: no",
         ),
         (
             {"caption": ["whale", "whale"], "token_cells": [8, 1]},
-            ["  ✗ (its emoji: cell row 0, col 1, row 2, col 2)", "  ✗ (not in the scene)"],
+            ["  ✗ (its emoji: cell row 1, col 2, row 3, col 3)", "  ✗ (not in the scene)"],
             "0/2; exact match: no",
         ),
         (
@@ -117,12 +117,12 @@ def test_a_model_without_scene_cells_prints_regions_only(capsys):
     cap = types.SimpleNamespace(words=["cat"], maps=[m])
     _print_words(cap, 2, None, None, "en")
     assert (
-        capsys.readouterr().out == "   1 cat          region (row 1, col 0) of 2×2, weight 0.600\n"
+        capsys.readouterr().out == "   1 cat          region (row 2, col 1) of 2×2, weight 0.600\n"
     )
     _print_words(cap, 2, 2, {"caption": ["猫", "狗"], "token_cells": [2, 0]}, "zh")
     assert capsys.readouterr().out.splitlines() == [
         "reference: 猫狗",  # Chinese words are joined without spaces
-        "   1 cat          region (row 1, col 0) of 2×2, weight 0.600; cell (row 1, col 0) of 2×2, mass 0.60"
+        "   1 cat          region (row 2, col 1) of 2×2, weight 0.600; cell (row 2, col 1) of 2×2, mass 0.60"
         "  ✗ (not in the scene)",
         "attention accuracy on this image: 0/1; exact match: no",
     ]

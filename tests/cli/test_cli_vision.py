@@ -91,8 +91,8 @@ def test_train_caption_on_scenes_then_caption_a_held_out_scene(tmp_path, capsys,
         in_cell = [(rr, cc) for rr in range(g) for cc in range(g)
                    if int(min(centre[rr], 1)) * 2 + int(min(centre[cc], 1)) == cell]
         mass = sum(float(m[rr, cc]) for rr, cc in in_cell)
-        assert f"region (row {r}, col {c}) of {g}×{g}, weight {m.max():.3f}" in line
-        assert f"cell (row {cell // 2}, col {cell % 2}) of 2×2, mass {mass:.2f}" in line
+        assert f"region (row {r + 1}, col {c + 1}) of {g}×{g}, weight {m.max():.3f}" in line
+        assert f"cell (row {cell // 2 + 1}, col {cell % 2 + 1}) of 2×2, mass {mass:.2f}" in line
         right = cell in {tc for t, tc in zip(truth["caption"], truth["token_cells"]) if t == word}
         hits += right
         assert ("✓" in line) == right

@@ -16,7 +16,7 @@ from attnlab.cli._fields import config_from, field_default, field_option, saved_
 from attnlab.cli._memory import out_of_memory
 from attnlab.cli._model_pages import PAGES, captioner_page, gpt_page, translator_page
 from attnlab.cli._runtime import add_inference_device, add_runtime, inference_runtime, runtime_from
-from attnlab.cli._threads import HELP, add_threads, apply_threads
+from attnlab.cli._threads import HELP, add_threads, apply_threads, threads_for_the_load
 
 
 @dataclass
@@ -184,18 +184,36 @@ def test_threads_option():
         HELP,
     )
     assert HELP == (
-        "torch CPU threads (default: torch's choice; 1 is often faster for these small models on a busy machine)"
+        "torch CPU threads (default: torch's choice, less the cores that other work keeps busy; 1 is often "
+        "fastest for these small models)"
     )
     q = Parser(prog="attnlab demo")
     add_threads(q, default=1, help="torch threads (default 1)")
     assert q.parse_args([]).threads == 1 and q.parse_args(["--threads", "3"]).threads == 3
 
 
-def test_apply_threads_sets_torch_or_leaves_it():
+@pytest.mark.parametrize("torch_threads, cores, load, threads", [
+    (2, 2, 0.0, 2), (2, 2, 0.4, 2), (2, 2, 0.6, 1), (2, 2, 8.6, 1),  # a 2-core machine, idle to busy
+    (8, 16, 3.0, 8), (8, 16, 10.0, 6), (8, 16, 15.6, 1), (4, 4, 1.5, 3), (4, 4, 1.6, 2),
+])
+def test_without_threads_torch_keeps_only_the_idle_cores(torch_threads, cores, load, threads):
+    assert threads_for_the_load(torch_threads, cores, load) == threads
+
+
+def test_apply_threads_sets_torch_or_leaves_it(monkeypatch):
     before = torch.get_num_threads()
     try:
+        monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle machine: torch's choice
         apply_threads(argparse.Namespace(threads=None))
         assert torch.get_num_threads() == before
+        torch.set_num_threads(2)
+        monkeypatch.setattr("os.cpu_count", lambda: 2)
+        monkeypatch.setattr("os.getloadavg", lambda: (8.6, 3.9, 2.1))  # a busy one: one thread
+        apply_threads(argparse.Namespace(threads=None))
+        assert torch.get_num_threads() == 1
+        monkeypatch.delattr("os.getloadavg")  # no load average (Windows): torch's choice stands
+        apply_threads(argparse.Namespace(threads=None))
+        assert torch.get_num_threads() == 1
         apply_threads(argparse.Namespace(threads=1))
         assert torch.get_num_threads() == 1
         apply_threads(argparse.Namespace(threads=2))

@@ -72,7 +72,7 @@ def test_each_format_and_language(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["example"] == "attnlab-gqa" and doc["ok"] is True
     assert main(["explain", "--example", "attnlab-gqa", "--lang", "zh"]) == 0
-    assert "机制：gqa\n" in capsys.readouterr().out
+    assert "机制：分组查询注意力（gqa）\n" in capsys.readouterr().out
 
 
 def test_explain_refusals(capsys, tmp_path):

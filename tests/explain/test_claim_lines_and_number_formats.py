@@ -116,7 +116,7 @@ def test_any_other_step_is_named_with_its_label_and_formula():
     assert claim_lines(v, 4, "en")[2] == [
         "matches another step: context (context vector), c_i = Σ_j α_ij v_j"
     ]
-    assert claim_lines(v, 4, "zh")[2] == ["与另一步相符：context（上下文向量），c_i = Σ_j α_ij v_j"]
+    assert claim_lines(v, 4, "zh")[2] == ["与另一步相符：上下文向量，c_i = Σ_j α_ij v_j"]  # the step by its label
     assert claim_lines(_v(OTHER_STEP, "context"), 4, "en")[2] == [
         "matches another step: context (context vector), "
     ]
@@ -125,14 +125,14 @@ def test_any_other_step_is_named_with_its_label_and_formula():
 def test_the_claim_and_the_true_value_in_both_languages():
     v = _v(EXACT, claimed=Decimal("0.50"), true=[0.25, -0.0], index=(2, 1))
     assert claim_lines(v, 4, "en")[:2] == ("weights[2, 1] = 0.50", "true: [0.2500  0.0000]")
-    assert claim_lines(v, 2, "zh")[:2] == ("weights[2, 1] = 0.50", "真值：[0.25  0.00]")
+    assert claim_lines(v, 2, "zh")[:2] == ("注意力权重[2, 1] = 0.50", "真值：[0.25  0.00]")
     a = _v(EXACT, relation="argmax", claimed=2, true=2, true_max=0.6, index=())
     assert claim_lines(a, 3, "en") == (
         "largest entry of weights at position 2",
         "true: position 2 (0.600)",
         [],
     )
-    assert claim_lines(a, 3, "zh") == ("weights 的最大值在第 2 位", "真值：第 2 位（0.600）", [])
+    assert claim_lines(a, 3, "zh") == ("注意力权重的最大值在第 2 位", "真值：第 2 位（0.600）", [])
     a.true_max = None  # no largest value known: 0
     assert claim_lines(a, 1, "en")[1] == "true: position 2 (0.0)"
 
@@ -140,14 +140,14 @@ def test_the_claim_and_the_true_value_in_both_languages():
 def test_a_wrong_claim_names_what_it_follows_from_or_comes_after_and_the_examples_own_value():
     follows = _v(WRONG, follows_from="scores[1]", upstream="scores[1]", own=0.5, true=0.25)
     assert claim_lines(follows, 4, "en")[2] == ["right arithmetic from the wrong scores[1]"]
-    assert claim_lines(follows, 4, "zh")[2] == ["计算本身正确，但出自错误的 scores[1]"]
+    assert claim_lines(follows, 4, "zh")[2] == ["计算本身正确，但出自错误的注意力得分[1]"]
     after = _v(WRONG, upstream="scores[2]", own=[5.0, 5.0], true=[7.0, 3.0])
     assert claim_lines(after, 1, "en")[2] == [
         "after the wrong scores[2]",
         "the example's own earlier values give [5.0  5.0]",
     ]
     assert claim_lines(after, 1, "zh")[2] == [
-        "在错误的 scores[2] 之后",
+        "在错误的注意力得分[2]之后",
         "按例子自己前面的数值算得 [5.0  5.0]",
     ]
     same = _v(
@@ -206,9 +206,9 @@ def test_the_claims_block_aligns_its_columns_and_pads_chinese_by_width():
     ]
     zh = render_claims(vs, 2, "zh")
     assert (
-        zh[2] == "  ✓ 正确     weights[1] = 0.2                     真值：0.25"
-    )  # "舍入误差" is 8 columns wide
-    assert zh[3] == "  ✗ 另一步   weights[1] = 0.50                    真值：0.25"
+        zh[2] == "  ✓ 正确     注意力权重[1] = 0.2                  真值：0.25"
+    )  # "舍入误差" is 8 columns wide, "注意力权重" 10
+    assert zh[3] == "  ✗ 另一步   注意力权重[1] = 0.50                 真值：0.25"
     assert render_claims([_v(EXACT)], 4, "en")[2].startswith(
         "  ✓ exact  weights[1] = 0.50 "
     )  # at least 6 wide

@@ -72,34 +72,34 @@ Claims written in the example, checked against attnlab:
 """
 
 TINY_ZH = f"""小例子
-机制：dot
+机制：点积注意力（dot）
 论文：Luong, Pham, Manning 2015，https://arxiv.org/abs/1508.04025
 词元：1:a
 键的词元：1:x 2:y
 
 输入：
-  query
+  查询
     [1.0000  0.0000]
-  keys
+  键
     │ 1.0000  0.0000 │
     │ 0.0000  1.0000 │
 
-第 1 步. scores（注意力得分）：e_ij = q_iᵀ k_j
+第 1 步. 注意力得分：e_ij = q_iᵀ k_j
   [1.0000  0.0000]
 
-第 2 步. weights（注意力权重）：{SOFTMAX_TEXT}
+第 2 步. 注意力权重：{SOFTMAX_TEXT}
   [0.7311  0.2689]
 
-第 3 步. context（上下文向量）：c_i = Σ_j α_ij v_j
+第 3 步. 上下文向量：c_i = Σ_j α_ij v_j
   [0.7311  0.2689]
 
 例子中写下的数值，与 attnlab 的计算核对：
-  ✓ 正确     scores = [1, 0]                      真值：[1.0000  0.0000]
-  ✓ 正确     weights[1] = 0.73                    真值：0.7311
-  ~ 另一约定 weights[2] = 0.26                    真值：0.2689
+  ✓ 正确     注意力得分 = [1, 0]                  真值：[1.0000  0.0000]
+  ✓ 正确     注意力权重[1] = 0.73                 真值：0.7311
+  ~ 另一约定 注意力权重[2] = 0.26                 真值：0.2689
            另一种约定：按书写精度截断（而非四舍五入）
-  ✓ 正确     weights 的最大值在第 1 位            真值：第 1 位（0.7311）
-  ✗ 错误     context = [0.5, 0.5]                 真值：[0.7311  0.2689]
+  ✓ 正确     注意力权重的最大值在第 1 位          真值：第 1 位（0.7311）
+  ✗ 错误     上下文向量 = [0.5, 0.5]              真值：[0.7311  0.2689]
            按例子自己前面的数值算得 [0.7300  0.2600]
   共 5 个数值：3 个正确，0 个舍入误差，1 个另一约定，1 个错误。
 """
@@ -160,18 +160,18 @@ def test_the_markdown_claims_table_in_chinese():
     ex, t, v = _tiny()
     md = render_markdown(ex, t, v, lang="zh")
     assert md.startswith(
-        "# 小例子\n\n机制：dot  \n论文：Luong, Pham, Manning 2015，https://arxiv.org/abs/1508.04025  \n"
-        "词元：1:a  \n键的词元：1:x 2:y  \n\n**输入：**\n\n"
+        "# 小例子\n\n机制：点积注意力（dot）  \n论文：Luong, Pham, Manning 2015，https://arxiv.org/abs/1508.04025  \n"
+        "词元：1:a  \n键的词元：1:x 2:y  \n\n**输入：**\n\n查询\n\n"
     )
-    assert "## 2. `weights` (注意力权重)\n\n" in md
+    assert "## 2. 注意力权重\n\n" in md
     assert md.endswith(
         "## 例子中写下的数值，与 attnlab 的计算核对：\n\n"
         "| | 写下的值 | attnlab | |\n|---|---|---|---|\n"
-        "| ✓ 正确 | scores = [1, 0] | 真值：[1.0000  0.0000] |  |\n"
-        "| ✓ 正确 | weights[1] = 0.73 | 真值：0.7311 |  |\n"
-        "| ~ 另一约定 | weights[2] = 0.26 | 真值：0.2689 | 另一种约定：按书写精度截断（而非四舍五入） |\n"
-        "| ✓ 正确 | weights 的最大值在第 1 位 | 真值：第 1 位（0.7311） |  |\n"
-        "| ✗ 错误 | context = [0.5, 0.5] | 真值：[0.7311  0.2689] | 按例子自己前面的数值算得 [0.7300  0.2600] |\n"
+        "| ✓ 正确 | 注意力得分 = [1, 0] | 真值：[1.0000  0.0000] |  |\n"
+        "| ✓ 正确 | 注意力权重[1] = 0.73 | 真值：0.7311 |  |\n"
+        "| ~ 另一约定 | 注意力权重[2] = 0.26 | 真值：0.2689 | 另一种约定：按书写精度截断（而非四舍五入） |\n"
+        "| ✓ 正确 | 注意力权重的最大值在第 1 位 | 真值：第 1 位（0.7311） |  |\n"
+        "| ✗ 错误 | 上下文向量 = [0.5, 0.5] | 真值：[0.7311  0.2689] | 按例子自己前面的数值算得 [0.7300  0.2600] |\n"
         "\n共 5 个数值：3 个正确，0 个舍入误差，1 个另一约定，1 个错误。\n"
     )
 
@@ -188,7 +188,7 @@ def test_without_claims_no_claims_section_and_no_title_falls_back_to_the_name():
     md = render_markdown(ex, t)
     assert md.startswith("# tiny.toml\n\n")
     assert md.endswith("$$\\begin{bmatrix} 0.7311 & 0.2689 \\end{bmatrix}$$\n")
-    assert render(ex, t, lang="zh").startswith("tiny.toml\n机制：dot\n")  # no title_zh: the name
+    assert render(ex, t, lang="zh").startswith("tiny.toml\n机制：点积注意力（dot）\n")  # no title_zh: the name
     ex.title = "only English"
     assert render(ex, t, lang="zh").startswith("only English\n")  # no title_zh: the English title
 
@@ -260,15 +260,15 @@ def test_a_masked_markdown_walkthrough_in_chinese():
     ex = parse(MASKED, "m.toml")
     md = render_markdown(ex, run(ex), lang="zh")
     assert md.startswith(
-        "# m.toml\n\n机制：masked  \n论文：Vaswani et al. 2017，https://arxiv.org/abs/1706.03762  \n\n"
-        "**输入：**\n\n`query`\n\n"
+        "# m.toml\n\n机制：掩码注意力（masked）  \n论文：Vaswani 等 2017，https://arxiv.org/abs/1706.03762  \n\n"
+        "**输入：**\n\n查询\n\n"
     )
     assert (
-        "`mask`\n\n$$\\begin{bmatrix} 1 & 0 \\end{bmatrix}$$\n\n**参数：**\n\n`scale = 0.5`  \n`causal = false`  \n\n"
+        "掩码\n\n$$\\begin{bmatrix} 1 & 0 \\end{bmatrix}$$\n\n**参数：**\n\n缩放因子 = 0.5  \n因果掩码 = 否  \n\n"
         in md
     )
     assert (
-        "## 3. `masked_scores` (掩码后的得分)\n\n$$e_{ij} \\leftarrow -\\infty \\text{ where masked}$$\n\n"
+        "## 3. 掩码后的得分\n\n$$e_{ij} \\leftarrow -\\infty \\text{（被掩码之处）}$$\n\n"
         "*2 个得分中 1 个被遮住*\n\n$$\\begin{bmatrix} 0.5000 & -\\infty \\end{bmatrix}$$\n\n"
     ) in md
     assert "(2 个得分中 1 个被遮住)" in render(ex, run(ex), lang="zh")
@@ -391,7 +391,7 @@ def test_each_heads_matrix_is_shown_under_its_head_label():
     t = run(ex)
     # head 1 sees features [1, 0]: scores [[1, 0], [0, 0]]; head 2 sees [0, 2]: scores [[0, 0], [0, 4]]
     assert (
-        "\n第 4 步. scores（注意力得分）：e_ij = q_iᵀ k_j\n  头 1\n    │ 1.0000  0.0000 │\n    │ 0.0000  0.0000 │\n"
+        "\n第 4 步. 注意力得分：e_ij = q_iᵀ k_j\n  头 1\n    │ 1.0000  0.0000 │\n    │ 0.0000  0.0000 │\n"
         "  头 2\n    │ 0.0000  0.0000 │\n    │ 0.0000  4.0000 │\n"
     ) in render(ex, t, lang="zh")
     assert (

@@ -1,57 +1,13 @@
-"""Walkthroughs start with inputs and parameters, cite the paper, and have no English left in Chinese."""
+"""Walkthroughs start with inputs and parameters and cite the paper (that the Chinese ones have no English
+left: test_chinese_walkthroughs_have_no_english_words.py)."""
 
 from __future__ import annotations
-
-import json
-import re
 
 import pytest
 
 from attnlab.cli import main
-from attnlab.explain import builtin_names, document, load, render, render_markdown, run, verify
-from attnlab.explain.mechanisms import ALIASES, MECHANISMS, PAPERS
-
-# Words that are mathematics or names, not English: function names in formulas and labels, the library.
-MATH = {"tanh", "softmax", "exp", "MLP", "ReLU", "CBAM", "attnlab", "nan", "inf", "true", "false", "et", "al"}
-WORD = re.compile(r"[A-Za-z][A-Za-z]+")
-
-
-def _identifiers(ex, t) -> set[str]:
-    names = set(t.names()) | set(ex.inputs) | set(ex.params) | set(MECHANISMS) | set(ALIASES) | MATH
-    for p in PAPERS.values():
-        names |= set(WORD.findall(p.authors))
-    for v in ex.params.values():  # string parameters and pattern tables are identifiers too
-        names |= set(WORD.findall(json.dumps(v, default=str)))
-    for tok in (ex.tokens or []) + (ex.key_tokens or []):
-        names |= set(WORD.findall(tok))
-    return {w for n in names for w in WORD.findall(n)}
-
-
-def english_left(ex, t, text: str) -> list[str]:
-    formulas = {f for step in t for f in (step.formula, step.latex) if f}
-    for f in sorted(formulas, key=len, reverse=True):  # the library's own formulas stay as written
-        text = text.replace(f, " ")
-    text = re.sub(r"https?://\S+", " ", text)
-    text = re.sub(r"\\(begin|end)\{\w+\}", " ", text)  # LaTeX environments
-    text = re.sub(r"\\[A-Za-z]+", " ", text)  # LaTeX commands
-    text = re.sub(r"attnlab(\.\w+)+", " ", text)  # module names
-    ids = _identifiers(ex, t)
-    return [w for w in WORD.findall(text) if w not in ids and w.lower() not in ids]
-
-
-@pytest.mark.parametrize("name", builtin_names())
-def test_zh_walkthrough_has_no_english(name):
-    ex = load(name)
-    t = run(ex)
-    v = verify(ex, t)
-    for out in (render(ex, t, v, lang="zh"), render_markdown(ex, t, v, lang="zh")):
-        assert english_left(ex, t, out) == [], out
-
-
-def test_the_scan_finds_english():
-    ex = load("tutorial1-additive")
-    t = run(ex)
-    assert english_left(ex, t, render(ex, t, verify(ex, t), lang="en"))  # the English walkthrough is caught
+from attnlab.explain import builtin_names, document, load, render, run
+from attnlab.explain.mechanisms import MECHANISMS, PAPERS
 
 
 @pytest.mark.parametrize("name", builtin_names())

@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:
-        if getattr(args, "threads", None) is not None:  # every computing verb has --threads
+        if hasattr(args, "threads"):  # every computing verb has --threads (unset: fewer on a busy machine)
             from ._threads import apply_threads
 
             apply_threads(args)

@@ -147,17 +147,17 @@ def _print_words(cap: Any, g: int, cells: int | None, truth: dict | None, lang: 
     hits = 0
     for i, (w, m) in enumerate(zip(cap.words, cap.maps), start=1):
         r, c = divmod(int(m.argmax()), g)
-        line = f"  {i:2d} {w:<12} region (row {r}, col {c}) of {g}×{g}, weight {m.max():.3f}"
+        line = f"  {i:2d} {w:<12} region (row {r + 1}, col {c + 1}) of {g}×{g}, weight {m.max():.3f}"
         if rcell is not None:
             cell = int(rcell[m.argmax()])
-            line += f"; cell (row {cell // cells}, col {cell % cells}) of {cells}×{cells}"
+            line += f"; cell (row {cell // cells + 1}, col {cell % cells + 1}) of {cells}×{cells}"
             line += f", mass {float(m.reshape(-1)[rcell == cell].sum()):.2f}"
             if truth:
                 ok = {tc for t, tc in zip(truth["caption"], truth["token_cells"]) if t == w}
                 right = cell in ok
                 hits += right
                 line += "  ✓ on its emoji" if right else ("  ✗ (its emoji: cell " + ", ".join(
-                    f"row {k // cells}, col {k % cells}" for k in sorted(ok)) + ")" if ok else "  ✗ (not in the scene)")
+                    f"row {k // cells + 1}, col {k % cells + 1}" for k in sorted(ok)) + ")" if ok else "  ✗ (not in the scene)")
         print(line)
     if truth and cap.words:
         print(f"attention accuracy on this image: {hits}/{len(cap.words)}; "

@@ -1,10 +1,13 @@
 """The words of the walkthroughs and the checker, in English (en) and Chinese (zh).
 
-Formulas are the library's own (recorded with each step) and are not
-translated; step names stay as they are (they are what claims are written
-against) and get a translated label next to them. ``t(lang, key, **kw)``
-formats a phrase; ``label(lang, step)`` names a step; ``note(lang, text)``
-translates the library's known step notes (e.g. how many scores a mask removed).
+Formulas are the library's own (recorded with each step); their symbols and the paper's function
+names (exp, tanh, MLP, ...) stay, and ``formula(lang, text)`` / ``latex(lang, text)`` translate the
+few words between them. In English a step is shown by its name (what claims are written against)
+with a label beside it; in Chinese by its label alone, and a claim's place names the step by its
+label too (``place(lang, "scores[2]")``). ``t(lang, key, **kw)`` formats a phrase; ``label(lang,
+step)`` names a step; ``given(lang, name)`` names an input or parameter; ``value(lang, x)`` writes a
+parameter's word value (``score = additive``); ``authors(lang, text)`` a paper's authors;
+``note(lang, text)`` translates the library's known step notes (e.g. how many scores a mask removed).
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ PHRASES: dict[str, dict[str, str]] = {
         "tokens": "tokens: {tokens}",
         "key_tokens": "key tokens: {tokens}",
         "step": "Step {n}. {name} ({label}): {formula}",
+        "md_step": "{n}. `{name}` ({label})",
         "head": "head {i}",
         "slice": "[{i}]",
+        "numbers": "({n} numbers)",
         "claims": "Claims written in the example, checked against attnlab:",
         "col_claim": "claim",
         "exact": "exact",
@@ -63,15 +68,17 @@ PHRASES: dict[str, dict[str, str]] = {
         "verify_file": "{name}: {summary}",
     },
     "zh": {
-        "mechanism": "机制：{name}",
+        "mechanism": "机制：{label}（{name}）",
         "paper": "论文：{authors} {year}，{url}",
         "inputs": "输入：",
         "params": "参数：",
         "tokens": "词元：{tokens}",
         "key_tokens": "键的词元：{tokens}",
-        "step": "第 {n} 步. {name}（{label}）：{formula}",
+        "step": "第 {n} 步. {label}：{formula}",
+        "md_step": "{n}. {label}",
         "head": "头 {i}",
         "slice": "[{i}]",
+        "numbers": "（共 {n} 个数）",
         "claims": "例子中写下的数值，与 attnlab 的计算核对：",
         "col_claim": "写下的值",
         "exact": "正确",
@@ -80,15 +87,15 @@ PHRASES: dict[str, dict[str, str]] = {
         "another convention": "另一约定",
         "another step": "另一步",
         "claim_equal": "{where} = {claimed}",
-        "claim_argmax": "{where} 的最大值在第 {claimed} 位",
+        "claim_argmax": "{where}的最大值在第 {claimed} 位",
         "true_value": "真值：{value}",
         "true_position": "真值：第 {pos} 位（{value}）",
         "rule": "舍入误差（{rule}）",
         "own values": "由例子自己的舍入值算出",
         "working precision": "中间结果按例子的精度书写",
         "double rounding": "两次舍入",
-        "follows": "计算本身正确，但出自错误的 {where}",
-        "upstream": "在错误的 {where} 之后",
+        "follows": "计算本身正确，但出自错误的{where}",
+        "upstream": "在错误的{where}之后",
         "own": "按例子自己前面的数值算得 {value}",
         "summary": "共 {total} 个数值：{exact} 个正确，{drift} 个舍入误差，{more}{wrong} 个错误。",
         "summary_one": "共 1 个数值：{exact} 个正确，{drift} 个舍入误差，{more}{wrong} 个错误。",
@@ -101,7 +108,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "percent": "写成百分数（× 100）",
         "0-based index": "下标从 0 数起（这是下一项的值）",
         "transposed": "矩阵写成了转置",
-        "other_step": "与另一步相符：{name}（{label}），{formula}",
+        "other_step": "与另一步相符：{label}，{formula}",
         "other:scaled_scores<scores": "与未缩放的得分 qᵀk 相符（除以 √d 之前）",
         "other:scores<scaled_scores": "与缩放后的得分 qᵀk/√d 相符（除以 √d 之后）",
         "other:weights<scores": "与 softmax 之前的得分相符",
@@ -142,13 +149,53 @@ LABELS: dict[str, tuple[str, str]] = {
     "content_keys": ("content keys from the latents", "由潜向量得到的内容键"),
     "key_groups": ("key heads shared by the query heads", "各查询头共享的键头"),
     "value_groups": ("value heads shared by the query heads", "各查询头共享的值头"),
-    "features": ("activation unit input [e_j, v_A, e_j − v_A, e_j ⊙ v_A]", "激活单元的输入 [e_j, v_A, e_j − v_A, e_j ⊙ v_A]"),
+    "features": ("activation unit input", "激活单元的输入"),
     "hidden": ("hidden layer before PReLU", "PReLU 之前的隐藏层"),
     "activated": ("hidden layer after PReLU", "PReLU 之后的隐藏层"),
     **{f"{step}_{n}": (f"{en}, map {n}", f"第 {n} 张图的{zh}") for n in (1, 2) for step, en, zh in (
         ("scores", "scores", "得分"), ("scaled_scores", "scaled scores", "缩放得分"),
         ("masked_scores", "masked scores", "掩码得分"), ("weights", "attention weights", "注意力权重"))},
 }
+
+
+# The mechanisms' names in Chinese (the walkthrough's header gives the command line's name beside it).
+MECHANISMS_ZH: dict[str, str] = {
+    "attentional": "Luong 的注意力输出层", "bahdanau": "Bahdanau 加性注意力", "channel": "CBAM 通道注意力",
+    "cross": "交叉注意力", "differential": "差分注意力", "dot": "点积注意力", "gqa": "分组查询注意力",
+    "linear": "线性注意力", "luong-concat": "Luong 拼接得分注意力", "luong-general": "Luong 双线性得分注意力",
+    "masked": "掩码注意力", "mla": "多头潜在注意力", "multi-head": "多头注意力", "neighborhood-2d": "二维邻域注意力",
+    "scaled-dot": "缩放点积注意力", "self-attention": "自注意力", "softcap": "软上限注意力", "sparse": "稀疏注意力",
+    "spatial": "CBAM 空间注意力", "target-attention": "DIN 目标注意力",
+}
+
+# The inputs and parameters of the examples, by their names in the example files (Chinese only: in
+# English the name itself is shown). Weight matrices and vectors (w_q, w_o, b_c, v, ...) and x are
+# the formulas' symbols and stay as they are.
+GIVEN_ZH: dict[str, str] = {
+    "query": "查询", "keys": "键", "values": "值", "mask": "掩码", "latents": "潜向量",
+    "query_1": "第 1 张图的查询", "keys_1": "第 1 张图的键", "query_2": "第 2 张图的查询", "keys_2": "第 2 张图的键",
+    "query_rope": "查询的旋转位置部分", "key_rope": "键的旋转位置部分", "candidate": "候选物品",
+    "history": "历史物品", "feature_map": "特征图", "num_heads": "头数", "num_kv_heads": "键值头数",
+    "causal": "因果掩码", "lambda": "λ", "height": "高", "width": "宽", "kernel": "邻域大小", "dilation": "扩张",
+    "cap": "上限", "pattern": "稀疏模式", "combine": "模式的组合", "bias": "偏置", "prelu": "PReLU 的斜率",
+    "score": "得分函数", "weight": "权重", "scale": "缩放因子", "normalise": "归一化",
+}
+
+# Word values of parameters (score = additive, combine = or, causal = true), in Chinese.
+VALUES_ZH: dict[str, str] = {
+    "dot": "点积", "scaled_dot": "缩放点积", "general": "双线性", "additive": "加性", "concat": "拼接",
+    "or": "并集", "and": "交集", "softmax": "softmax", "none": "不归一化", "true": "是", "false": "否",
+}
+
+# The words between a formula's symbols, in Chinese: (pattern, replacement), applied in turn.
+FORMULA_ZH: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^split (\S+) into (\d+) heads of (\d+)$"), r"把 \1 分成 \2 个头，每头 \3 维"),
+    (re.compile(r"^(\S+) head (⌈.+⌉) for query head i$"), r"查询头 i 用 \1 的第 \2 个头"),
+    (re.compile(r" where the mask forbids j$"), "（掩码不允许 j 之处）"),
+    (re.compile(r"  \(additive\)$"), "  （加性）"),
+    (re.compile(r"concat\(heads\)"), "concat(各头)"),
+]
+LATEX_ZH: list[tuple[str, str]] = [(r"\text{ where masked}", r"\text{（被掩码之处）}")]
 
 
 def check_lang(lang: str) -> str:
@@ -172,6 +219,55 @@ def label(lang: str, step: str) -> str:
     return pair[LANGS.index(check_lang(lang))]
 
 
+def mechanism(lang: str, name: str) -> str:
+    """The header's mechanism line: the command line's name, in Chinese after the mechanism's Chinese name."""
+    return t(lang, "mechanism", name=name, label=MECHANISMS_ZH.get(name, name))
+
+
+def given(lang: str, name: str) -> str:
+    """An input's or parameter's name as shown: the name itself in English, a label in Chinese."""
+    return GIVEN_ZH.get(name, name) if check_lang(lang) == "zh" else name
+
+
+def value(lang: str, text: str) -> str:
+    """A parameter's word value (``additive``, ``true``) as shown."""
+    return VALUES_ZH.get(text, text) if check_lang(lang) == "zh" else text
+
+
+def authors(lang: str, text: str) -> str:
+    """A paper's authors as shown: "et al." and "Team" in the reader's language."""
+    if check_lang(lang) == "zh":
+        return text.replace(" et al.", " 等").replace(" Team", " 团队")
+    return text
+
+
+def formula(lang: str, text: str) -> str:
+    """A recorded step's formula (plain text) with its words in ``lang``."""
+    if check_lang(lang) == "zh":
+        for pattern, repl in FORMULA_ZH:
+            text = pattern.sub(repl, text)
+    return text
+
+
+def latex(lang: str, text: str) -> str:
+    """A recorded step's formula (LaTeX) with its words in ``lang``."""
+    if check_lang(lang) == "zh":
+        for en, zh in LATEX_ZH:
+            text = text.replace(en, zh)
+    return text
+
+
+_PLACE = re.compile(r"^(\w+)(\[[^\]]*\])?$")
+
+
+def place(lang: str, where: str) -> str:
+    """A claim's place, ``step[i, j]``: in Chinese the step's label stands for its name."""
+    m = _PLACE.match(where)
+    if check_lang(lang) != "zh" or m is None:
+        return where
+    return label(lang, m.group(1)) + (m.group(2) or "")
+
+
 _MASKED = re.compile(r"^(\d+) of (\d+) scores masked$")
 
 
@@ -182,4 +278,4 @@ def note(lang: str, text: str) -> str:
     return text
 
 
-__all__ = ["LANGS", "t", "has", "label", "note", "check_lang"]
+__all__ = ["LANGS", "t", "has", "label", "note", "check_lang", "mechanism", "given", "value", "authors", "formula", "latex", "place"]

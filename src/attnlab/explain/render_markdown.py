@@ -56,6 +56,15 @@ def _esc(s: str) -> str:
     return s.replace("|", r"\|")
 
 
+def _given(lang: str, name: str, value: str | None = None) -> str:
+    """An input's or parameter's name (and value): code, or in Chinese its label as text (a symbol such
+    as ``w_q`` and a library call such as a pattern stay code)."""
+    shown = i18n.given(lang, name)
+    if shown == name:
+        return f"`{name}`" if value is None else f"`{name} = {value}`"
+    return shown if value is None else f"{shown} = " + (f"`{value}`" if value.startswith("attnlab.") else value)
+
+
 def render_markdown(
     ex: Example, t: Trace, checks: list[Verdict] | None = None, digits: int = 4, lang: str = "en"
 ) -> str:
@@ -68,12 +77,13 @@ def render_markdown(
         for name, value in items:
             if isinstance(value, torch.Tensor):
                 shown = _block(value, 0 if name == "mask" else digits, lambda i: f"[{i}]")
-                lines += [f"`{name}`", ""] + shown + [""]
+                lines += [_given(lang, name), ""] + shown + [""]
             else:
-                lines.append(f"`{name} = {scalar_text(value)}`  ")
+                lines.append(_given(lang, name, scalar_text(value, lang)) + "  ")
     for n, step in enumerate(t, start=1):
-        lines += _gap(lines) + [f"## {n}. `{step.name}` ({i18n.label(lang, step.name)})", ""]
-        lines.append(f"$${step.latex}$$" if step.latex else f"`{step.formula}`")
+        label = i18n.label(lang, step.name)
+        lines += _gap(lines) + ["## " + i18n.t(lang, "md_step", n=n, name=step.name, label=label), ""]
+        lines.append(f"$${i18n.latex(lang, step.latex)}$$" if step.latex else f"`{i18n.formula(lang, step.formula)}`")
         if step.note:
             lines += ["", f"*{i18n.note(lang, step.note)}*"]
         lines.append("")

@@ -39,7 +39,7 @@ def _shown(n: int) -> list[int | None]:
     return list(range(n)) if n <= LONG else [*range(HEAD), None, *range(n - TAIL, n)]
 
 
-def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=None) -> str:
+def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=None, lang: str = "en") -> str:
     """A 0-d tensor as a number, 1-d as a row, 2-d as an aligned matrix, more as stacked matrices.
 
     ``slice_label(i)`` names the i-th (1-based) matrix of a 3-d or larger tensor. An axis longer
@@ -49,7 +49,7 @@ def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=
         return indent + fmt_number(float(t), digits)
     if t.dim() == 1:
         row = "  ".join("…" if j is None else fmt_number(float(t[j]), digits) for j in _shown(len(t)))
-        return indent + "[" + row + "]" + (f"  ({len(t)} numbers)" if len(t) > LONG else "")
+        return indent + "[" + row + "]" + ("  " + i18n.t(lang, "numbers", n=len(t)) if len(t) > LONG else "")
     if t.dim() == 2:
         cols = _shown(t.shape[1])
         cells = [None if i is None else ["…" if j is None else fmt_number(float(t[i, j]), digits) for j in cols]
@@ -60,7 +60,7 @@ def fmt_array(t: torch.Tensor, digits: int = 4, indent: str = "  ", slice_label=
         size = f"{indent}  ({t.shape[0]} × {t.shape[1]})" if max(t.shape) > LONG else None
         return "\n".join([indent + "│ " + line + " │" for line in lines] + ([size] if size else []))
     name = slice_label or (lambda i: f"[{i}]")
-    return "\n".join(f"{indent}{name(i + 1)}\n" + fmt_array(sub, digits, indent + "  ") for i, sub in enumerate(t))
+    return "\n".join(f"{indent}{name(i + 1)}\n" + fmt_array(sub, digits, indent + "  ", lang=lang) for i, sub in enumerate(t))
 
 
 def plain(x: Any) -> str:
@@ -80,10 +80,10 @@ MARKS = {EXACT: "✓", DRIFT: "≈", CONVENTION: "~", OTHER_STEP: "✗", WRONG: 
 def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]]:
     """(what was claimed, the true value, explanations) in words of ``lang``."""
     if v.relation == "argmax":
-        text = i18n.t(lang, "claim_argmax", where=v.where(), claimed=v.claimed)
+        text = i18n.t(lang, "claim_argmax", where=i18n.place(lang, v.where()), claimed=v.claimed)
         true = i18n.t(lang, "true_position", pos=v.true, value=fmt_number(v.true_max or 0.0, digits))
     else:
-        text = i18n.t(lang, "claim_equal", where=v.where(), claimed=plain(v.claimed))
+        text = i18n.t(lang, "claim_equal", where=i18n.place(lang, v.where()), claimed=plain(v.claimed))
         true = i18n.t(lang, "true_value", value=fmt_value(v.true, digits))
     notes = []
     if v.status == DRIFT:
@@ -93,12 +93,13 @@ def claim_lines(v: Verdict, digits: int, lang: str) -> tuple[str, str, list[str]
     if v.status == OTHER_STEP:
         key = f"other:{v.step}<{v.rule}"
         notes.append(i18n.t(lang, key) if i18n.has(lang, key) else i18n.t(
-            lang, "other_step", name=v.rule, label=i18n.label(lang, v.rule), formula=v.extra.get("formula", "")))
+            lang, "other_step", name=v.rule, label=i18n.label(lang, v.rule),
+            formula=i18n.formula(lang, v.extra.get("formula", ""))))
     if v.status == WRONG:
         if v.follows_from:
-            notes.append(i18n.t(lang, "follows", where=v.follows_from))
+            notes.append(i18n.t(lang, "follows", where=i18n.place(lang, v.follows_from)))
         elif v.upstream:
-            notes.append(i18n.t(lang, "upstream", where=v.upstream))
+            notes.append(i18n.t(lang, "upstream", where=i18n.place(lang, v.upstream)))
         if v.own is not None and not v.follows_from and v.own != v.true:
             own = str(v.own) if v.relation == "argmax" else fmt_value(v.own, digits)
             notes.append(i18n.t(lang, "own", value=own))
@@ -138,9 +139,9 @@ def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> lis
 def header(ex: Example, lang: str) -> list[str]:
     """Title, mechanism, the paper (authors, year, link) and the tokens."""
     lines = [(ex.title_zh if lang == "zh" and ex.title_zh else ex.title) or ex.name]
-    lines.append(i18n.t(lang, "mechanism", name=ex.mechanism))
+    lines.append(i18n.mechanism(lang, ex.mechanism))
     paper = PAPERS[MECHANISMS[ex.mechanism].paper]
-    lines.append(i18n.t(lang, "paper", authors=paper.authors, year=paper.year, url=paper.url))
+    lines.append(i18n.t(lang, "paper", authors=i18n.authors(lang, paper.authors), year=paper.year, url=paper.url))
     if ex.tokens:
         lines.append(i18n.t(lang, "tokens", tokens=" ".join(f"{i + 1}:{tok}" for i, tok in enumerate(ex.tokens))))
     if ex.key_tokens:
@@ -177,13 +178,25 @@ def _float_rows(x: Any) -> Any:
     return [_float_rows(y) for y in x] if isinstance(x, list) else float(x)
 
 
-def scalar_text(x: Any) -> str:
+def _pattern_call(spec: dict) -> str:
+    """A pattern table ``{name = "sliding_window", before = 1}`` as the call it stands for."""
+    args = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in spec.items() if k != "name")
+    return f"attnlab.patterns.{spec['name']}({args})"
+
+
+def scalar_text(x: Any, lang: str = "en") -> str:
+    """A parameter that is not an array, as written; in Chinese its words translated and a pattern
+    table written as the library call it stands for."""
     if isinstance(x, bool):
-        return "true" if x else "false"
+        return i18n.value(lang, "true" if x else "false")
     if isinstance(x, (int, float, Decimal)):
         return str(x)
     if isinstance(x, str):
-        return x
+        return i18n.value(lang, x)
+    if lang == "zh" and isinstance(x, (dict, list)):
+        specs = [x] if isinstance(x, dict) else x
+        if all(isinstance(p, dict) and "name" in p for p in specs):
+            return "，".join(_pattern_call(p) for p in specs)
     return json.dumps(x, default=str, ensure_ascii=False)
 
 
@@ -196,14 +209,15 @@ def given_lines(ex: Example, digits: int, lang: str) -> list[str]:
             continue
         lines += ["", i18n.t(lang, table)]
         for name, value in items:
+            shown = i18n.given(lang, name)
             if isinstance(value, torch.Tensor):
                 d = 0 if name == "mask" else digits
                 if value.dim() == 0:
-                    lines.append(f"  {name} = {fmt_number(float(value), d)}")
+                    lines.append(f"  {shown} = {fmt_number(float(value), d)}")
                 else:
-                    lines += [f"  {name}", fmt_array(value, d, indent="    ")]
+                    lines += [f"  {shown}", fmt_array(value, d, indent="    ", lang=lang)]
             else:
-                lines.append(f"  {name} = {scalar_text(value)}")
+                lines.append(f"  {shown} = {scalar_text(value, lang)}")
     return lines
 
 
@@ -213,12 +227,13 @@ def render(
     lines = header(ex, lang) + given_lines(ex, digits, lang)
     for n, step in enumerate(t, start=1):
         lines.append("")
-        lines.append(i18n.t(lang, "step", n=n, name=step.name, label=i18n.label(lang, step.name), formula=step.formula))
+        lines.append(i18n.t(lang, "step", n=n, name=step.name, label=i18n.label(lang, step.name),
+                            formula=i18n.formula(lang, step.formula)))
         if step.note:
             lines.append(f"  ({i18n.note(lang, step.note)})")
         heads = head_axis(ex, step.name)
         lines.append(fmt_array(display_value(ex, step.name, step.value), digits,
-                               slice_label=(lambda i: i18n.t(lang, "head", i=i)) if heads else None))
+                               slice_label=(lambda i: i18n.t(lang, "head", i=i)) if heads else None, lang=lang))
     if checks:
         lines.extend(render_claims(checks, digits, lang))
     return "\n".join(lines) + "\n"
