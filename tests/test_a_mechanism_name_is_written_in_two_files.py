@@ -35,7 +35,7 @@ OTHER_CONCEPTS: dict[str, dict[str, str]] = {
                         _SEQ2SEQ),
         "explain/papers.py": "the paper's key (Bahdanau, Cho, Bengio 2015)",
     },
-    "dot": dict.fromkeys(["cli/train_seq2seq.py", "explain/recompute.py", "explain/spec.py", "functional/attention.py",
+    "dot": dict.fromkeys(["cli/train_seq2seq.py", "explain/i18n.py", "explain/recompute.py", "explain/spec.py", "functional/attention.py",
                           "functional/scores.py", "functional/softcap.py", "functional/steps.py", "nn/luong.py"], _SCORE),
     "masked": dict.fromkeys(["cli/view.py", "explain/i18n.py", "viz/heatmap.py", "viz/hf.py", "viz/viewer.py"],
                             "a heatmap's masked cells: a key of the viewer's data and a legend's label"),

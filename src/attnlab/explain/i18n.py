@@ -158,16 +158,6 @@ LABELS: dict[str, tuple[str, str]] = {
 }
 
 
-# The mechanisms' names in Chinese (the walkthrough's header gives the command line's name beside it).
-MECHANISMS_ZH: dict[str, str] = {
-    "attentional": "Luong 的注意力输出层", "bahdanau": "Bahdanau 加性注意力", "channel": "CBAM 通道注意力",
-    "cross": "交叉注意力", "differential": "差分注意力", "dot": "点积注意力", "gqa": "分组查询注意力",
-    "linear": "线性注意力", "luong-concat": "Luong 拼接得分注意力", "luong-general": "Luong 双线性得分注意力",
-    "masked": "掩码注意力", "mla": "多头潜在注意力", "multi-head": "多头注意力", "neighborhood-2d": "二维邻域注意力",
-    "scaled-dot": "缩放点积注意力", "self-attention": "自注意力", "softcap": "软上限注意力", "sparse": "稀疏注意力",
-    "spatial": "CBAM 空间注意力", "target-attention": "DIN 目标注意力",
-}
-
 # The inputs and parameters of the examples, by their names in the example files (Chinese only: in
 # English the name itself is shown). Weight matrices and vectors (w_q, w_o, b_c, v, ...) and x are
 # the formulas' symbols and stay as they are.
@@ -219,9 +209,9 @@ def label(lang: str, step: str) -> str:
     return pair[LANGS.index(check_lang(lang))]
 
 
-def mechanism(lang: str, name: str) -> str:
+def mechanism(lang: str, name: str, name_zh: str) -> str:
     """The header's mechanism line: the command line's name, in Chinese after the mechanism's Chinese name."""
-    return t(lang, "mechanism", name=name, label=MECHANISMS_ZH.get(name, name))
+    return t(lang, "mechanism", name=name, label=name_zh or name)
 
 
 def given(lang: str, name: str) -> str:

@@ -139,7 +139,7 @@ def render_claims(verdicts: list[Verdict], digits: int, lang: str = "en") -> lis
 def header(ex: Example, lang: str) -> list[str]:
     """Title, mechanism, the paper (authors, year, link) and the tokens."""
     lines = [(ex.title_zh if lang == "zh" and ex.title_zh else ex.title) or ex.name]
-    lines.append(i18n.mechanism(lang, ex.mechanism))
+    lines.append(i18n.mechanism(lang, ex.mechanism, MECHANISMS[ex.mechanism].name_zh))
     paper = PAPERS[MECHANISMS[ex.mechanism].paper]
     lines.append(i18n.t(lang, "paper", authors=i18n.authors(lang, paper.authors), year=paper.year, url=paper.url))
     if ex.tokens:
