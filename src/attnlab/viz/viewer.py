@@ -188,6 +188,53 @@ def from_example(ex, t) -> View:
     return normalise(data)
 
 
+def _layers_of(t) -> list[dict[str, Any]]:
+    """The steps of a forward pass through a stack of attention layers, one dict per layer: each ``weights``
+    step closes a layer, with the ``masked_scores``, ``query_heads`` and ``key_heads`` recorded before it."""
+    layers, current = [], {}
+    for step in t:
+        if step.name in ("masked_scores", "query_heads", "key_heads"):
+            current[step.name] = step.value
+        elif step.name == "weights":
+            layers.append({**current, "weights": step.value})
+            current = {}
+    return layers
+
+
+def from_trace(t, tokens: list[str], *, title: str = "attention", name: str = "attention",
+               key_tokens: list[str] | None = None, x_axis: str | None = None, y_axis: str | None = None) -> View:
+    """Viewer data from the trace of one forward pass (batch 1) through a stack of attention layers, e.g. a GPT's:
+    each layer's ``weights`` (1, h, q, k); its masked positions, where its ``masked_scores`` are −∞; and, for
+    the neuron view, its per-head ``query_heads`` (1, h, q, d) and ``key_heads`` (1, h_kv, k, d) as the scores
+    used them (grouped-query attention: each key head shown for every query head it serves)."""
+    layers = _layers_of(t)
+    if not layers:
+        raise ValueError(f"this trace has no 'weights' step; recorded steps: {t.names()}")
+    w = [lay["weights"] for lay in layers]
+    if any(x.dim() != 4 or x.shape[0] != 1 or x.shape != w[0].shape for x in w):
+        raise ValueError(f"from_trace reads one sequence through layers of one shape, weights (1, h, q, k) each; "
+                         f"got {[tuple(x.shape) for x in w]}")
+    data: dict[str, Any] = {"title": title, "name": name, "tokens": tokens, "key_tokens": key_tokens,
+                            "layers": _stack(w), "x_axis": x_axis, "y_axis": y_axis}
+    if any("masked_scores" in lay for lay in layers):
+        data["masked"] = np.stack([np.isneginf(lay["masked_scores"][0].float().cpu().numpy()) if "masked_scores" in lay
+                                   else np.zeros(w[0].shape[1:], bool) for lay in layers])
+    h, q, k = w[0].shape[1:]
+    if all("query_heads" in lay and "key_heads" in lay for lay in layers):
+        qs = [lay["query_heads"][0] for lay in layers]  # (h, q, d)
+        ks = [lay["key_heads"][0] for lay in layers]  # (h_kv, k, d)
+        if all(a.shape[:2] == (h, q) and b.shape[1] == k and h % b.shape[0] == 0 and a.shape[-1] == b.shape[-1]
+               for a, b in zip(qs, ks)):
+            data["queries"] = _stack(qs, batch=False)
+            data["keys"] = _stack([b.repeat_interleave(h // b.shape[0], dim=0) for b in ks], batch=False)
+    return normalise(data)
+
+
+def _stack(xs: list, batch: bool = True) -> np.ndarray:
+    """Tensors of one shape as one float32 array (layers, ...), the batch dimension of each dropped when ``batch``."""
+    return np.stack([(x[0] if batch else x).detach().float().cpu().numpy() for x in xs])
+
+
 def _neg_inf(x: Any) -> Any:
     """Masked positions of a JSON document's masked scores: the entries written "-inf"."""
     return [_neg_inf(y) for y in x] if isinstance(x, list) else x == "-inf"
@@ -364,4 +411,4 @@ def write_html(data: dict, path: str | Path, precision: str = "auto", start: dic
     return write_text(path, render_html(data, precision, start))
 
 
-__all__ = ["View", "attention_json", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]
+__all__ = ["View", "attention_json", "write_html", "render_html", "payload", "from_example", "from_trace", "load_json", "normalise", "encode_weights"]
