@@ -475,3 +475,30 @@ def test_char_gpt_page_has_a_neuron_view_with_its_causal_mask(browser_page, tmp_
     page.select_option("#nv-k", index=3)  # a key after its query
     assert "(masked)" in page.inner_text("#nv-sum")
     assert errors == []
+
+
+def test_the_address_that_view_help_documents_opens_the_page_as_it_says(browser_page, tmp_path, capsys):
+    from attnlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["view", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    example = "page.html#view=matrix&layer=2&head=3&query=4"
+    assert example in helptext and "layer, head and query count from 1" in helptext
+    assert "a value out of range is ignored" in helptext
+    w = torch.softmax(torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(2)), -1)
+    path = write_html({"layers": w, "tokens": list("abcde")}, tmp_path / "page.html")
+    page = browser_page
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri() + example[len("page.html"):])
+    page.wait_for_selector("body[data-ready='1']", timeout=5000)
+    assert page.get_attribute("body", "data-view") == "matrix"
+    assert page.input_value("#layer") == "1" and page.is_checked("#heads input[data-h='2']")  # layer 2, head 3
+    assert page.get_attribute(".qtok.active", "data-i") == "3"  # query 4
+    assert _weights(page, ".ktok") == pytest.approx(w[1, 2, 3].tolist(), abs=1e-6)
+    page.goto(path.as_uri() + "#view=matrix&layer=9&head=0&query=4")  # out of range: layer 1, head 1
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']", timeout=5000)
+    assert page.input_value("#layer") == "0" and page.is_checked("#heads input[data-h='0']")
+    assert errors == []
