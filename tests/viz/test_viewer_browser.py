@@ -230,6 +230,18 @@ def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
     with Image.open(png) as im:
         assert im.size == (900, 560)
         assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
+        assert im.info["Software"] == "attnlab view --screenshot"  # attnlab's mark: it may write this file again
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(png), "--screenshot-view", "matrix"]) == 0
+    mine = tmp_path / "mine.png"
+    with Image.open(png) as im:
+        im.save(mine)  # the same picture, saved by another program: no mark
+    before = mine.read_bytes()
+    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(mine)]) == 2
+    assert capsys.readouterr().err == (f"attnlab view: error: {mine} is not a screenshot attnlab wrote (it has no "
+                                       "attnlab mark), so it is left alone: move it away, or choose another --screenshot\n")
+    assert mine.read_bytes() == before
     assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
                  "--screenshot", str(tmp_path / "x.jpg")]) == 2
     assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
