@@ -8,11 +8,14 @@ no network, no external files). The page has four views of each section
   (after bertviz's head view, Vig 2019, https://arxiv.org/abs/1906.05714); hover a token;
 * model view: a layers × heads grid of thumbnails; click one to open it in the matrix view;
 * neuron view: for one query–key pair, q, k, q⊙k and their sum (the score), from the
-  trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys);
+  trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys: a worked
+  example, a GPT's trace through ``from_trace``, a Hugging Face model);
 * matrix view: the weights as a heatmap on a canvas, queries' labels on the rows and keys' on the
   columns (the pane scrolls past ~64 tokens, the labels stay in sight), the query's row as labelled keys.
 
-Every number a person reads counts from 1 (layer 1, head 1, query 1). The page opens on the
+Every number a person reads counts from 1 (layer 1, head 1, query 1), and is rounded as the command line
+prints it (Python's ``f"{x:.2f}"``: the exact value, a tie to the even digit). Masked positions (the data's
+``masked``) are hatched and written "–", never as a weight of zero. The page opens on the
 ``start`` state (view, layer, head, query token), which the address can override:
 ``page.html#view=matrix&head=2&query=3``.
 
@@ -28,7 +31,8 @@ The data (a ``View``, a dict that also shows itself inline in Jupyter) is
      "sections": [{"name": "encoder", "tokens", "key_tokens", "layers", ...}, ...] (optional)}
 
 Without ``sections``, the top-level keys are the one section. It comes from a worked
-example's trace (``from_example``), from a JSON file (``load_json``: ``{"tokens", "layers"}``
+example's trace (``from_example``), from the trace of a model's forward pass (``from_trace``: every
+layer's weights, masked positions and per-head q and k), from a JSON file (``load_json``: ``{"tokens", "layers"}``
 or the output of ``attnlab explain --format json``; ``attention_json`` writes a section of it, as
 ``attnlab generate``, ``translate`` and ``caption`` do with ``--attention-out``), or from a Hugging Face model's
 outputs (``attnlab.viz.hf.from_transformers``).
@@ -300,7 +304,10 @@ def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None
     if key_tokens is not None:
         out["key_tokens"] = keys
     out.update({k: v for k, v in (("x_axis", x_axis), ("y_axis", y_axis)) if v})
-    out["layers"] = [[[[round(float(x), 6) for x in row] for row in head] for head in layer] for layer in w]
+    # each weight as the shortest decimal that reads back as the same float32 (numpy's str): the page shows the
+    # numbers the command line prints from the model's own, a tie (0.125) included, where 6 decimals could move one
+    short = np.array([float(str(x)) for x in w.astype(np.float32).ravel()], dtype=np.float64)
+    out["layers"] = short.reshape(w.shape).tolist()
     return out
 
 
