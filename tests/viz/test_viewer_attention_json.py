@@ -60,3 +60,17 @@ def test_weights_and_masks_of_the_wrong_rank_are_refused_by_name(data, says):
     with pytest.raises(ValueError) as e:
         normalise(data)
     assert str(e.value) == says
+
+
+def test_a_causal_mask_travels_in_the_file_and_reads_back_as_masked(tmp_path):
+    w = torch.tensor([[[[1.0, 0.0, 0.0], [0.4, 0.6, 0.0], [0.2, 0.3, 0.5]]]])  # one causal head
+    causal = torch.ones(3, 3, dtype=torch.bool).triu(1)
+    s = attention_json(list("abc"), w, masked=causal)
+    assert s["masked"] == [[False, True, True], [False, False, True], [False, False, False]]
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps(s))
+    view = load_json(f)
+    assert view["masked"].shape == (1, 1, 3, 3) and (view["masked"][0, 0] == causal.numpy()).all()
+    with pytest.raises(ValueError) as e:
+        attention_json(list("abc"), w, masked=np.zeros((2, 3), bool))
+    assert str(e.value) == "masked must be (q, k) = (3, 3) or the maps' (1, 1, 3, 3); got (2, 3)"

@@ -287,12 +287,14 @@ def _check_labels(doc: dict) -> None:
 
 
 def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None = None, name: str | None = None,
-                   x_axis: str | None = None, y_axis: str | None = None) -> dict:
+                   x_axis: str | None = None, y_axis: str | None = None, masked: Any = None) -> dict:
     """One section of the viewer's JSON: ``{"tokens", ["key_tokens",] "layers": weights[layer][head][q][k]}``.
 
     ``maps`` (layers, h, q, k) as a tensor or array; ``tokens`` label the q queries, ``key_tokens`` the k
     keys (default: ``tokens``, for self-attention). ``name``, ``x_axis`` and ``y_axis`` name the section
-    and its axes. Several sections make one file as ``{"title": ..., "sections": [section, ...]}``.
+    and its axes; ``masked`` (q, k) or (layers, h, q, k), True where a query may not attend (a causal
+    model's later keys), is written as ``"masked"`` and shown as masked, not as a weight of zero.
+    Several sections make one file as ``{"title": ..., "sections": [section, ...]}``.
     """
     w = maps.detach().float().cpu().numpy() if hasattr(maps, "detach") else np.asarray(maps, dtype=np.float32)
     keys = list(tokens) if key_tokens is None else list(key_tokens)
@@ -308,6 +310,11 @@ def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None
     # numbers the command line prints from the model's own, a tie (0.125) included, where 6 decimals could move one
     short = np.array([float(str(x)) for x in w.astype(np.float32).ravel()], dtype=np.float64)
     out["layers"] = short.reshape(w.shape).tolist()
+    if masked is not None:
+        m = np.asarray(masked.cpu() if hasattr(masked, "cpu") else masked, dtype=bool)
+        if m.shape not in (w.shape[2:], w.shape):
+            raise ValueError(f"masked must be (q, k) = {w.shape[2:]} or the maps' {tuple(w.shape)}; got {m.shape}")
+        out["masked"] = m.tolist()
     return out
 
 
