@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-import tomllib
+import pytest
 
 from attnlab.viz.screenshot import ours
 
@@ -45,6 +45,7 @@ def test_no_readme_or_docs_command_writes_over_the_tracked_picture():
 
 
 def test_the_demos_extras_hold_playwright():
+    tomllib = pytest.importorskip("tomllib", reason="reads pyproject.toml with Python 3.11's tomllib")
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     assert any(r.startswith("playwright") for r in extras["viz"])
     assert '-e ".[lab,viz]"' in (ROOT / "Makefile").read_text(encoding="utf-8")
