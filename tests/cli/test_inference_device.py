@@ -109,7 +109,7 @@ def test_generate_cpu_fp32_is_the_library_greedy_and_sampled_text(runs, capsys, 
         assert _out(capsys, [*base, "--top-k", "5", "--seed", "3", *flags]) == sampled + "\n"
     js = tmp_path / "a.json"
     _out(capsys, [*base, "--tokens", "0", "--device", "cpu", "--attention-out", str(js)])
-    ref = attention_json(list("to be"), attention_maps(loaded.model, prompt[0]))
+    ref = attention_json(list("to be"), attention_maps(loaded.model, prompt[0]), masked=torch.ones(5, 5).triu(1) > 0)
     assert json.loads(js.read_text(encoding="utf-8")) == ref
 
 

@@ -3,7 +3,9 @@ their words, the chromium it looks for, the page address it opens, and what it a
 
 from __future__ import annotations
 
+import struct
 import sys
+import zlib
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -48,6 +50,15 @@ def test_chromium_is_looked_for_under_its_three_names_in_order(monkeypatch):
     assert shot.chromium() == "/usr/bin/chromium"
 
 
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+
+# A 1 × 1 grey PNG, written by hand from the PNG specification (what a browser's screenshot is, in small).
+TINY_PNG = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + _chunk(b"IDAT", zlib.compress(b"\x00\x80")) + _chunk(b"IEND", b""))
+
+
 @pytest.fixture
 def fake_playwright(monkeypatch):
     """A sync_playwright that records the calls the screenshot makes and writes a file where asked."""
@@ -64,7 +75,7 @@ def fake_playwright(monkeypatch):
 
         def screenshot(self, path):
             calls["shot"] = path
-            Path(path).write_bytes(b"PNG")
+            Path(path).write_bytes(TINY_PNG)
 
     class Ctx:
         def new_page(self):
@@ -99,7 +110,7 @@ def test_the_page_opens_on_its_view_and_focus_in_a_headless_browser(tmp_path, fa
     page = tmp_path / "p.html"
     page.write_text("<html></html>")
     out = shot.screenshot(page, tmp_path / "p.png", view="matrix", focus=3)
-    assert out == tmp_path / "p.png" and out.read_bytes() == b"PNG"
+    assert out == tmp_path / "p.png" and out.read_bytes() == shot.marked(TINY_PNG)
     calls = fake_playwright
     assert calls["goto"] == page.resolve().as_uri() + "#view=matrix&query=3"
     assert calls["wait"] == ("body[data-ready='1']", 30000)
@@ -134,3 +145,34 @@ def test_a_page_that_never_finishes_drawing_is_an_error_that_names_it(tmp_path, 
     address = page.resolve().as_uri() + "#view=model"
     assert str(e.value) == f"the page did not finish drawing in 30 s: {address}"
     assert fake_playwright["closed"] and not (tmp_path / "p.png").exists()
+
+
+def test_the_png_written_carries_attnlabs_mark_which_other_readers_see(tmp_path, fake_playwright):
+    Image = pytest.importorskip("PIL.Image")
+    page = tmp_path / "p.html"
+    page.write_text("<html></html>")
+    out = shot.screenshot(page, tmp_path / "p.png")
+    with Image.open(out) as im:  # Pillow reads the text chunk and the pixel, as any PNG reader would
+        assert im.info["Software"] == "attnlab view --screenshot" and im.size == (1, 1) and im.getpixel((0, 0)) == 128
+    assert shot.ours(out) and not shot.ours(page) and not shot.ours(tmp_path / "none.png")
+    shot.screenshot(page, out, view="matrix")  # attnlab's own screenshot: written again
+    assert fake_playwright["goto"].endswith("#view=matrix") and shot.ours(out)
+
+
+@pytest.mark.parametrize("theirs", [TINY_PNG, b"my notes", shot.marked(TINY_PNG)[:40]])
+def test_a_file_attnlab_did_not_write_is_refused_before_the_browser_starts(tmp_path, fake_playwright, theirs):
+    page, png = tmp_path / "p.html", tmp_path / "head-view.png"
+    page.write_text("<html></html>")
+    png.write_bytes(theirs)  # a PNG without the mark, another file, a mark cut short
+    with pytest.raises(FileExistsError) as e:
+        shot.screenshot(page, png)
+    assert str(e.value) == (f"{png} is not a screenshot attnlab wrote (it has no attnlab mark), so it is left alone: "
+                            "move it away, or choose another --screenshot")
+    assert png.read_bytes() == theirs and "launch" not in fake_playwright
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["head-view.png", "p.html"]
+
+
+def test_a_browser_that_writes_no_png_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError) as e:
+        shot.marked(b"GIF89a")
+    assert str(e.value) == "the browser's screenshot is not a PNG"

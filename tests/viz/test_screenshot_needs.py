@@ -13,7 +13,7 @@ def test_without_playwright_the_error_says_how_to_install_it(tmp_path, monkeypat
     monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # the import fails as if not installed
     with pytest.raises(ImportError) as e:
         shot.screenshot(tmp_path / "p.html", tmp_path / "p.png")
-    assert str(e.value) == "screenshots need the playwright package (pip install playwright) and a chromium"
+    assert str(e.value) == "screenshots need the playwright package (pip install 'attnlab[viz]') and a chromium"
     assert not (tmp_path / "p.png").exists()
 
 

@@ -230,6 +230,18 @@ def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
     with Image.open(png) as im:
         assert im.size == (900, 560)
         assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
+        assert im.info["Software"] == "attnlab view --screenshot"  # attnlab's mark: it may write this file again
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(png), "--screenshot-view", "matrix"]) == 0
+    mine = tmp_path / "mine.png"
+    with Image.open(png) as im:
+        im.save(mine)  # the same picture, saved by another program: no mark
+    before = mine.read_bytes()
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "hv.html"),
+                 "--screenshot", str(mine)]) == 2
+    assert capsys.readouterr().err == (f"attnlab view: error: {mine} is not a screenshot attnlab wrote (it has no "
+                                       "attnlab mark), so it is left alone: move it away, or choose another --screenshot\n")
+    assert mine.read_bytes() == before
     assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "x.html"),
                  "--screenshot", str(tmp_path / "x.jpg")]) == 2
     assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "x.html"),
@@ -408,3 +420,97 @@ def test_cli_screenshot_of_every_view_with_focus(tmp_path, capsys, view):
     assert time.perf_counter() - start < 25  # it used to wait 30 s for a hidden token, then fail
     with Image.open(png) as im:
         assert im.size == (900, 560) and len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20
+
+
+# One causal head whose numbers are where a cut string or JavaScript's toFixed differ from the command line:
+# 0.5653 (two digits: 0.57, not 0.56), the exact ties 0.125 and 0.0625, float32 0.005 (just below) and 0.495.
+CAUSAL = np.array([[1, 0, 0, 0], [0.5653, 0.4347, 0, 0], [0.125, 0.375, 0.5, 0], [0.0625, 0.4375, 0.005, 0.495]],
+                  dtype=np.float32)
+AFTER = np.triu(np.ones((4, 4), bool), k=1)
+
+
+def test_matrix_cells_read_as_the_cli_prints_them_and_masked_cells_read_as_masked(browser_page, tmp_path):
+    from attnlab.explain.render_text import fmt_number
+
+    page = browser_page
+    errors = _open(page, write_html({"layers": CAUSAL, "masked": AFTER, "tokens": list("abcd")}, tmp_path / "r.html"))
+    page.evaluate("""() => { window.drawn = []; const f = CanvasRenderingContext2D.prototype.fillText;
+        CanvasRenderingContext2D.prototype.fillText = function (t, x, y) { window.drawn.push([t, x, y]); return f.apply(this, arguments); }; }""")
+    page.click("#views button[data-view='matrix']")
+    C = page.eval_on_selector("#mx-canvas", "c => c.width") / 4
+    cells = {(int(y // C), int(x // C)): t for t, x, y in page.evaluate("() => window.drawn")}
+    want = {(i, j): "–" if AFTER[i, j] else fmt_number(float(CAUSAL[i, j]), 2) for i in range(4) for j in range(4)}
+    assert cells == want
+    assert cells[1, 0] == "0.57" and cells[2, 0] == "0.12" and cells[3, 3] == "0.50"  # by hand, as translate prints
+    page.hover(".qtok[data-i='1']")
+    strip = page.eval_on_selector_all(".ktok .w", "els => els.map(e => e.textContent)")
+    assert strip == ["0.565", "0.435", "masked", "masked"]
+    assert page.is_visible("#masked-legend") and "masked" in page.inner_text("#masked-legend")
+    assert errors == []
+
+
+def test_head_view_shows_the_mean_weight_beside_each_key_and_marks_masked_keys(browser_page, tmp_path):
+    from attnlab.explain.render_text import fmt_number
+
+    rng = np.random.default_rng(3)
+    other = np.where(AFTER, 0, rng.random((4, 4))).astype(np.float32)
+    other /= other.sum(-1, keepdims=True)
+    w = np.stack([CAUSAL, other])  # two heads
+    page = browser_page
+    errors = _open(page, write_html({"layers": w, "masked": AFTER, "tokens": list("abcd")}, tmp_path / "h.html"))
+    page.hover("#hv-left .tok[data-i='1']")
+    mean = w[:, 1].mean(0, dtype=np.float64)
+    shown = page.eval_on_selector_all("#hv-right .tok .hw", "els => els.map(e => e.textContent)")
+    assert shown == [fmt_number(mean[0], 3), fmt_number(mean[1], 3), "–", "–"]
+    assert page.eval_on_selector_all("#hv-right .tok", "els => els.map(e => e.classList.contains('masked'))") == \
+        [False, False, True, True]
+    assert "shown beside each key" in page.inner_text("#readout")
+    page.hover("#hv-right .tok[data-i='2']")  # a key: beside each query, the weight it gives that key
+    shown = page.eval_on_selector_all("#hv-left .tok .hw", "els => els.map(e => e.textContent)")
+    assert shown == ["–", "–", fmt_number(w[:, 2, 2].mean(dtype=np.float64), 3), fmt_number(w[:, 3, 2].mean(dtype=np.float64), 3)]
+    assert errors == []
+
+
+def test_char_gpt_page_has_a_neuron_view_with_its_causal_mask(browser_page, tmp_path, capsys):
+    from attnlab.cli import main
+
+    out = tmp_path / "gpt.html"
+    assert main(["view", "--pretrained", "char-gpt", "--text", "To be", "-o", str(out)]) == 0
+    page = browser_page
+    errors = _open(page, out)
+    page.click("#views button[data-view='neuron']")
+    assert page.locator("#nv-table tr[data-row='q'] td").count() == 32  # d_h = 128 / 4 heads
+    page.select_option("#nv-q", index=3)
+    page.select_option("#nv-k", index=1)
+    assert "(masked)" not in page.inner_text("#nv-sum")
+    page.select_option("#nv-q", index=1)
+    page.select_option("#nv-k", index=3)  # a key after its query
+    assert "(masked)" in page.inner_text("#nv-sum")
+    assert errors == []
+
+
+def test_the_address_that_view_help_documents_opens_the_page_as_it_says(browser_page, tmp_path, capsys):
+    from attnlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["view", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    example = "page.html#view=matrix&layer=2&head=3&query=4"
+    assert example in helptext and "layer, head and query count from 1" in helptext
+    assert "a value out of range is ignored" in helptext
+    w = torch.softmax(torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(2)), -1)
+    path = write_html({"layers": w, "tokens": list("abcde")}, tmp_path / "page.html")
+    page = browser_page
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.as_uri() + example[len("page.html"):])
+    page.wait_for_selector("body[data-ready='1']", timeout=5000)
+    assert page.get_attribute("body", "data-view") == "matrix"
+    assert page.input_value("#layer") == "1" and page.is_checked("#heads input[data-h='2']")  # layer 2, head 3
+    assert page.get_attribute(".qtok.active", "data-i") == "3"  # query 4
+    assert _weights(page, ".ktok") == pytest.approx(w[1, 2, 3].tolist(), abs=1e-6)
+    page.goto(path.as_uri() + "#view=matrix&layer=9&head=0&query=4")  # out of range: layer 1, head 1
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']", timeout=5000)
+    assert page.input_value("#layer") == "0" and page.is_checked("#heads input[data-h='0']")
+    assert errors == []

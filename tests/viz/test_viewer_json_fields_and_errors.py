@@ -457,7 +457,9 @@ def test_the_page_title_is_escaped_text_and_the_view_renders_and_saves(tmp_path)
 
 def test_attention_json_writes_only_the_fields_given():
     s = V.attention_json(["a"], np.array([[[[0.1234567, 0.8765433]]]]), key_tokens=["x", "y"])
-    assert s == {"tokens": ["a"], "key_tokens": ["x", "y"], "layers": [[[[0.123457, 0.876543]]]]}
+    # each weight as the shortest decimal of its float32 (the model's own number, not 6 decimals of it)
+    assert s == {"tokens": ["a"], "key_tokens": ["x", "y"], "layers": [[[[0.1234567, 0.8765433]]]]}
+    assert V.attention_json(["a"], np.array([[[[1 / 3, 2 / 3]]]]), key_tokens=["x", "y"])["layers"] == [[[[0.33333334, 0.6666667]]]]
     assert list(V.attention_json(["a"], np.ones((1, 1, 1, 1)), x_axis="src")) == [
         "tokens",
         "x_axis",

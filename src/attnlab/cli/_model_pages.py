@@ -38,18 +38,18 @@ def translation_page(loaded, ids: list[int], src_tokens: list[str], rt) -> dict:
 
 
 def gpt_page(loaded, text: str | None, rt) -> dict:
-    """Every layer's and head's causal self-attention over the characters of ``text`` (the last block)."""
-    from ..models.gpt import attention_maps
-    from ..viz.viewer import attention_json
+    """Every layer's and head's causal self-attention over the characters of ``text`` (the last block), its
+    masked positions and each head's queries and keys."""
+    from ..trace import trace
+    from ..viz.viewer import from_trace
 
     if not text:
         raise UsageError("a GPT needs --text: the characters to read")
-    model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
+    model, vocab = loaded.model.to(rt.device).eval(), loaded.vocabs["vocab"]
     ids = vocab.encode_tensor(text)[-model.config.block_size:]
-    with rt.autocast():
-        maps = attention_maps(model, ids.to(rt.device)).float().cpu()  # (layers, h, n, n)
-    return {"title": text, "sections": [attention_json([vocab.itos[i] for i in ids.tolist()], maps,
-                                                       name="causal self-attention")]}
+    with rt.autocast(), trace() as t:  # each layer's weights, causal mask and per-head q and k (the neuron view)
+        model(ids.to(rt.device)[None])
+    return from_trace(t, [vocab.itos[i] for i in ids.tolist()], title=text, name="causal self-attention")
 
 
 def captioner_page(loaded, text: str | None, rt) -> dict:

@@ -114,7 +114,7 @@ def attention_document(model, src, src_mask, src_tokens: list[str], out_tokens: 
         attention_json(src_tokens, maps["encoder"], name="encoder self-attention", y_axis="source token",
                        x_axis="source token"),
         attention_json(out_tokens, maps["decoder"], key_tokens=dec_in, name="decoder self-attention",
-                       y_axis="output token", x_axis="decoder input"),
+                       y_axis="output token", x_axis="decoder input", masked=torch.ones(t, t, dtype=torch.bool).triu(1)),
         attention_json(out_tokens, maps["cross"], key_tokens=src_tokens, name="cross-attention",
                        y_axis="output token", x_axis="source token"),
     ]}

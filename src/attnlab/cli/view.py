@@ -30,6 +30,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the keys, switch layer and head, toggle masked positions. The weights come from a worked "
         "example (its trace) or a JSON file: {\"tokens\": [...], \"layers\": layers × heads × q × k} "
         "or the output of `attnlab explain --format json`.",
+        epilog="The page's address chooses what it opens on: page.html#view=matrix&layer=2&head=3&query=4 "
+        "(view: head, model, neuron or matrix; layer, head and query count from 1, as the page shows them; a "
+        "value out of range is ignored). --focus N writes query N into the page; an address given when "
+        "opening it wins.",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--example", help="a built-in worked example (see `attnlab explain --list`)")

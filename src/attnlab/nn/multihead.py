@@ -86,7 +86,7 @@ from ..functional.multihead import (
     zero_unreachable,
 )
 from ..mask import Mask
-from ..trace import active
+from ..trace import active, record
 from .backends import Backend, Dense
 from .cache import LayerCache, MemoryCache
 from .padding import padded_queries, zero_padded
@@ -406,6 +406,9 @@ class MultiHeadAttention(nn.Module):
             memory_cache.store(key, value, kh, vh)
         if cache is not None:
             kh, vh = cache.update(kh, vh)  # (b, h_kv, k, d_h): cached + new
+        if active():  # each head's q and k as its scores use them (the viewer's neuron view reads them)
+            record("query_heads", "q_i split into heads (rotated by position under rope)", qh)
+            record("key_heads", "k_j split into heads (rotated by position under rope, cached ones included)", kh)
         return qh, kh, vh
 
     def _extra_keys(

@@ -8,11 +8,14 @@ no network, no external files). The page has four views of each section
   (after bertviz's head view, Vig 2019, https://arxiv.org/abs/1906.05714); hover a token;
 * model view: a layers × heads grid of thumbnails; click one to open it in the matrix view;
 * neuron view: for one query–key pair, q, k, q⊙k and their sum (the score), from the
-  trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys);
+  trace's ``query_heads``/``key_heads`` (present only when the data has queries and keys: a worked
+  example, a GPT's trace through ``from_trace``, a Hugging Face model);
 * matrix view: the weights as a heatmap on a canvas, queries' labels on the rows and keys' on the
   columns (the pane scrolls past ~64 tokens, the labels stay in sight), the query's row as labelled keys.
 
-Every number a person reads counts from 1 (layer 1, head 1, query 1). The page opens on the
+Every number a person reads counts from 1 (layer 1, head 1, query 1), and is rounded as the command line
+prints it (Python's ``f"{x:.2f}"``: the exact value, a tie to the even digit). Masked positions (the data's
+``masked``) are hatched and written "–", never as a weight of zero. The page opens on the
 ``start`` state (view, layer, head, query token), which the address can override:
 ``page.html#view=matrix&head=2&query=3``.
 
@@ -28,7 +31,8 @@ The data (a ``View``, a dict that also shows itself inline in Jupyter) is
      "sections": [{"name": "encoder", "tokens", "key_tokens", "layers", ...}, ...] (optional)}
 
 Without ``sections``, the top-level keys are the one section. It comes from a worked
-example's trace (``from_example``), from a JSON file (``load_json``: ``{"tokens", "layers"}``
+example's trace (``from_example``), from the trace of a model's forward pass (``from_trace``: every
+layer's weights, masked positions and per-head q and k), from a JSON file (``load_json``: ``{"tokens", "layers"}``
 or the output of ``attnlab explain --format json``; ``attention_json`` writes a section of it, as
 ``attnlab generate``, ``translate`` and ``caption`` do with ``--attention-out``), or from a Hugging Face model's
 outputs (``attnlab.viz.hf.from_transformers``).
@@ -188,6 +192,53 @@ def from_example(ex, t) -> View:
     return normalise(data)
 
 
+def _layers_of(t) -> list[dict[str, Any]]:
+    """The steps of a forward pass through a stack of attention layers, one dict per layer: each ``weights``
+    step closes a layer, with the ``masked_scores``, ``query_heads`` and ``key_heads`` recorded before it."""
+    layers, current = [], {}
+    for step in t:
+        if step.name in ("masked_scores", "query_heads", "key_heads"):
+            current[step.name] = step.value
+        elif step.name == "weights":
+            layers.append({**current, "weights": step.value})
+            current = {}
+    return layers
+
+
+def from_trace(t, tokens: list[str], *, title: str = "attention", name: str = "attention",
+               key_tokens: list[str] | None = None, x_axis: str | None = None, y_axis: str | None = None) -> View:
+    """Viewer data from the trace of one forward pass (batch 1) through a stack of attention layers, e.g. a GPT's:
+    each layer's ``weights`` (1, h, q, k); its masked positions, where its ``masked_scores`` are −∞; and, for
+    the neuron view, its per-head ``query_heads`` (1, h, q, d) and ``key_heads`` (1, h_kv, k, d) as the scores
+    used them (grouped-query attention: each key head shown for every query head it serves)."""
+    layers = _layers_of(t)
+    if not layers:
+        raise ValueError(f"this trace has no 'weights' step; recorded steps: {t.names()}")
+    w = [lay["weights"] for lay in layers]
+    if any(x.dim() != 4 or x.shape[0] != 1 or x.shape != w[0].shape for x in w):
+        raise ValueError(f"from_trace reads one sequence through layers of one shape, weights (1, h, q, k) each; "
+                         f"got {[tuple(x.shape) for x in w]}")
+    data: dict[str, Any] = {"title": title, "name": name, "tokens": tokens, "key_tokens": key_tokens,
+                            "layers": _stack(w), "x_axis": x_axis, "y_axis": y_axis}
+    if any("masked_scores" in lay for lay in layers):
+        data["masked"] = np.stack([np.isneginf(lay["masked_scores"][0].float().cpu().numpy()) if "masked_scores" in lay
+                                   else np.zeros(w[0].shape[1:], bool) for lay in layers])
+    h, q, k = w[0].shape[1:]
+    if all("query_heads" in lay and "key_heads" in lay for lay in layers):
+        qs = [lay["query_heads"][0] for lay in layers]  # (h, q, d)
+        ks = [lay["key_heads"][0] for lay in layers]  # (h_kv, k, d)
+        if all(a.shape[:2] == (h, q) and b.shape[1] == k and h % b.shape[0] == 0 and a.shape[-1] == b.shape[-1]
+               for a, b in zip(qs, ks)):
+            data["queries"] = _stack(qs, batch=False)
+            data["keys"] = _stack([b.repeat_interleave(h // b.shape[0], dim=0) for b in ks], batch=False)
+    return normalise(data)
+
+
+def _stack(xs: list, batch: bool = True) -> np.ndarray:
+    """Tensors of one shape as one float32 array (layers, ...), the batch dimension of each dropped when ``batch``."""
+    return np.stack([(x[0] if batch else x).detach().float().cpu().numpy() for x in xs])
+
+
 def _neg_inf(x: Any) -> Any:
     """Masked positions of a JSON document's masked scores: the entries written "-inf"."""
     return [_neg_inf(y) for y in x] if isinstance(x, list) else x == "-inf"
@@ -236,12 +287,14 @@ def _check_labels(doc: dict) -> None:
 
 
 def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None = None, name: str | None = None,
-                   x_axis: str | None = None, y_axis: str | None = None) -> dict:
+                   x_axis: str | None = None, y_axis: str | None = None, masked: Any = None) -> dict:
     """One section of the viewer's JSON: ``{"tokens", ["key_tokens",] "layers": weights[layer][head][q][k]}``.
 
     ``maps`` (layers, h, q, k) as a tensor or array; ``tokens`` label the q queries, ``key_tokens`` the k
     keys (default: ``tokens``, for self-attention). ``name``, ``x_axis`` and ``y_axis`` name the section
-    and its axes. Several sections make one file as ``{"title": ..., "sections": [section, ...]}``.
+    and its axes; ``masked`` (q, k) or (layers, h, q, k), True where a query may not attend (a causal
+    model's later keys), is written as ``"masked"`` and shown as masked, not as a weight of zero.
+    Several sections make one file as ``{"title": ..., "sections": [section, ...]}``.
     """
     w = maps.detach().float().cpu().numpy() if hasattr(maps, "detach") else np.asarray(maps, dtype=np.float32)
     keys = list(tokens) if key_tokens is None else list(key_tokens)
@@ -253,7 +306,15 @@ def attention_json(tokens: list[str], maps: Any, *, key_tokens: list[str] | None
     if key_tokens is not None:
         out["key_tokens"] = keys
     out.update({k: v for k, v in (("x_axis", x_axis), ("y_axis", y_axis)) if v})
-    out["layers"] = [[[[round(float(x), 6) for x in row] for row in head] for head in layer] for layer in w]
+    # each weight as the shortest decimal that reads back as the same float32 (numpy's str): the page shows the
+    # numbers the command line prints from the model's own, a tie (0.125) included, where 6 decimals could move one
+    short = np.array([float(str(x)) for x in w.astype(np.float32).ravel()], dtype=np.float64)
+    out["layers"] = short.reshape(w.shape).tolist()
+    if masked is not None:
+        m = np.asarray(masked.cpu() if hasattr(masked, "cpu") else masked, dtype=bool)
+        if m.shape not in (w.shape[2:], w.shape):
+            raise ValueError(f"masked must be (q, k) = {w.shape[2:]} or the maps' {tuple(w.shape)}; got {m.shape}")
+        out["masked"] = m.tolist()
     return out
 
 
@@ -364,4 +425,4 @@ def write_html(data: dict, path: str | Path, precision: str = "auto", start: dic
     return write_text(path, render_html(data, precision, start))
 
 
-__all__ = ["View", "attention_json", "write_html", "render_html", "payload", "from_example", "load_json", "normalise", "encode_weights"]
+__all__ = ["View", "attention_json", "write_html", "render_html", "payload", "from_example", "from_trace", "load_json", "normalise", "encode_weights"]
