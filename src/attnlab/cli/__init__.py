@@ -1,10 +1,12 @@
 """The ``attnlab`` command: ``attnlab <verb> ...``.
 
 Each verb lives in its own module under ``attnlab.cli`` with two functions:
-``add_parser(subparsers)`` (which registers the verb and sets ``func``) and
-the function it runs. Add a verb by adding its name and one-line help to ``VERBS``.
-Only the verb that runs is imported: ``attnlab --help``, ``--version`` and a
-mistyped verb import neither a verb module nor torch.
+``add_parser(subparsers, help)`` (which registers the verb and sets ``func``) and
+the function it runs. Add a verb by adding its name and one-line help to ``VERBS``
+(``attnlab.cli._verbs``). Only the verb that runs is imported: ``attnlab --help``,
+``--version`` and a mistyped verb import neither a verb module nor torch. The verbs
+never import this module (their shared pieces are the private modules beside them),
+so the arrows inside the package point one way.
 Errors the user can fix (bad files, bad arguments, a missing optional package)
 print one line ``attnlab VERB: error: ...`` and exit 2, never a traceback; a closed
 pipe (``attnlab evaluate ... | head``) ends quietly; Ctrl-C exits 130.
@@ -18,29 +20,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-# Verb → its one-line help. Verb NAME lives in the module attnlab.cli.NAME (plot-run: plot_run),
-# which reads its help from here: `attnlab --help` and a mistyped verb answer from this table
-# alone, without importing any verb (nor torch).
-VERBS = {
-    "explain": "walk through a mechanism step by step with its actual numbers",
-    "verify": "check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
-    "view": "write a self-contained HTML viewer (or PNG/SVG) of attention weights",
-    "train": "train a model (a checkpoint folder is written); train --recipe NAME: a shipped model's recipe",
-    "experiment": "run an experiment: train, evaluate, write a table and plots",
-    "translate": "translate with a trained seq2seq checkpoint and show the alignment",
-    "evaluate": "score a seq2seq checkpoint: exact match, BLEU, chrF, by source length",
-    "generate": "sample text from a trained language model (attnlab train lm)",
-    "caption": "caption an image with a trained captioner and draw its attention per word",
-    "plot-run": "draw a training run's loss and validation curves (metrics.jsonl)",
-    "interpret": "attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
-    "check": "check your own attention function against the contract (masks, NaN, empty input, values)",
-    "pretrained": "the models that ship trained: list them, read a model card, its folder or its recipe",
-}
-
-
-class UsageError(Exception):
-    """An error in what the user asked for; printed without a traceback."""
-
+from ._errors import UsageError
+from ._verbs import VERBS
 
 # Optional packages → the extra that installs them.
 EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
@@ -114,7 +95,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     for verb, help in VERBS.items():
         if only is None or verb == only:
-            importlib.import_module(f"{__name__}.{verb.replace('-', '_')}").add_parser(sub)
+            importlib.import_module(f"{__name__}.{verb.replace('-', '_')}").add_parser(sub, help)
         else:
             sub.add_parser(verb, help=help)
     return parser

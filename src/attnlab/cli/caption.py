@@ -32,16 +32,16 @@ import numpy as np
 from ..data.emoji import LANGS, join_tokens, read_image
 from ..train.caption import caption_image, region_cells
 from ..train.load import load_model
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "caption",
-        help=VERBS["caption"],
+        help=help,
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -16,16 +16,16 @@ import math
 import sys
 from pathlib import Path
 
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._threads import add_threads
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     from ..testing.signatures import SIGNATURES
 
-    p = sub.add_parser("check", help=VERBS["check"], description=VERBS["check"] + ". Exit 0 when every rule "
+    p = sub.add_parser("check", help=help, description=help + ". Exit 0 when every rule "
                        "holds, 1 when one is broken (each failure printed with its smallest input; a function that exits or "
                        "hangs fails the case it did it in), 2 when the function cannot be checked.")
     p.add_argument("target", metavar="MODULE:FUNCTION",

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import argparse
 
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help=VERBS["evaluate"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("evaluate", help=help,
                        description=__doc__)
     add_model_source(p, "a translator: a folder written by attnlab train seq2seq")
     p.add_argument("--split", choices=("test", "valid"), default="test")

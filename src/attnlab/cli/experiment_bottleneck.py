@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..experiments.bottleneck import MODEL_NAMES, BottleneckConfig, table
     from ..experiments.bottleneck import run as run_experiment
-    from . import UsageError
+    from ._errors import UsageError
 
     apply_threads(args)
     if args.models is not None:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from dataclasses import asdict, replace
 
-from . import UsageError
+from ._errors import UsageError
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..experiments.rope_scaling import METHODS, RopeScalingConfig, table
     from ..experiments.rope_scaling import run as run_experiment
-    from . import UsageError
+    from ._errors import UsageError
 
     apply_threads(args)
     cfg = RopeScalingConfig.quick() if args.quick else RopeScalingConfig()

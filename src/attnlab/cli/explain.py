@@ -22,7 +22,7 @@ from pathlib import Path
 from ..explain import builtin_names, document, load, render, render_markdown, run, verify
 from ..explain.i18n import LANGS
 from ..explain.mechanisms import MECHANISMS, canonical
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._source import add_model_source, check_hf_source
 from ._threads import add_threads
 from ._types import positive_int
@@ -34,10 +34,10 @@ FORMATS = {
 }
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "explain",
-        help=VERBS["explain"],
+        help=help,
         description="Compute a worked example with attnlab and print every step: "
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",

@@ -15,16 +15,16 @@ from pathlib import Path
 import torch
 
 from .._limits import LIMITS, check_value
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "generate",
-        help=VERBS["generate"],
+        help=help,
         description="Sample text from a language-model checkpoint, with the key/value cache.",
     )
     add_model_source(p, "a folder written by 'attnlab train lm'")

@@ -29,8 +29,8 @@ import json
 from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
-from . import VERBS, UsageError
 from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
 from ._threads import add_threads, apply_threads
@@ -41,8 +41,8 @@ MAX_PRINTED_TOKENS = 16  # beyond, each row's TOP largest entries are printed
 TOP = 5
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interpret", help=VERBS["interpret"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("interpret", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("method", choices=["rollout", "flow", "heads"],
                    help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")

@@ -10,11 +10,11 @@ import argparse
 from pathlib import Path
 
 from ..viz.heatmap import save as save_figure
-from . import VERBS, UsageError
+from ._errors import UsageError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot-run", help=VERBS["plot-run"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("plot-run", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a checkpoint folder written by attnlab train ...")
     p.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default curves.png)")

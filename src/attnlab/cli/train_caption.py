@@ -21,8 +21,8 @@ from ..train.caption import (
 )
 from ..train.finite import ON_NONFINITE
 from ..train.runtime import RunLog
-from . import UsageError
 from ._deprecated import OLD_SPELLINGS, deprecated_alias
+from ._errors import UsageError
 from ._fields import config_from, field_option, saved_config
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .._limits import check_value
 from ..nn.positional import POSITIONAL
-from . import UsageError
+from ._errors import UsageError
 from ._fields import saved_config
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from

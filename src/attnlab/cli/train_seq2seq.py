@@ -26,8 +26,8 @@ import torch
 from .._limits import check_values
 from ..models.transformer import POSITIONAL as POSITIONS
 from ..train.finite import ON_NONFINITE
-from . import UsageError
 from ._deprecated import OLD_SPELLINGS, deprecated_alias
+from ._errors import UsageError
 from ._fields import config_from, field_default, field_option
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from

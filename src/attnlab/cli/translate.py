@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import VERBS, UsageError
 from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
@@ -33,8 +33,8 @@ from ._threads import add_threads
 SHADES = " ·░▒▓█"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("translate", help=VERBS["translate"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("translate", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("texts", nargs="+", help="source sentences")
     add_model_source(p, "a folder written by attnlab train seq2seq")

@@ -16,14 +16,14 @@ from ..explain import builtin_names, document, load, run, verify
 from ..explain.i18n import LANGS
 from ..explain.i18n import t as say
 from ..explain.render_text import render_claims, summary
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "verify",
-        help=VERBS["verify"],
+        help=help,
         description="Recompute each worked example with attnlab and classify every written claim as "
         "exact (right at its written precision), rounding drift (right from the example's own rounded "
         "values), another convention (truncated, rounded up or down, percentages, a 0-based index, a transposed "

@@ -16,16 +16,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "view",
-        help=VERBS["view"],
+        help=help,
         description="Write an offline HTML page: hover or click a query token to see its weights over "
         "the keys, switch layer and head, toggle masked positions. The weights come from a worked "
         "example (its trace) or a JSON file: {\"tokens\": [...], \"layers\": layers × heads × q × k} "
