@@ -61,7 +61,7 @@ def test_every_flag_reaches_the_config_and_the_lines_are_printed(tmp_path, train
         str(out),
         "--data",
         "emoji",
-        "--lang",
+        "--caption-lang",
         "de",
         "--n-train",
         "7",

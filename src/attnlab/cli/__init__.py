@@ -54,9 +54,10 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line on stderr (exit 2), without the usage block."""
 
     verb = ""  # the verb of the command line being parsed (set by ``main``), for its options' names
+    task = ""  # and its second word: a group's task (``train seq2seq``), if it names one
 
     def error(self, message: str):  # type: ignore[override]
-        prog, hint = self.prog, ""
+        prog, hint = self.prog, _close_choice(message)
         verb_parser = self._verb_parser()
         if verb_parser is not None:
             prog = verb_parser.prog
@@ -65,14 +66,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {' '.join(message.split())} ({hint}see {prog} --help)\n")
 
     def _verb_parser(self) -> argparse.ArgumentParser | None:
-        subparsers = getattr(self, "_subparsers", None)
-        if not self.verb or subparsers is None:
-            return None
-        for action in subparsers._group_actions:
-            choices = getattr(action, "choices", None) or {}
-            if self.verb in choices:
-                return choices[self.verb]
-        return None
+        """The parser of the command line's verb, or of its task when the verb is a group."""
+        parser: argparse.ArgumentParser | None = None
+        for word in (self.verb, self.task) if self.verb else ():
+            chosen = _subcommand(parser or self, word)
+            if chosen is None:
+                break
+            parser = chosen
+        return parser
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    subparsers = getattr(parser, "_subparsers", None)
+    for action in subparsers._group_actions if subparsers is not None else ():
+        choices = getattr(action, "choices", None) or {}
+        if name in choices:
+            return choices[name]
+    return None
 
 
 def _did_you_mean(given: list[str], parser: argparse.ArgumentParser) -> str:
@@ -82,6 +92,19 @@ def _did_you_mean(given: list[str], parser: argparse.ArgumentParser) -> str:
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     close = [m for g in given if g.startswith("-") for m in difflib.get_close_matches(g.split("=")[0], options, n=1)]
     return f"did you mean {', '.join(close)}? " if close else ""
+
+
+def _close_choice(message: str) -> str:
+    """"did you mean explain? " for a mistyped verb, task or choice, from the choices argparse lists."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", " ".join(message.split()))
+    if m is None:
+        return ""
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -122,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if isinstance(parser, Parser):
         parser.verb = _verb(argv)
+        parser.task = argv[1] if parser.verb and len(argv) > 1 else ""
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:

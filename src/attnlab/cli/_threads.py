@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from .._limits import check_value
 
 HELP = "torch CPU threads (default: torch's choice; 1 is often faster for these small models on a busy machine)"
@@ -19,5 +17,7 @@ def apply_threads(args: argparse.Namespace) -> None:
     """Set torch's thread count from ``--threads`` (None: leave torch's choice)."""
     if args.threads is None:
         return
+    import torch
+
     check_value("threads", args.threads, int, label="--threads")  # 1..1024: torch crashes on absurd counts
     torch.set_num_threads(args.threads)

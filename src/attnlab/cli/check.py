@@ -17,20 +17,19 @@ import sys
 from pathlib import Path
 
 from ._errors import UsageError
+from ._static import constant
 from ._threads import add_threads
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
-    from ..testing.signatures import SIGNATURES
-
     p = sub.add_parser("check", help=help, description=help + ". Exit 0 when every rule "
                        "holds, 1 when one is broken (each failure printed with its smallest input; a function that exits or "
                        "hangs fails the case it did it in), 2 when the function cannot be checked.")
     p.add_argument("target", metavar="MODULE:FUNCTION",
                    help="the function to check: package.module:function or path/to/file.py:function")
-    p.add_argument("--signature", choices=sorted(SIGNATURES), default="qkv_mask",
+    p.add_argument("--signature", choices=sorted(constant("testing.signatures", "SIGNATURES")), default="qkv_mask",
                    help="how the function takes its mask (default qkv_mask: fn(q, k, v, mask), True = may attend)")
     p.add_argument("--dtype", action="append", choices=DTYPES, help="input dtype to try (repeatable; default float32)")
     p.add_argument("--device", action="append", help="device to try (repeatable; default cpu)")

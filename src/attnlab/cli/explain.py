@@ -19,19 +19,25 @@ import argparse
 import json
 from pathlib import Path
 
-from ..explain import builtin_names, document, load, render, render_markdown, run, verify
-from ..explain.i18n import LANGS
-from ..explain.mechanisms import MECHANISMS, canonical
 from ._errors import UsageError
 from ._source import add_model_source, check_hf_source
+from ._static import constant
 from ._threads import add_threads
 from ._types import positive_int
 
-FORMATS = {
-    "text": lambda ex, t, v, a: render(ex, t, v, digits=a.digits, lang=a.lang),
-    "markdown": lambda ex, t, v, a: render_markdown(ex, t, v, digits=a.digits, lang=a.lang),
-    "json": lambda ex, t, v, a: json.dumps(document(ex, t, v, lang=a.lang), ensure_ascii=False, indent=1) + "\n",
-}
+FORMATS = ("text", "markdown", "json")
+
+
+def _walkthrough(ex, args: argparse.Namespace) -> str:
+    """The example computed, its claims checked, written in ``--format`` and ``--lang``."""
+    from ..explain import document, render, render_markdown, run, verify
+
+    trace = run(ex)
+    verdicts = verify(ex, trace)
+    if args.format == "json":
+        return json.dumps(document(ex, trace, verdicts, lang=args.lang), ensure_ascii=False, indent=1) + "\n"
+    write = render_markdown if args.format == "markdown" else render
+    return write(ex, trace, verdicts, digits=args.digits, lang=args.lang)
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
@@ -42,8 +48,9 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",
     )
-    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))} (other spellings accepted: multi_head, additive, latent); "
-                   "optional with --example or --file")
+    p.add_argument("mechanism", nargs="?", help="a mechanism's name, e.g. additive, scaled-dot, multi-head (other "
+                   "spellings accepted: multi_head, latent; a name it does not know lists them all); optional with "
+                   "--example or --file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
@@ -61,7 +68,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--step", type=positive_int, default=1, help="with --checkpoint or --pretrained: the decoder "
                    "step to walk through, counted from 1 (default 1: the first output word)")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
-    p.add_argument("--lang", choices=LANGS, default="en", help="language of the walkthrough (default en)")
+    p.add_argument("--lang", choices=constant("explain.i18n", "LANGS"), default="en", help="language of the walkthrough (default en)")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
     add_threads(p)
@@ -69,6 +76,9 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from ..explain import builtin_names, load
+    from ..explain.mechanisms import MECHANISMS, canonical
+
     if args.list:
         for name in builtin_names():
             ex = load(name)
@@ -80,9 +90,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if mechanism is not None and mechanism not in MECHANISMS:
         raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
     if args.hf:
-        ex = hf_head(args)
-        trace = run(ex)
-        print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
+        print(_walkthrough(hf_head(args), args), end="")
         return 0
     if (args.layer, args.head, args.query) != (None, None, None):
         raise UsageError("--layer, --head and --query go with --hf MODEL_DIR")
@@ -106,8 +114,7 @@ def run_explain(args: argparse.Namespace) -> int:
         raise UsageError("give a MECHANISM (e.g. 'additive'), --example NAME or --file FILE.toml; --list shows the examples")
     if mechanism is not None and ex.mechanism != mechanism:
         raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {mechanism!r}")
-    trace = run(ex)
-    print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
+    print(_walkthrough(ex, args), end="")
     return 0
 
 

@@ -28,7 +28,6 @@ import argparse
 import json
 from pathlib import Path
 
-from ..viz.heatmap import save as save_figure
 from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
@@ -40,6 +39,13 @@ MAX_FLOW_TOKENS = 64
 MAX_PRINTED_TOKENS = 16  # beyond, each row's TOP largest entries are printed
 TOP = 5
 
+
+
+def save_figure(fig, path):
+    """``attnlab.viz.heatmap.save`` (written whole, then renamed), imported only when a figure is written."""
+    from ..viz.heatmap import save
+
+    return save(fig, path)
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser("interpret", help=help,
