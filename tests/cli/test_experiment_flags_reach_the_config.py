@@ -403,7 +403,7 @@ def test_faithfulness_of_a_trained_run(monkeypatch, capsys, tmp_path):
             [
                 "experiment",
                 "faithfulness",
-                "--run",
+                "--checkpoint",
                 run,
                 "--test-size",
                 "3",
@@ -434,15 +434,15 @@ def test_faithfulness_refusals(monkeypatch, capsys):
     _, seen = _recorder(monkeypatch, "faithfulness", {"seconds": 1})
     run = str(pretrained.folder("zh-en-numbers"))
     for argv, message in (
-        (["--data-path", "d.txt"], "--data-path goes with --run"),
+        (["--data-path", "d.txt"], "--data-path goes with --checkpoint"),
         (
-            ["--run", run, "--steps", "3"],
-            "--data and --steps are for training; with --run the run's own data and "
+            ["--checkpoint", run, "--steps", "3"],
+            "--data and --steps are for training; with --checkpoint the run's own data and "
             "weights are used",
         ),
         (
-            ["--run", run, "--data", "numbers-de-en"],
-            "--data and --steps are for training; with --run the run's own "
+            ["--checkpoint", run, "--data", "numbers-de-en"],
+            "--data and --steps are for training; with --checkpoint the run's own "
             "data and weights are used",
         ),
     ):

@@ -81,7 +81,7 @@ def _verbs(runs, captioner_dir, hf_dir, tmp_path) -> dict[str, list[str]]:
                      "--temperature", "0"],
         "translate": ["translate", "--checkpoint", str(runs / "tf"), "zwei", "dreihundertvier", "--max-len", "8"],
         "evaluate": ["evaluate", "--checkpoint", str(runs / "tf"), "--limit", "12"],
-        "interpret heads": ["interpret", "heads", "--run", str(runs / "lm"), "--text", str(runs / "t.txt"),
+        "interpret heads": ["interpret", "heads", "--checkpoint", str(runs / "lm"), "--text", str(runs / "t.txt"),
                             "--limit", "3"],
         "caption": ["caption", "--checkpoint", str(captioner_dir), str(captioner_dir / "test-scenes" / "000.png")],
         "view --hf": ["view", "--hf", str(hf_dir), "--text", "the cat sat", "-o", str(tmp_path / "page.html")],
@@ -188,7 +188,7 @@ def _full_loss(out: str) -> float:
 
 def test_interpret_heads_bf16_loss_is_close_to_fp32(runs, capsys):
     for run, data in ((runs / "lm", ["--text", str(runs / "t.txt")]), (runs / "tf", [])):
-        argv = ["interpret", "heads", "--run", str(run), *data, "--limit", "4"]
+        argv = ["interpret", "heads", "--checkpoint", str(run), *data, "--limit", "4"]
         fp32, bf16 = (_full_loss(_out(capsys, [*argv, "--precision", p])) for p in ("fp32", "bf16"))
         assert bf16 == pytest.approx(fp32, rel=2e-2)
 
@@ -317,7 +317,7 @@ def test_cuda_fp32_matches_the_cpu(runs, capsys, tmp_path):
         maps[d] = np.asarray(json.loads((tmp_path / f"{d}.json").read_text(encoding="utf-8"))["layers"])
     np.testing.assert_allclose(maps["cuda"], maps["cpu"], atol=1e-4)
     for run, data in ((runs / "lm", ["--text", str(runs / "t.txt")]), (runs / "tf", [])):
-        argv = ["interpret", "heads", "--run", str(run), *data, "--limit", "4"]
+        argv = ["interpret", "heads", "--checkpoint", str(run), *data, "--limit", "4"]
         cpu, cuda = (_full_loss(_out(capsys, [*argv, "--device", d])) for d in ("cpu", "cuda"))
         assert cuda == pytest.approx(cpu, abs=2e-4)
     argv = ["translate", "--checkpoint", str(runs / "tf"), "zwei", "dreihundertvier", "--max-len", "8", "--no-alignment"]

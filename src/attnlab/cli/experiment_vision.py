@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variants", help=f"comma-separated, among {', '.join(constant('experiments.vision', 'VARIANTS'))}")
     p.add_argument("--seeds", type=int_list, help="comma-separated seeds")
     p.add_argument("--train-sizes", type=positive_int_list, help="comma-separated training-set sizes (canvases)")
-    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--epochs", type=positive_int, help="training epochs per model (default 6; 1 with --quick, 10 with --full)")
     p.add_argument("--canvas", type=positive_int, help="canvas side in pixels (>= 28)")
     p.add_argument("--clutter", type=int, help="fragments of other items per canvas")
     p.add_argument("--widths", type=positive_int_list, help="channels per block (default 16,32,48)")

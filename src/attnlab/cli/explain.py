@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from ._errors import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
 from ._static import constant
 from ._threads import add_threads
@@ -71,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--lang", choices=constant("explain.i18n", "LANGS"), default="en", help="language of the walkthrough (default en)")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
+    add_inference_device(p, what="run the --checkpoint or --pretrained translator (--hf runs on the CPU)")
     add_threads(p)
     p.set_defaults(func=run_explain)
 
@@ -97,7 +99,7 @@ def run_explain(args: argparse.Namespace) -> int:
     if (args.text is not None) != bool(args.checkpoint):
         raise UsageError("--text goes with --checkpoint DIR or --pretrained NAME, and they need it")
     if args.checkpoint:
-        ex = translator_step(args.checkpoint, args.text, args.step)
+        ex = translator_step(args.checkpoint, args.text, args.step, inference_runtime(args))
     elif args.file:
         path = Path(args.file)
         if not path.is_file():
@@ -152,30 +154,33 @@ def hf_head(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
-def translator_step(checkpoint: str, text: str, step: int):
+def translator_step(checkpoint: str, text: str, step: int, rt=None):
     """One decoder step of a trained additive-attention translator as a worked example: the query is
     the decoder's state s_{t-1}, the keys and values the encoder's states h_j, the parameters the
-    model's own W_q, W_k and v. The walkthrough recomputes with them the weights α_t the model used."""
+    model's own W_q, W_k and v. The walkthrough recomputes with them the weights α_t the model used.
+    ``rt``: the device and precision to run the model on (``inference_runtime``; default the CPU in fp32)."""
     import torch
 
     from ..data import source_batch
     from ..data.vocab import BOS, EOS, tokenize
     from ..explain import Example
     from ..train.load import load_model
+    from ..train.runtime import Runtime
 
+    rt = rt or Runtime.local("cpu")
     loaded = load_model(checkpoint, kind="seq2seq")
-    model, sv, tv = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
+    model, sv, tv = loaded.model.to(rt.device), loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
     if model.config.decoder != "bahdanau":
         raise UsageError(f"{checkpoint} has a {model.config.decoder!r} decoder; the walkthrough needs "
                          "additive (Bahdanau) attention")
     if not text.strip():
         raise UsageError("--text must not be empty")
     ids = sv.encode(text.strip(), strict=True)
-    src, mask = source_batch([ids])
+    src, mask = rt.to(*source_batch([ids]))
     out: list[int] = []
-    with torch.no_grad():
+    with torch.no_grad(), rt.autocast():
         memory, state = model.start(src, mask)
-        y = torch.tensor([BOS])
+        y = torch.tensor([BOS], device=rt.device)
         for t in range(1, step + 1):
             query = state["h"][0]  # s_{t-1}, the state before step t
             logits, state, weights = model.step(memory, state, y)

@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
                    help=f"characters to generate, 0 to {LIMITS['tokens'].hi:.0f} (default 300); printed as they come")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely characters")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the sampling (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
     p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
     add_inference_device(p)

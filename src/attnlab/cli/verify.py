@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--all", action="store_true", help="verify every built-in example")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
     p.add_argument("--lang", choices=constant("explain.i18n", "LANGS"), default="en",
-                   help="language of the verdicts (default en)")
+                   help="language of the walkthrough's verdicts (default en)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
     p.add_argument("--quiet", "-q", action="store_true", help="one line per file")
     add_threads(p)
