@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-import attnlab.cli.experiment_vision as cli_vision
+import attnlab.experiments.vision as vision
 from attnlab import pretrained
 from attnlab.cli import main
 
@@ -456,7 +456,7 @@ def test_vision(monkeypatch, capsys):
 
     seen = []
     result = types.SimpleNamespace(table=lambda: "TABLE", files=["a.png", "b.json"])
-    monkeypatch.setattr(cli_vision, "run", lambda cfg: seen.append(cfg) or result)
+    monkeypatch.setattr(vision, "run", lambda cfg: seen.append(cfg) or result)
     assert main(["experiment", "vision", "--quick"]) == 0
     assert seen[-1] == replace(VisionConfig.quick(), out_dir="runs/vision")
     assert capsys.readouterr().out == (

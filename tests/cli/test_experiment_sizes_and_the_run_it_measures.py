@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import attnlab.cli.experiment_vision as cli_vision
+import attnlab.experiments.vision as vision
 import attnlab.experiments.faithfulness as faithfulness
 import attnlab.train.heldout as heldout
 from attnlab import pretrained
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_vision_without_a_size_flag_runs_the_default_size(monkeypatch, capsys):
     seen = []
     result = types.SimpleNamespace(table=lambda: "TABLE", files=[])
-    monkeypatch.setattr(cli_vision, "run", lambda cfg: seen.append(cfg) or result)
+    monkeypatch.setattr(vision, "run", lambda cfg: seen.append(cfg) or result)
     assert main(["experiment", "vision"]) == 0
     assert seen == [replace(VisionConfig(), out_dir="runs/vision")]
     # the documented default: 5 seeds (the full run has 10), no smoke-run note

@@ -81,7 +81,7 @@ def test_usage_errors_import_no_torch_and_point_at_the_verbs_help():
     assert lines[1].endswith(" (did you mean seq2seq? see attnlab train --help)\n")
     assert lines[2].startswith("attnlab train lm: error: argument --positional: invalid choice: 'rpoe' (choose ")
     assert lines[2].endswith(" (did you mean rope? see attnlab train lm --help)\n")
-    assert lines[3] == ("attnlab translate: error: the following arguments are required: texts "
+    assert lines[3] == ("attnlab translate: error: one of the arguments --checkpoint --pretrained is required "
                         "(see attnlab translate --help)\n")
     assert lines[4] == "attnlab view: error: argument --example: expected one argument (see attnlab view --help)\n"
     assert lines[5] == ("attnlab explain: error: unrecognized arguments: --exampel (did you mean --example? "

@@ -121,6 +121,10 @@ def test_the_old_spellings_are_these():
         "--pos": "--positional",
         "--d-model": "--dim",
         "--plot": "--picture",
+        "--prompt": "--text",
+        "--output": "--out",
+        "--run": "--checkpoint",
+        "--dtype": "--precision",
     }
 
 

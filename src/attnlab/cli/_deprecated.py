@@ -25,10 +25,12 @@ OLD_SPELLINGS = {"--layers": "--num-layers", "--heads": "--num-heads", "--pos": 
 class _Deprecated(argparse.Action):
     """Parses like ``target`` (its nargs, type, choices), notes the new name, then acts as ``target``."""
 
-    def __init__(self, option_strings, dest, target: argparse.Action, new: str, **kw):
+    def __init__(self, option_strings, dest, target: argparse.Action, **kw):
         super().__init__(option_strings, dest, nargs=target.nargs, const=target.const, default=argparse.SUPPRESS,
                          type=target.type, choices=target.choices, metavar=target.metavar, help=argparse.SUPPRESS)
-        self.target, self.new = target, new
+        self.target = target
+        # the new name, as the note gives it: the flag's first long spelling (--out, not -o)
+        self.new = next((o for o in target.option_strings if o.startswith("--")), target.option_strings[0])
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}",
@@ -40,7 +42,7 @@ def deprecated_alias(container, old: str, new: str) -> None:
     """Accept ``old`` as a hidden, noted spelling of the already added flag ``new`` of ``container``
     (a parser or one of its argument groups)."""
     target = container._option_string_actions[new]
-    container.add_argument(old, dest=target.dest, action=_Deprecated, target=target, new=new)
+    container.add_argument(old, dest=target.dest, action=_Deprecated, target=target)
 
 
 __all__ = ["deprecated_alias", "OLD_SPELLINGS"]
