@@ -53,10 +53,10 @@ demo: $(DEMO_STAMP)
 	@echo "== 1/5  A trained model that ships with attnlab: Chinese numerals to English, and where each word looked"
 	$(BIN)/attnlab translate --pretrained zh-en-numbers 三千零五
 	@echo "== 2/5  The first tutorial's additive (Bahdanau) attention, step by step, each written claim checked"
-	$(BIN)/attnlab explain --example seed-000-additive
+	$(BIN)/attnlab explain --example tutorial1-additive
 	@echo "== 3/5  The second tutorial's self-attention over 猫 坐 在 垫子 上, then its two heads (in Chinese)"
-	$(BIN)/attnlab explain --example seed-001-self-attention
-	$(BIN)/attnlab explain --example seed-001-multi-head --lang zh
+	$(BIN)/attnlab explain --example tutorial2-self-attention
+	$(BIN)/attnlab explain --example tutorial2-multi-head --lang zh
 	@echo "== 4/5  Every built-in worked example verified claim by claim"
 	@$(BIN)/attnlab verify --all --quiet || echo "(attnlab verify exits 1: the tutorials' wrong claims are counted above)"
 	@echo "== 5/5  The bottleneck experiment, --quick: a smoke run of seconds; its figures are too small to read"

@@ -1,4 +1,4 @@
-"""The seeds' claim: an RNN is serial, self-attention parallel. Forward time of a GRU encoder
+"""The tutorials' claim: an RNN is serial, self-attention parallel. Forward time of a GRU encoder
 against a self-attention encoder layer of the same width, over sequence lengths n.
 
     .venv/bin/python benchmarks/bench_rnn_vs_attention.py [--sizes 64 256 1024 4096] [--plot benchmarks/rnn_vs_attention.png]

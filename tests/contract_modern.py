@@ -1,4 +1,4 @@
-"""The masking contract, as reusable checks for the mechanisms of issue 14 (soft-cap, linear,
+"""The masking contract, as reusable checks for the modern mechanisms (soft-cap, linear,
 differential, latent, neighbourhood, packed): masked keys/values never influence anything (NaN and
 inf included), a fully masked row gives zeros with finite gradients, empty input gives empty output,
 and the weights path equals the fast path.

@@ -41,10 +41,10 @@ def import_hooks():
 
 def test_walkthrough_hook_inserts_the_computed_numbers():
     hooks = import_hooks()
-    page = "before\n<!-- walkthrough: seed-000-additive additive en -->\nafter"
+    page = "before\n<!-- walkthrough: tutorial1-additive additive en -->\nafter"
     out = hooks.on_page_markdown(page, None, None, None)
     assert "<!--" not in out and out.startswith("before\n") and out.endswith("after")
-    assert "1.5267" in out and "0.4771" in out  # the seed's scores and first weight, computed
+    assert "1.5267" in out and "0.4771" in out  # the tutorial's scores and first weight, computed
     assert re.search(r"^## ", out, re.M) and not re.search(r"^# ", out, re.M)  # headings moved down
 
 

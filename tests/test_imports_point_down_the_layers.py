@@ -1,6 +1,6 @@
 """The import graph follows the layers: every arrow points down, and there is no cycle.
 
-Layers (docs: /work/shared/ARCHITECTURE.md), bottom to top:
+Layers (docs/architecture.md), bottom to top:
 
     _checks, _files, _limits, trace → masks, patterns → mask → functional → kernels → nn, distributed → models
     → explain, interpret, viz (read traces and weights), testing (the contract checker) → data, train, pretrained (the shipped models)

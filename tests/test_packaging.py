@@ -70,7 +70,7 @@ def test_wheel_holds_data_license_and_typing_marker(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "attnlab/py.typed" in names
     assert "attnlab/viz/viewer.html" in names
-    assert "attnlab/explain/examples/seed-000-additive.toml" in names
+    assert "attnlab/explain/examples/tutorial1-additive.toml" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(n for n in names if "dist-info" in n)
     entry = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "attnlab = attnlab.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
@@ -105,7 +105,7 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(wheel, tmp_path):
     assert Path(where.strip()).is_relative_to(site), f"attnlab imported from {where.strip()}, not the installed wheel"
     run = subprocess.run([str(venv / "bin" / "attnlab"), "explain", "--list"], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "seed-000-additive" in run.stdout
+    assert "tutorial1-additive" in run.stdout
     run = subprocess.run([str(venv / "bin" / "attnlab"), "translate", "--pretrained", "zh-en-numbers", "三千零五",
                           "--no-alignment"], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr

@@ -33,7 +33,7 @@ README = ROOT / "README.md"
 PAGES = ["README.md"] + [f"docs/{name}.md" for name in (
     "contract", "testing", "classic", "transformer", "long-sequences", "devices", "files",
     "distributed", "modern", "vision", "recommendation", "experiments", "explain", "interpretability",
-    "huggingface")]
+    "huggingface", "architecture")]
 FENCE = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
 
 

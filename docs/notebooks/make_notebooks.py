@@ -28,12 +28,12 @@ NOTEBOOKS = {
             "for step in steps:\n"
             "    print(f'{step.name:16s} {step.formula:40s} {step.value.flatten().tolist()}')"
         ),
-        new_markdown_cell("The seed text writes `score(s_t, h_2) = 1.32`; the computed value is:"),
+        new_markdown_cell("The first tutorial writes `score(s_t, h_2) = 1.32`; the computed value is:"),
         new_code_cell("round(steps['scores'].value[0, 1].item(), 4)"),
         new_markdown_cell("The whole walkthrough, with each written claim checked:"),
         new_code_cell(
             "from attnlab.cli import main\n"
-            "main(['explain', 'additive', '--example', 'seed-000-additive'])"
+            "main(['explain', 'additive', '--example', 'tutorial1-additive'])"
         ),
     ],
     "02-translator-alignments.ipynb": [
@@ -66,7 +66,7 @@ NOTEBOOKS = {
         new_code_cell(
             "import attnlab.explain as ex\nfrom attnlab.viz import from_example\nfrom attnlab.viz.viewer import render_html\n"
             "from IPython.display import HTML\n\n"
-            "example = ex.load('seed-001-multi-head')\ntrace = ex.run(example)\n"
+            "example = ex.load('tutorial2-multi-head')\ntrace = ex.run(example)\n"
             "HTML(render_html(from_example(example, trace)))"
         ),
     ],

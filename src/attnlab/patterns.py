@@ -1,6 +1,6 @@
 """Sparse attention patterns: which keys each query may attend, as composable objects.
 
-Full self-attention over n positions costs O(n²). The seeds (001, §5) name the
+Full self-attention over n positions costs O(n²). The second tutorial (§5) names the
 remedies, each a *pattern* of allowed (query i, key j) pairs:
 
 =====================================  =================================================  ======================
@@ -22,7 +22,7 @@ pattern                                allowed when                             
 
 (Sparse Transformer: Child et al. 2019, https://arxiv.org/abs/1904.10509;
 Longformer: Beltagy et al. 2020, https://arxiv.org/abs/2004.05150; BigBird:
-Zaheer et al. 2020, https://arxiv.org/abs/2007.14062.) The seeds' *dynamic*
+Zaheer et al. 2020, https://arxiv.org/abs/2007.14062.) The second tutorial's *dynamic*
 selection, top-k (each query keeps its k highest-scoring keys), depends on the
 content, so it lives with its kernel (``attnlab.kernels.top_k``, ``TopK.mask``,
 ``attnlab.kernels.topk_attention``).

@@ -110,7 +110,7 @@ def test_view_json_values(capsys, tmp_path, payload, words):
 
 def test_view_output_is_a_folder(capsys, tmp_path):
     (tmp_path / "x.html").mkdir()
-    _fails_cleanly(capsys, ["view", "--example", "seed-000-additive", "-o", str(tmp_path / "x.html")])
+    _fails_cleanly(capsys, ["view", "--example", "tutorial1-additive", "-o", str(tmp_path / "x.html")])
 
 
 @pytest.mark.parametrize("verb", [["translate", "hallo"], ["evaluate"], ["generate"], ["caption", "img.png"]])

@@ -49,7 +49,7 @@ def _fail_with(monkeypatch, code: int) -> None:
     monkeypatch.setattr(os, "open", refuse)
 
 
-VIEW = ["view", "--example", "seed-000-additive"]
+VIEW = ["view", "--example", "tutorial1-additive"]
 
 
 def test_view_leaves_the_users_tmp_files_alone(tmp_path, capsys):

@@ -88,7 +88,7 @@ def test_explain_refuses_a_step_after_the_end_and_a_model_without_additive_atten
     assert "--step must be 1 to" in capsys.readouterr().err
     assert main(["explain", "--pretrained", "char-gpt", "--text", "ROMEO", "--step", "1"]) == 2
     assert "expected 'seq2seq'" in capsys.readouterr().err
-    assert main(["explain", "--example", "seed-000-additive", "--text", "x"]) == 2
+    assert main(["explain", "--example", "tutorial1-additive", "--text", "x"]) == 2
 
 
 @pytest.mark.parametrize("name, text", [("zh-en-numbers", "三千零五"), ("char-gpt", "To be, or not"),

@@ -62,7 +62,7 @@ def test_the_digits_reach_the_walkthrough(capsys):
 def test_a_mechanism_alone_walks_through_its_first_built_in_example(capsys):
     first = next(n for n in builtin_names() if load(n).mechanism == "scaled-dot")
     assert main(["explain", "scaled_dot", "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out)["example"] == first == "seed-001-scaled-dot"
+    assert json.loads(capsys.readouterr().out)["example"] == first == "tutorial2-scaled-dot"
 
 
 def test_each_format_and_language(capsys):
@@ -205,16 +205,16 @@ def test_verify_digits_quiet_and_language(capsys):
 
 
 def test_verify_exits_one_when_a_claim_is_wrong(capsys):
-    assert main(["verify", "seed-000-additive", "-q"]) == 1
+    assert main(["verify", "tutorial1-additive", "-q"]) == 1
     assert (
         capsys.readouterr().out
-        == "seed-000-additive: 9 claims: 3 exact, 3 rounding drift, 3 wrong.\n"
+        == "tutorial1-additive: 9 claims: 3 exact, 3 rounding drift, 3 wrong.\n"
     )
-    assert main(["verify", "attnlab-gqa", "seed-000-additive", "-q"]) == 1
+    assert main(["verify", "attnlab-gqa", "tutorial1-additive", "-q"]) == 1
 
 
 def test_verify_all_checks_every_built_in_example(capsys):
-    assert main(["verify", "--all", "-q"]) == 1  # the seed examples keep their wrong claims
+    assert main(["verify", "--all", "-q"]) == 1  # the tutorials' examples keep their wrong claims
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == builtin_names()
     assert main(["verify", "attnlab-gqa", "--all", "-q"]) == 1
@@ -222,16 +222,16 @@ def test_verify_all_checks_every_built_in_example(capsys):
 
 
 def test_verify_json_is_one_list_of_five_fields(capsys):
-    assert main(["verify", "attnlab-gqa", "seed-000-additive", "--format", "json"]) == 1
+    assert main(["verify", "attnlab-gqa", "tutorial1-additive", "--format", "json"]) == 1
     out = capsys.readouterr().out
     docs = json.loads(out)
     assert out.startswith('[\n {\n  "example"')  # indent 1
     assert [list(d) for d in docs] == [["example", "mechanism", "claims", "summary", "ok"]] * 2
     assert [(d["example"], d["ok"]) for d in docs] == [
         ("attnlab-gqa", True),
-        ("seed-000-additive", False),
+        ("tutorial1-additive", False),
     ]
-    assert main(["verify", "seed-001-multi-head", "--format", "json", "--lang", "zh"]) == 0
+    assert main(["verify", "tutorial2-multi-head", "--format", "json", "--lang", "zh"]) == 0
     assert (
         json.loads(capsys.readouterr().out)[0]["summary"]
         == "共 5 个数值：5 个正确，0 个舍入误差，0 个错误。"

@@ -452,7 +452,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     Entry("luong-general", make_keyed("luong-general"), **_KEYED, bad=_bad_keyed("luong-general")),
     Entry("luong-concat", make_keyed("luong-concat"), **_KEYED, bad=_bad_keyed("luong-concat")),
     *(Entry(n, make_mha(n, **kw), **_SELF, bad=_bad_mha(n, **kw)) for n, kw in SPARSE_KW.items()),
-    # issue 14: what models since 2023 use
+    # what models since 2023 use
     Entry("softcap", make_dot(True, "softcap", cap=5.0), kv=("key", "value"), causal=True),
     Entry("softcap[cap=inf]", make_dot(True, "softcap", cap=math.inf), kv=("key", "value"), causal=True,
           notes="cap = inf is no cap: plain attention, not inf · tanh(e / inf) = NaN"),
@@ -532,6 +532,6 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
 SPARSE_KERNEL_XFAIL: set[tuple[str, ...]] = set()  # none open
 
 
-# Known breaks of the contract in mechanisms added for issue 14, each with what is wrong. Strict: a fix
+# Known breaks of the contract in the modern mechanisms, each with what is wrong. Strict: a fix
 # makes the test pass and the mark must then go.
 KNOWN_GAPS: dict[tuple[str, str], str] = {}

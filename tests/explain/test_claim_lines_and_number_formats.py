@@ -174,7 +174,7 @@ def test_the_summary_counts_each_status_and_names_the_optional_ones_only_when_pr
     ]
     assert (
         summary(vs, "en")
-        == "7 claims: 2 exact, 1 rounding drift, 1 another convention, 2 another step, 1 wrong."
+        == "7 claims: 2 exact, 1 rounding drift, 1 in another convention, 2 from another step, 1 wrong."
     )
     assert (
         summary(vs, "zh")
@@ -182,6 +182,12 @@ def test_the_summary_counts_each_status_and_names_the_optional_ones_only_when_pr
     )
     assert summary(vs[:3], "en") == "3 claims: 2 exact, 1 rounding drift, 0 wrong."
     assert summary([], "zh") == "共 0 个数值：0 个正确，0 个舍入误差，0 个错误。"
+
+
+def test_the_summary_of_one_claim_says_claim():
+    assert summary([_v(EXACT)], "en") == "1 claim: 1 exact, 0 rounding drift, 0 wrong."
+    assert summary([_v(WRONG)], "zh") == "共 1 个数值：0 个正确，0 个舍入误差，1 个错误。"
+    assert summary([], "en") == "0 claims: 0 exact, 0 rounding drift, 0 wrong."
 
 
 def test_the_claims_block_aligns_its_columns_and_pads_chinese_by_width():
@@ -196,7 +202,7 @@ def test_the_claims_block_aligns_its_columns_and_pads_chinese_by_width():
         "  ✓ exact      weights[1] = 0.2                     true: 0.25",
         "  ✗ other step weights[1] = 0.50                    true: 0.25",
         "           matches the scores before softmax",
-        "  2 claims: 1 exact, 0 rounding drift, 1 another step, 0 wrong.",
+        "  2 claims: 1 exact, 0 rounding drift, 1 from another step, 0 wrong.",
     ]
     zh = render_claims(vs, 2, "zh")
     assert (
@@ -231,7 +237,7 @@ value = [1.0, 0.0]
         "| ✗ other step | weights = 'a\\|b' | true: [0.7311  0.2689] | matches the scores before softmax |\n"
         in md
     )
-    assert md.endswith("\n\n1 claims: 0 exact, 0 rounding drift, 1 another step, 0 wrong.\n")
+    assert md.endswith("\n\n1 claim: 0 exact, 0 rounding drift, 1 from another step, 0 wrong.\n")
 
 
 def test_numbers_print_with_their_digits_without_a_minus_zero():

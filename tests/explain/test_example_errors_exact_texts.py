@@ -289,7 +289,7 @@ def test_a_missing_file_and_an_unknown_builtin_name():
     with pytest.raises(ExampleError) as err:
         load("nope-example")
     assert re.fullmatch(
-        r"no built-in example 'nope-example'; available: attnlab-attentional, .*, seed-001-self-attention",
+        r"no built-in example 'nope-example'; available: attnlab-attentional, .*, tutorial2-self-attention",
         str(err.value),
     )
 

@@ -61,7 +61,7 @@ def _np_attention(q, k, v, scale):
 
 
 def test_multi_head_walkthrough_against_numpy():
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     t = run(ex)
     q, k, v = (np.array(ex.inputs[n], dtype=float) for n in ("query", "keys", "values"))
     w_o = np.array([[float(x) for x in row] for row in ex.params["w_o"]])
@@ -75,7 +75,7 @@ def test_multi_head_walkthrough_against_numpy():
     cat = np.concatenate(heads, axis=1)
     np.testing.assert_allclose(display_value(ex, "heads", t["heads"].value).numpy(), cat, atol=1e-12)
     np.testing.assert_allclose(display_value(ex, "output", t["output"].value).numpy(), cat @ w_o.T, atol=1e-12)
-    # head 1 is the seed's own self-attention example: 猫's largest weight is on 上 (0.880)
+    # head 1 is the tutorial's own self-attention example: 猫's largest weight is on 上 (0.880)
     assert abs(display_value(ex, "weights", t["weights"].value)[0, 0, 4].item() - 0.880) < 5e-4
 
 
@@ -124,16 +124,16 @@ def test_channel_and_spatial_walkthroughs():
 
 
 def test_golden_text_en_zh():
-    ex = load("seed-000-additive")
+    ex = load("tutorial1-additive")
     t = run(ex)
     v = verify(ex, t)
     for lang in ("en", "zh"):
-        want = (GOLDEN / f"seed-000-additive.{lang}.txt").read_text(encoding="utf-8")
+        want = (GOLDEN / f"tutorial1-additive.{lang}.txt").read_text(encoding="utf-8")
         assert render(ex, t, v, digits=4, lang=lang) == want, f"golden {lang} differs"
 
 
 def test_cli_formats(capsys):
-    assert main(["explain", "additive", "--example", "seed-000-additive", "--format", "markdown"]) == 0
+    assert main(["explain", "additive", "--example", "tutorial1-additive", "--format", "markdown"]) == 0
     md = capsys.readouterr().out
     assert r"$$e_{ij} = v^\top u_{ij}$$" in md and r"\begin{bmatrix}" in md
     assert main(["explain", "multi_head", "--format", "json", "--lang", "zh"]) == 0
@@ -143,7 +143,7 @@ def test_cli_formats(capsys):
     assert main(["explain", "multi_head"]) == 0
     assert "head 2" in capsys.readouterr().out
     assert main(["explain", "--list"]) == 0
-    assert "seed-001-multi-head" in capsys.readouterr().out
+    assert "tutorial2-multi-head" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mech", sorted(MECHANISMS))
@@ -155,7 +155,7 @@ def test_cli_explain_every_mechanism(mech, capsys):
 
 def test_cli_errors(capsys):
     assert main(["explain", "nope"]) == 2
-    assert main(["explain", "dot", "--example", "seed-000-additive"]) == 2
+    assert main(["explain", "dot", "--example", "tutorial1-additive"]) == 2
     assert "not 'dot'" in capsys.readouterr().err
 
 

@@ -28,7 +28,7 @@ def test_every_formula_is_a_display_block_on_its_own_line(name, lang):
 
 
 def test_given_values_are_shown_as_matrices_under_their_names():
-    ex = load("seed-000-additive")
+    ex = load("tutorial1-additive")
     t = run(ex)
     md = render_markdown(ex, t, lang="en")
     want = "`query`\n\n$$\\begin{bmatrix} 0.6000 & -0.2000 \\end{bmatrix}$$\n"  # the example's query, by hand

@@ -164,7 +164,7 @@ TABLE = {
 
 
 def test_the_registry_has_one_entry_per_name_in_order():
-    assert tuple(MECHANISMS) == NAMES == tuple(TABLE)
+    assert list(MECHANISMS) == NAMES == list(TABLE)
 
 
 @pytest.mark.parametrize("name", list(TABLE))

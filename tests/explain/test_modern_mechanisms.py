@@ -1,4 +1,4 @@
-"""The walkthroughs of issue 14's mechanisms against float64 NumPy written here from the papers' equations.
+"""The walkthroughs of the modern mechanisms against float64 NumPy written here from the papers' equations.
 
 softcap (Gemma 2), linear (Katharopoulos et al. 2020), differential (Ye et al. 2024), latent / MLA
 (DeepSeek-V2), gqa (Ainslie et al. 2023) and 2-D neighbourhood attention (Hassani et al. 2023, NATTEN's
@@ -166,7 +166,7 @@ def test_verify_passes(name, capsys):
 
 @pytest.mark.parametrize("registered", ["softcap", "linear", "differential", "mla", "gqa", "neighborhood-2d"])
 def test_registry_names_reach_the_walkthroughs(registered, capsys):
-    """``attnlab explain NAME`` takes issue 14's attnlab.nn registry names too."""
+    """``attnlab explain NAME`` takes the attnlab.nn registry's names too."""
     assert registered in attnlab.available()
     assert main(["explain", registered]) == 0
     assert f"mechanism: {canonical(registered)}" in capsys.readouterr().out

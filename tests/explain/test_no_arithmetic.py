@@ -1,4 +1,4 @@
-"""Explain reads, never recomputes: no arithmetic of attention in attnlab/explain (issue 11, part 3)."""
+"""Explain reads, never recomputes: no arithmetic of attention in attnlab/explain."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 import attnlab.explain
 from attnlab.explain import builtin_names, load, run
-from attnlab.explain.recompute import path_for
+from attnlab.explain.mechanisms import path_for
 from attnlab.functional import steps
 
 SRC = Path(attnlab.explain.__file__).parent

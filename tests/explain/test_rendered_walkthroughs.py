@@ -68,7 +68,7 @@ Claims written in the example, checked against attnlab:
   ✓ exact      largest entry of weights at position 1 true: position 1 (0.7311)
   ✗ WRONG      context = [0.5, 0.5]                 true: [0.7311  0.2689]
            the example's own earlier values give [0.7300  0.2600]
-  5 claims: 3 exact, 0 rounding drift, 1 another convention, 1 wrong.
+  5 claims: 3 exact, 0 rounding drift, 1 in another convention, 1 wrong.
 """
 
 TINY_ZH = f"""小例子
@@ -135,7 +135,7 @@ TINY_MD = (
     "| ✓ exact | largest entry of weights at position 1 | true: position 1 (0.7311) |  |\n"
     "| ✗ WRONG | context = [0.5, 0.5] | true: [0.7311  0.2689] | the example's own earlier values give [0.7300  0.2600] |\n"
     "\n"
-    "5 claims: 3 exact, 0 rounding drift, 1 another convention, 1 wrong.\n"
+    "5 claims: 3 exact, 0 rounding drift, 1 in another convention, 1 wrong.\n"
 )
 
 
@@ -340,7 +340,7 @@ def test_the_document_lists_each_claims_verdict_the_summary_and_ok():
         doc["inputs"] == {"query": [1.0, 0.0], "keys": [[1.0, 0.0], [0.0, 1.0]]}
         and doc["params"] == {}
     )
-    assert doc["summary"] == "5 claims: 3 exact, 0 rounding drift, 1 another convention, 1 wrong."
+    assert doc["summary"] == "5 claims: 3 exact, 0 rounding drift, 1 in another convention, 1 wrong."
     assert doc["ok"] is False
     assert [c["status"] for c in doc["claims"]] == [
         "exact",

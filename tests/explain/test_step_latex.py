@@ -9,7 +9,7 @@ SOFTMAX = r"\frac{\exp(e_{ij})}{\sum_{j'} \exp(e_{ij'})}"
 
 
 def test_the_split_into_heads_names_each_heads_matrix():
-    t = run(load("seed-001-multi-head"))  # two heads
+    t = run(load("tutorial2-multi-head"))  # two heads
     assert [t[n].latex for n in ("query_heads", "key_heads", "value_heads")] == [
         r"Q_1, \dots, Q_{2}", r"K_1, \dots, K_{2}", r"V_1, \dots, V_{2}"]
 

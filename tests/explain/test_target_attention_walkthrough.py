@@ -13,7 +13,7 @@ import torch
 
 from attnlab.cli import main
 from attnlab.explain import document, load, parse, run, verify
-from attnlab.explain.recompute import path_for
+from attnlab.explain.mechanisms import path_for
 from attnlab.explain.verify import EXACT
 from attnlab.functional.steps import evaluate
 from attnlab.functional.target import target_attention

@@ -1,4 +1,4 @@
-"""Traces record the reference path's steps; the walkthroughs of the seed examples read them."""
+"""Traces record the reference path's steps; the walkthroughs of the tutorials' examples read them."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_no_trace_outside_the_block():
 
 
 def test_seed_000_walkthrough_numbers_come_from_the_trace():
-    ex = load("seed-000-additive")
+    ex = load("tutorial1-additive")
     tr = run(ex)
     np.testing.assert_allclose(tr["scores"].value[0].numpy(), [1.5267, 0.9687, 0.8797], atol=1e-4)
     checks = {c.where(): c.ok for c in verify(ex, tr)}
@@ -50,17 +50,17 @@ def test_seed_000_walkthrough_numbers_come_from_the_trace():
 
 
 def test_seed_001_self_attention_argmax_claim_is_wrong():
-    ex = load("seed-001-self-attention")
+    ex = load("tutorial2-self-attention")
     (argmax,) = [c for c in verify(ex, run(ex)) if c.relation == "argmax"]
     assert argmax.claimed == 4 and argmax.true == 5 and not argmax.ok
 
 
 def test_cli_explain_prints_the_steps(capsys):
-    assert main(["explain", "additive", "--example", "seed-000-additive", "--digits", "3"]) == 0
+    assert main(["explain", "additive", "--example", "tutorial1-additive", "--digits", "3"]) == 0
     out = capsys.readouterr().out
     for text in ["Step 5. scores", "[1.527  0.969  0.880]", "[0.477  0.273  0.250]", "✗ WRONG  scores[2] = 1.32"]:
         assert text in out
-    assert main(["explain", "scaled_dot", "--example", "seed-001-self-attention"]) == 0
+    assert main(["explain", "scaled_dot", "--example", "tutorial2-self-attention"]) == 0
     assert "true: position 5" in capsys.readouterr().out
 
 
@@ -68,7 +68,7 @@ def test_cli_explain_prints_the_steps(capsys):
     "argv, words",
     [
         (["explain", "nonsense"], "unknown mechanism 'nonsense'"),
-        (["explain", "dot", "--example", "seed-000-additive"], "is a 'bahdanau' example, not 'dot'"),
+        (["explain", "dot", "--example", "tutorial1-additive"], "is a 'bahdanau' example, not 'dot'"),
         (["explain", "additive", "--example", "nope"], "no built-in example 'nope'"),
         (["explain", "additive", "--file", "missing.toml"], "no such file"),
     ],
@@ -95,7 +95,7 @@ def test_malformed_example_file(tmp_path, capsys):
 
 def test_command_line_entry_point_runs():
     r = subprocess.run(
-        [sys.executable, "-m", "attnlab.cli", "explain", "dot", "--example", "seed-001-luong-dot"],
+        [sys.executable, "-m", "attnlab.cli", "explain", "dot", "--example", "tutorial2-luong-dot"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -77,7 +77,7 @@ def test_raw_scores_written_as_scaled_scores_is_another_step(capsys):
     assert v[1].status == EXACT and abs(4 / np.sqrt(2) - 2.8284) < 5e-5
     out = render(parse(text, "t.toml"), run(parse(text, "t.toml")), v)
     assert "matches the raw scores qᵀk (before ÷√d)" in out
-    assert "1 another step" in out
+    assert "1 from another step" in out
     zh = render(parse(text, "t.toml"), run(parse(text, "t.toml")), v, lang="zh")
     assert "与未缩放的得分 qᵀk 相符" in zh
 

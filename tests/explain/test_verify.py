@@ -1,4 +1,4 @@
-"""The checker: exact / rounding drift / wrong, on the seeds' examples, attnlab's own, and built cases."""
+"""The checker: exact / rounding drift / wrong, on the tutorials' examples, attnlab's own, and built cases."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def by_where(verdicts):
 
 
 def test_seed_000_classification():
-    v = by_where(verify(load("seed-000-additive")))
+    v = by_where(verify(load("tutorial1-additive")))
     assert v["projected_query"].status == EXACT
     assert v["projected_keys[1]"].status == EXACT
     assert v["preactivation[1]"].status == EXACT
@@ -40,7 +40,7 @@ def test_seed_000_classification():
 
 
 def test_seed_001_argmax_wrong():
-    v = by_where(verify(load("seed-001-self-attention")))
+    v = by_where(verify(load("tutorial2-self-attention")))
     w = v["weights[1]"]
     assert w.status == WRONG and w.true == 5
     q1, k = np.array([1.0, 2.0]), np.array([[j, j] for j in range(1, 6)], dtype=float)
@@ -51,7 +51,7 @@ def test_seed_001_argmax_wrong():
     assert v["scaled_scores[1, 1]"].status == EXACT
 
 
-@pytest.mark.parametrize("name", [n for n in builtin_names() if not n.startswith(("seed-000", "seed-001-self"))])
+@pytest.mark.parametrize("name", [n for n in builtin_names() if n not in ("tutorial1-additive", "tutorial2-self-attention")])
 def test_correct_examples_all_exact(name):
     verdicts = verify(load(name))
     assert verdicts, f"{name} has no claims"
@@ -142,18 +142,18 @@ value = [0.95, 0.05]   # softmax([3, 0]) = [0.9526, 0.0474]: right from the wron
 
 
 def test_cli_exit_codes(capsys):
-    assert main(["verify", "seed-001-bahdanau", "seed-001-multi-head"]) == 0
-    assert main(["verify", "seed-000-additive"]) == 1
+    assert main(["verify", "tutorial2-bahdanau", "tutorial2-multi-head"]) == 0
+    assert main(["verify", "tutorial1-additive"]) == 1
     out = capsys.readouterr().out
     assert "scores[2] = 1.32" in out and "0.9687" in out and "WRONG" in out
-    assert main(["verify", "seed-001-self-attention", "--lang", "zh"]) == 1
+    assert main(["verify", "tutorial2-self-attention", "--lang", "zh"]) == 1
     assert "第 5 位" in capsys.readouterr().out
 
 
 def test_cli_json(capsys):
     import json
 
-    assert main(["verify", "seed-000-additive", "--format", "json"]) == 1
+    assert main(["verify", "tutorial1-additive", "--format", "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     statuses = {c["step"] + str(c["index"]): c["status"] for c in doc[0]["claims"]}
     assert statuses["scores[2]"] == "wrong" and statuses["scores[1]"] == "rounding drift"

@@ -104,7 +104,7 @@ def test_fast_path_runs_sdpa_only_when_weights_are_not_needed(monkeypatch):
     assert len(calls) == 1
 
 
-# ---------------------------------------------------------------- the seeds' examples
+# ------------------------------------------------------------ the tutorials' examples
 
 
 def test_seed_000_additive_example():

@@ -68,7 +68,7 @@ def test_single_step_query_and_keys_as_values():
 
 
 def test_seed_example_through_the_module():
-    """Seed 000's three-word example with its parameters loaded (true values; the text's 1.32 is wrong)."""
+    """The first tutorial's three-word example with its parameters loaded (true values; the text's 1.32 is wrong)."""
     m = AdditiveAttention(2, 2, 2)
     with torch.no_grad():
         m.w_q.weight.copy_(torch.tensor([[0.1, 0.2], [0.3, 0.4]]))
@@ -77,7 +77,7 @@ def test_seed_example_through_the_module():
     h = torch.tensor([[[0.2, 0.5], [0.3, 0.1], [-0.1, 0.4]]])
     s = torch.tensor([[0.6, -0.2]])
     ctx, w = m(s, h, need_weights=True)
-    u1 = np.tanh(np.array([0.02, 0.10]) + np.array([0.40, 0.54]))  # the seed's step 1, by hand
+    u1 = np.tanh(np.array([0.02, 0.10]) + np.array([0.40, 0.54]))  # the tutorial's step 1, by hand
     assert abs(float(np.array([1.0, 2.0]) @ u1) - 1.5267) < 1e-4
     torch.testing.assert_close(w, torch.tensor([[0.4771, 0.2731, 0.2498]]), atol=1e-4, rtol=0)
     torch.testing.assert_close(ctx, torch.tensor([[0.1524, 0.3658]]), atol=1e-4, rtol=0)

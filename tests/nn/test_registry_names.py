@@ -65,7 +65,7 @@ def test_canonical_and_its_message():
 @pytest.mark.parametrize("name", ["My-attention", "my_attention", "multi_head", "UPPER"])
 def test_register_message(name):
     assert message(lambda: R.register(name)) == (
-        f"registered names are lower case with hyphens (not {name!r}); put old spellings in ALIASES")
+        f"registered names are lower case with hyphens (not {name!r}); put old spellings in aliases")
 
 
 class _Probe(torch.nn.Module):
@@ -88,16 +88,34 @@ def test_register_create_with_defaults_and_twice():
         deco = R.register("probe-plain")
         assert message(lambda: deco(_Probe)) == "attention name 'probe-plain' is registered twice"
     finally:
-        R._REGISTRY.pop("probe-plain", None)
-        R._REGISTRY.pop("probe-defaults", None)
+        R.RECORDS.pop("probe-plain", None)
+        R.RECORDS.pop("probe-defaults", None)
     assert "probe-plain" not in R.available()
 
 
 def test_create_unknown_names_every_available_name():
     text = message(lambda: R.create("nope"))
-    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R._REGISTRY))}"
+    assert text == f"unknown attention 'nope'; available: {', '.join(sorted(R.RECORDS))}"
     assert "luong-concat, luong-dot, luong-general" in text
     assert R.create("luong_dot", query_dim=2, key_dim=2).score == "dot"
     assert R.create("luong-concat", query_dim=2, key_dim=2).score == "concat"
     assert R.create("luong-general", query_dim=2, key_dim=3).score == "general"
     assert R.create("luong-general", query_dim=2, key_dim=2, score="dot").score == "dot"
+
+
+def test_a_record_brings_its_aliases_and_refuses_a_taken_or_misspelled_one():
+    try:
+        R.register("probe-aliased", aliases=("probe-other",))(_Probe)
+        assert R.ALIASES["probe-other"] == "probe-aliased" and R.canonical("probe_other") == "probe-aliased"
+        assert type(R.create("probe-other")) is _Probe and R.record("probe_aliased").aliases == ("probe-other",)
+        assert message(lambda: R.register("probe-again", aliases=("probe-other",))(_Probe)) == (
+            "attention name 'probe-other' is registered twice")
+        assert message(lambda: R.register("probe-again", aliases=("multi-head",))(_Probe)) == (
+            "attention name 'multi-head' is registered twice")
+        assert message(lambda: R.register("probe-again", aliases=("probe_under",))(_Probe)) == (
+            "registered names are lower case with hyphens (not 'probe_under'); put old spellings in aliases")
+        assert "probe-again" not in R.available() and "probe-under" not in R.ALIASES
+    finally:
+        R.RECORDS.pop("probe-aliased", None)
+        R.ALIASES.pop("probe-other", None)
+    assert R.canonical("probe-other") == "probe-other"

@@ -111,7 +111,7 @@ def test_errors_and_markers(models, tmp_path, capsys):
         from_transformers({"attentions": None}, ["a"])
     for argv, words in ((["--hf", str(tmp_path / "nope"), "--text", "x"], "no such model folder"),
                         (["--hf", str(models["bert"][0])], "--hf needs --text"),
-                        (["--example", "seed-000-additive", "--text", "x"], "--text goes with --hf"),
+                        (["--example", "tutorial1-additive", "--text", "x"], "--text goes with --hf"),
                         (["--hf", str(tmp_path), "--text", "x"], "no config.json")):
         capsys.readouterr()
         assert main(["view", *argv, "-o", str(tmp_path / "e.html")]) == 2

@@ -73,7 +73,7 @@ def _weights(page, sel):
 
 
 def test_matrix_view_hover_shows_weights(browser_page, tmp_path):
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     t = run(ex)
     w = t["weights"].value[0]  # (h, q, k)
     page = browser_page
@@ -101,7 +101,7 @@ def test_matrix_view_hover_shows_weights(browser_page, tmp_path):
 
 
 def test_head_view_lines_follow_the_hovered_token_and_the_head_filter(browser_page, tmp_path):
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     t = run(ex)
     w = t["weights"].value[0]
     page = browser_page
@@ -125,7 +125,7 @@ def test_head_view_lines_follow_the_hovered_token_and_the_head_filter(browser_pa
 
 
 def test_neuron_view_shows_q_k_their_product_and_the_score(browser_page, tmp_path):
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     t = run(ex)
     q, k = t["query_heads"].value[0].numpy(), t["key_heads"].value[0].numpy()  # (h, n, d)
     page = browser_page
@@ -225,14 +225,14 @@ def test_cli_screenshot_of_the_head_view(tmp_path, capsys):
     from attnlab.cli import main
 
     png = tmp_path / "hv.png"
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "hv.html"),
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "hv.html"),
                  "--screenshot", str(png), "--focus", "2"]) == 0
     with Image.open(png) as im:
         assert im.size == (900, 560)
         assert len(im.convert("RGB").getcolors(maxcolors=1 << 20)) > 20  # something was drawn, not a blank page
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "x.html"),
                  "--screenshot", str(tmp_path / "x.jpg")]) == 2
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"),
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "x.html"),
                  "--screenshot", str(png), "--focus", "9"]) == 2
     assert "--focus" in capsys.readouterr().err
 
@@ -332,7 +332,7 @@ def test_one_head_control_checkboxes_in_the_head_view_radio_buttons_elsewhere(br
 
 
 def test_head_view_fills_its_panel(browser_page, tmp_path):
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     page = browser_page
     page.set_viewport_size({"width": 1400, "height": 900})
     try:
@@ -377,10 +377,10 @@ def _focused(page, view, w):
 def test_every_view_opens_on_the_focused_token(browser_page, tmp_path, capsys, view):
     from attnlab.cli import main
 
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     w = run(ex)["weights"].value[0]
     out = tmp_path / "f.html"
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(out), "--focus", str(FOCUS)]) == 0
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(out), "--focus", str(FOCUS)]) == 0
     page = browser_page
     errors = _open(page, out)  # the page itself opens on query 3 ...
     page.click(f"#views button[data-view='{view}']")
@@ -403,7 +403,7 @@ def test_cli_screenshot_of_every_view_with_focus(tmp_path, capsys, view):
 
     png = tmp_path / f"{view}.png"
     start = time.perf_counter()
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "p.html"), "--screenshot", str(png),
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "p.html"), "--screenshot", str(png),
                  "--screenshot-view", view, "--focus", "2"]) == 0
     assert time.perf_counter() - start < 25  # it used to wait 30 s for a hidden token, then fail
     with Image.open(png) as im:

@@ -102,12 +102,12 @@ def test_a_bad_start_state_is_refused(start, says):
 
 def test_cli_focus_counts_from_1_without_a_screenshot(tmp_path, capsys):
     out = tmp_path / "p.html"
-    assert main(["view", "--example", "seed-001-multi-head", "-o", str(out), "--focus", "5"]) == 0
+    assert main(["view", "--example", "tutorial2-multi-head", "-o", str(out), "--focus", "5"]) == 0
     assert json.loads(_read(out.read_text(encoding="utf-8")).data)["start"] == {"query": 5}
     capsys.readouterr()
     for focus, says in (("0", "--focus counts from 1 (the first token is 1); got 0"),
                         ("6", "--focus counts from 1 and this page has 5 query tokens (1..5); got 6")):
-        assert main(["view", "--example", "seed-001-multi-head", "-o", str(tmp_path / "x.html"), "--focus", focus]) == 2
+        assert main(["view", "--example", "tutorial2-multi-head", "-o", str(tmp_path / "x.html"), "--focus", focus]) == 2
         err = capsys.readouterr().err.strip()
         assert says in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x.html").exists()  # refused before anything is written

@@ -144,7 +144,7 @@ def test_view_shows_inline_in_jupyter():
 
 
 def test_viewer_page_is_self_contained(tmp_path):
-    ex = load("seed-001-multi-head")
+    ex = load("tutorial2-multi-head")
     data = from_example(ex, run(ex))
     assert len(data["layers"]) == 1 and len(data["layers"][0]) == 2
     page = render_html(data)
@@ -181,7 +181,7 @@ def test_viewer_reads_model_json_and_explain_json(tmp_path, capsys):
 
 def test_cli_view_with_picture(tmp_path):
     out, pic = tmp_path / "p.html", tmp_path / "p.png"
-    assert main(["view", "--example", "seed-001-self-attention", "-o", str(out), "--picture", str(pic)]) == 0
+    assert main(["view", "--example", "tutorial2-self-attention", "-o", str(out), "--picture", str(pic)]) == 0
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>") and pic.stat().st_size > 1000
     data = from_example(load("attnlab-masked-causal"), run(load("attnlab-masked-causal")))
     write_html(data, tmp_path / "m.html")
@@ -347,6 +347,6 @@ def test_head_grid_names_the_axes_on_the_outer_panels_in_small_type():
 def test_viewer_numbers_the_rows_when_an_examples_tokens_do_not_match_its_queries():
     import dataclasses
 
-    ex = load("seed-001-multi-head")  # 5 queries
+    ex = load("tutorial2-multi-head")  # 5 queries
     data = from_example(dataclasses.replace(ex, tokens=list("abcdef")), run(ex))
     assert data["tokens"] == ["1", "2", "3", "4", "5"] and data["sections"][0]["tokens"] == data["tokens"]

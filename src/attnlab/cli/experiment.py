@@ -1,4 +1,4 @@
-"""``attnlab experiment NAME``: an experiment that turns a claim of the seeds into measurements."""
+"""``attnlab experiment NAME``: an experiment that turns a claim of the source tutorials into measurements."""
 
 import importlib
 

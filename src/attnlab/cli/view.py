@@ -1,10 +1,10 @@
 """``attnlab view``: an offline interactive HTML page (or a PNG/SVG picture) of attention weights.
 
-    attnlab view --example seed-001-multi-head -o heads.html
+    attnlab view --example tutorial2-multi-head -o heads.html
     attnlab view --file my-example.toml -o page.html --picture weights.png
     attnlab view --json attention.json -o page.html     # {"tokens": [...], "layers": [[[[...]]]]}
-    attnlab view --example seed-001-multi-head -o heads.html --focus 2     # opens on the 2nd token
-    attnlab view --example seed-001-multi-head -o heads.html --screenshot heads.png --screenshot-view matrix --focus 2
+    attnlab view --example tutorial2-multi-head -o heads.html --focus 2     # opens on the 2nd token
+    attnlab view --example tutorial2-multi-head -o heads.html --screenshot heads.png --screenshot-view matrix --focus 2
     attnlab view --hf ./bert-tiny --text "the cat sat" -o bert.html   # a local Hugging Face model (safetensors)
     attnlab view --pretrained de-en --text "Das Wetter ist sehr schön." -o page.html   # a shipped model
 

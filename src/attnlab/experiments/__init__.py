@@ -1,1 +1,1 @@
-"""attnlab.experiments: train, evaluate, and turn a claim of the seeds into a table and a plot."""
+"""attnlab.experiments: train, evaluate, and turn a claim of the source tutorials into a table and a plot."""

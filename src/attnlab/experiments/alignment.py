@@ -1,6 +1,6 @@
 """The alignment experiment: how well does learned attention align words, against gold links?
 
-Claim (the seeds; Bahdanau et al. 2015, Fig. 3, https://arxiv.org/abs/1409.0473): the weights
+Claim (the source tutorials; Bahdanau et al. 2015, Fig. 3, https://arxiv.org/abs/1409.0473): the weights
 of an attentional encoder–decoder are a soft alignment between target and source words.
 
 Measured on the Greek–English New Testament with its manually corrected word alignment

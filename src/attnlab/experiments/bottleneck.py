@@ -1,6 +1,6 @@
 """The bottleneck experiment: quality against source length, with and without attention.
 
-Claim (seed 000; Bahdanau et al. 2015, Fig. 2, https://arxiv.org/abs/1409.0473):
+Claim (the first tutorial; Bahdanau et al. 2015, Fig. 2, https://arxiv.org/abs/1409.0473):
 an encoder–decoder that squeezes the sentence into one fixed vector loses
 quality as sentences grow; attention, which recomputes the context at every
 step, holds it. The experiment trains the ``none``, ``bahdanau`` and ``luong``

@@ -1,6 +1,6 @@
 """The distance experiment: what the distance between two related tokens does to RNNs and to attention.
 
-Claim (the seeds' list of the RNN's problems; Bengio et al. 1994, "Learning long-term
+Claim (the third tutorial's list of the RNN's problems; Bengio et al. 1994, "Learning long-term
 dependencies with gradient descent is difficult"; Vaswani et al. 2017, §4): an RNN
 carries information from token i to token j through j − i steps of its recurrence, so
 gradients vanish over distance and long-range dependencies are lost; self-attention

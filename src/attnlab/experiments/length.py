@@ -1,6 +1,6 @@
 """The length experiment: translation quality against sentence length on real sentences.
 
-Claim (the seeds; Bahdanau et al. 2015, Fig. 2, https://arxiv.org/abs/1409.0473): without
+Claim (the source tutorials; Bahdanau et al. 2015, Fig. 2, https://arxiv.org/abs/1409.0473): without
 attention an encoder–decoder's quality falls as sentences grow; with attention it holds.
 
 The bottleneck experiment (``experiments/bottleneck.py``) tests this on numbers written in

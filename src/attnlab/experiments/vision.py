@@ -1,6 +1,6 @@
 """``attnlab experiment vision``: where do channel and spatial gates help a small CNN?
 
-Claim (the seeds): channel and spatial attention — SE (Hu et al. 2018), ECA (Wang et al.
+Claim (the second tutorial, §6): channel and spatial attention — SE (Hu et al. 2018), ECA (Wang et al.
 2020), CBAM (Woo et al. 2018) — help a CNN focus on what matters. On plain MNIST the
 question cannot be answered: the digit fills the frame and there is nothing to ignore.
 So the task here is one where focus matters: each 28 × 28 item sits at a random position

@@ -6,7 +6,7 @@
                feature_map = [[[...]]]  (channel, spatial: (C, H, W) or (b, C, H, W))
                mask = [[1, 0, ...], ...]  (optional; 1/true = may attend)
     [params]   w_q, w_k, v, weight, w_v, w_o, num_heads, scale, causal, score, w_c, b_c, ...
-               (matrices as the seeds write them: W acting on a column, W x)
+               (matrices as the tutorials write them: W acting on a column, W x)
     [[claim]]  step = "scores"; index = [2]; value = 1.32     (index is 1-based)
 
 This module reads examples: ``parse``/``load`` give an ``Example`` and the
@@ -137,19 +137,30 @@ def parse(text: str, name: str = "<string>") -> Example:
     )
 
 
+# The names the built-in examples had in 0.1, kept for 0.2 only (they go in 0.3).
+OLD_NAMES = {
+    "seed-000-additive": "tutorial1-additive",
+    "seed-001-bahdanau": "tutorial2-bahdanau",
+    "seed-001-luong-dot": "tutorial2-luong-dot",
+    "seed-001-multi-head": "tutorial2-multi-head",
+    "seed-001-scaled-dot": "tutorial2-scaled-dot",
+    "seed-001-self-attention": "tutorial2-self-attention",
+}
+
+
 def builtin_names() -> list[str]:
     folder = resources.files("attnlab.explain") / "examples"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
 def load(name_or_path: str | Path) -> Example:
-    """A built-in example by name (``seed-000-additive``) or a TOML file by path."""
+    """A built-in example by name (``tutorial1-additive``) or a TOML file by path."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.is_file():
             raise ExampleError(f"no such file: {path}")
         return parse(path.read_text(encoding="utf-8"), str(path))
-    name = str(name_or_path)
+    name = OLD_NAMES.get(str(name_or_path), str(name_or_path))
     if name not in builtin_names():
         raise ExampleError(f"no built-in example {name!r}; available: {', '.join(builtin_names())}")
     text = (resources.files("attnlab.explain") / "examples" / f"{name}.toml").read_text(encoding="utf-8")

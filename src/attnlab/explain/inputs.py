@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import masks
+from .. import masks, patterns
+from ..functional.target import NORMALISE
 from .examples import Example, ExampleError, _tensor
 
 
@@ -104,4 +105,43 @@ def feature_map(ex: Example) -> torch.Tensor:
     return f
 
 
-__all__ = ["need", "optional", "positive_int", "rows", "query", "qkv", "mask", "scale", "feature_map"]
+# --- what one mechanism reads -------------------------------------------------------
+
+
+def num_heads(ex: Example) -> int:
+    """[params] num_heads, 1 when absent or not an integer (display and recomputation read it; the run checks it)."""
+    h = ex.params.get("num_heads", 1)
+    return h if isinstance(h, int) and not isinstance(h, bool) else 1
+
+
+def neighborhood_mask(ex: Example) -> torch.Tensor:
+    """The (n, n) bool mask of ``attnlab.patterns.neighborhood_2d`` over the example's H × W grid."""
+    hgt, wid, kernel = positive_int(ex, "height"), positive_int(ex, "width"), positive_int(ex, "kernel")
+    n = rows(ex, "keys").shape[0]
+    if n != hgt * wid or query(ex).shape[0] != n:
+        raise ExampleError(f"{ex.at('inputs')}: a {hgt} × {wid} grid needs {hgt * wid} queries and keys; got {n} keys")
+    try:
+        return patterns.neighborhood_2d(hgt, wid, kernel, positive_int(ex, "dilation", 1)).materialize(n)
+    except (ValueError, TypeError) as e:
+        raise ExampleError(f"{ex.at('params')}: {e}") from None
+
+
+def normalise(ex: Example) -> str:
+    """[params] normalise: "softmax" (default) or "none" (DIN's sum pooling)."""
+    norm = ex.params.get("normalise", "softmax")
+    if norm not in NORMALISE:
+        raise ExampleError(f"{ex.at('params', 'normalise')} must be one of {', '.join(NORMALISE)}; got {norm!r}")
+    return norm
+
+
+def target_inputs(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The candidate (d,), the history (n, d) and the padding mask (n,) or None (True = a real item)."""
+    c, h = need(ex, "inputs", "candidate"), rows(ex, "history")
+    if c.dim() != 1:
+        raise ExampleError(f"{ex.at('inputs', 'candidate')} must be a vector (d,); got shape {tuple(c.shape)}")
+    m = mask(ex, 1, h.shape[0])
+    return c, h, None if m is None else m[0]
+
+
+__all__ = ["need", "optional", "positive_int", "rows", "query", "qkv", "mask", "scale", "feature_map", "num_heads",
+           "neighborhood_mask", "normalise", "target_inputs"]

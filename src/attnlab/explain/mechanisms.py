@@ -13,7 +13,7 @@ their batch axis of one for display; a single query vector drops the query axis)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -29,10 +29,12 @@ from ..functional.linear import linear_attention
 from ..functional.multihead import multi_head_attention, repeat_kv, split_heads
 from ..functional.scores import additive, concat, general
 from ..functional.softcap import softcap_attention
-from ..functional.target import NORMALISE, target_attention
+from ..functional.target import target_attention
 from ..trace import Step, Trace, record, trace
-from . import inputs
+from . import inputs, names
+from . import recompute as R
 from .examples import Example, ExampleError
+from .inputs import neighborhood_mask, normalise, num_heads, target_inputs
 from .names import ALIASES, canonical
 from .papers import PAPERS, Paper
 
@@ -232,20 +234,6 @@ def _run_latent(ex: Example) -> Trace:
     return t
 
 
-def neighborhood_mask(ex: Example) -> torch.Tensor:
-    """The (n, n) bool mask of ``attnlab.patterns.neighborhood_2d`` over the example's H × W grid."""
-    from .. import patterns
-
-    hgt, wid, kernel = inputs.positive_int(ex, "height"), inputs.positive_int(ex, "width"), inputs.positive_int(ex, "kernel")
-    n = inputs.rows(ex, "keys").shape[0]
-    if n != hgt * wid or inputs.query(ex).shape[0] != n:
-        raise ExampleError(f"{ex.at('inputs')}: a {hgt} × {wid} grid needs {hgt * wid} queries and keys; got {n} keys")
-    try:
-        return patterns.neighborhood_2d(hgt, wid, kernel, inputs.positive_int(ex, "dilation", 1)).materialize(n)
-    except (ValueError, TypeError) as e:
-        raise ExampleError(f"{ex.at('params')}: {e}") from None
-
-
 def _run_neighborhood(ex: Example) -> Trace:
     q, k, v = inputs.qkv(ex)
     with trace() as t:
@@ -288,23 +276,6 @@ def _run_attentional(ex: Example) -> Trace:
     return t
 
 
-def normalise(ex: Example) -> str:
-    """[params] normalise: "softmax" (default) or "none" (DIN's sum pooling)."""
-    norm = ex.params.get("normalise", "softmax")
-    if norm not in NORMALISE:
-        raise ExampleError(f"{ex.at('params', 'normalise')} must be one of {', '.join(NORMALISE)}; got {norm!r}")
-    return norm
-
-
-def target_inputs(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The candidate (d,), the history (n, d) and the padding mask (n,) or None (True = a real item)."""
-    c, h = inputs.need(ex, "inputs", "candidate"), inputs.rows(ex, "history")
-    if c.dim() != 1:
-        raise ExampleError(f"{ex.at('inputs', 'candidate')} must be a vector (d,); got shape {tuple(c.shape)}")
-    m = inputs.mask(ex, 1, h.shape[0])
-    return c, h, None if m is None else m[0]
-
-
 def _run_target(ex: Example) -> Trace:
     c, h, m = target_inputs(ex)
     norm, p = normalise(ex), {n: inputs.optional(ex, "params", n) for n in ("b1", "b2")}
@@ -316,7 +287,10 @@ def _run_target(ex: Example) -> Trace:
 
 @dataclass(frozen=True)
 class Mechanism:
-    """How to run a mechanism's example, and how its steps are laid out for display.
+    """A mechanism as ``attnlab explain`` and ``verify`` see it: how to run its example, what the example's
+    tables hold (the JSON Schema is generated from ``inputs`` and ``params``), how ``verify`` recomputes
+    its steps, and how they are laid out for display. Its key in ``MECHANISMS`` is the registry's name
+    (``attnlab.nn.registry``) where the mechanism has a module.
 
     batched: the run adds a batch axis of one (multihead, vision), which display drops.
     squeeze: drop every axis of size one after that (vision maps: M_c (C, 1, 1) → (C,)).
@@ -327,8 +301,11 @@ class Mechanism:
     paper: str  # a key of PAPERS
     inputs: tuple[str, ...]  # [inputs] keys; "a|b": one of them; "?": optional
     params: tuple[str, ...]  # [params] keys; "?": optional
+    recompute: Callable[[Example], tuple[R.Env, Any]]  # verify's environment and step functions (explain.recompute)
     batched: bool = False
     squeeze: bool = False
+    shows: tuple[str, ...] = ()  # registered modules whose arithmetic this walkthrough shows (their own name reads as this)
+    keys: dict[str, tuple[dict, str]] = field(default_factory=dict)  # its own keys' JSON Schema and meaning (others: spec's)
 
 
 _QKV = ("query", "keys", "values?", "mask?")
@@ -336,49 +313,70 @@ _SCORE = ("score?", "causal?")
 _PROJ = ("w_q?", "w_k?", "w_v?", "w_o?", "scale?", "causal?")
 
 MECHANISMS: dict[str, Mechanism] = {
-    "dot": Mechanism(lambda ex: _run_attention(ex, "dot"), "Luong dot score qᵀk", "luong", _QKV, ("causal?",)),
+    "dot": Mechanism(lambda ex: _run_attention(ex, "dot"), "Luong dot score qᵀk", "luong", _QKV, ("causal?",),
+                     recompute=R.attention("dot"), shows=("luong-dot",)),
     "scaled-dot": Mechanism(lambda ex: _run_attention(ex, "scaled_dot"), "scaled dot product qᵀk/√d", "vaswani",
-                            _QKV, ("scale?", "causal?")),
+                            _QKV, ("scale?", "causal?"), recompute=R.attention("scaled_dot")),
     "luong-general": Mechanism(lambda ex: _run_attention(ex, "general"), "Luong general score qᵀWk", "luong",
-                         _QKV, ("weight", "causal?")),
+                               _QKV, ("weight", "causal?"), recompute=R.attention("general")),
     "bahdanau": Mechanism(lambda ex: _run_attention(ex, "additive"), "Bahdanau additive score vᵀtanh(W_q q + W_k k)",
-                          "bahdanau", _QKV, ("w_q", "w_k", "v", "causal?")),
+                          "bahdanau", _QKV, ("w_q", "w_k", "v", "causal?"), recompute=R.attention("additive")),
     "luong-concat": Mechanism(lambda ex: _run_attention(ex, "concat"), "Luong concat score vᵀtanh(W[q; k])", "luong",
-                        _QKV, ("weight", "v", "causal?")),
+                              _QKV, ("weight", "v", "causal?"), recompute=R.attention("concat")),
     "masked": Mechanism(lambda ex: _run_attention(ex, "scaled_dot", need_mask=True), "attention with a mask",
-                        "vaswani", _QKV, ("scale?", "causal?", "score?")),
+                        "vaswani", _QKV, ("scale?", "causal?", "score?"), recompute=R.attention("scaled_dot")),
     "sparse": Mechanism(_run_sparse, "sparse attention: a pattern as a mask", "child", _QKV,
-                        ("pattern?", "combine?", "scale?", "causal?")),
+                        ("pattern?", "combine?", "scale?", "causal?"), recompute=R.attention("scaled_dot")),
     "attentional": Mechanism(_run_attentional, "Luong attentional output tanh(W_c[c; s] + b_c)", "luong", _QKV,
-                             ("w_c", "b_c?", *_SCORE, "weight?", "w_q?", "w_k?", "v?", "scale?")),
+                             ("w_c", "b_c?", *_SCORE, "weight?", "w_q?", "w_k?", "v?", "scale?"), recompute=R.attentional),
     "self-attention": Mechanism(_run_self, "self-attention from x with W_q, W_k, W_v", "vaswani", ("x", "mask?"),
-                                _PROJ, batched=True),
+                                _PROJ, recompute=R.projected, batched=True),
     "multi-head": Mechanism(_run_multi_head, "multi-head: split, per head, concat, W_o", "vaswani",
-                            ("x|query", "keys?", "values?", "mask?"), ("num_heads", *_PROJ), batched=True),
+                            ("x|query", "keys?", "values?", "mask?"), ("num_heads", *_PROJ), recompute=R.projected,
+                            batched=True),
     "cross": Mechanism(_run_cross, "cross-attention: queries from one sequence, keys from another",
-                                 "vaswani", _QKV, ("num_heads?", *_PROJ), batched=True),
+                       "vaswani", _QKV, ("num_heads?", *_PROJ), recompute=R.projected, batched=True),
     "channel": Mechanism(_run_channel, "CBAM channel attention", "woo", ("feature_map",),
-                         ("w1", "b1?", "w2", "b2?"), batched=True, squeeze=True),
+                         ("w1", "b1?", "w2", "b2?"), recompute=R.channel, batched=True, squeeze=True),
     "spatial": Mechanism(_run_spatial, "CBAM spatial attention", "woo", ("feature_map",), ("weight", "bias?"),
-                         batched=True, squeeze=True),
+                         recompute=R.spatial, batched=True, squeeze=True),
     "softcap": Mechanism(_run_softcap, "logit soft-capping c·tanh(e/c) before the softmax (Gemma 2)", "gemma",
-                         _QKV, ("cap", "scale?", "causal?")),
+                         _QKV, ("cap", "scale?", "causal?"), recompute=R.softcap),
     "linear": Mechanism(_run_linear, "linear attention: feature map φ = elu + 1 instead of the softmax", "katharopoulos",
-                        _QKV, ("causal?",)),
+                        _QKV, ("causal?",), recompute=R.linear),
     "differential": Mechanism(_run_differential, "differential attention: two softmax maps, A_1 − λ A_2", "ye",
                               ("query_1", "keys_1", "query_2", "keys_2", "values", "mask?"),
-                              ("lambda", "scale?", "causal?")),
+                              ("lambda", "scale?", "causal?"), recompute=R.differential),
     "mla": Mechanism(_run_latent, "multi-head latent attention: keys and values up-projected from a cached latent",
-                        "deepseek", ("query", "query_rope", "latents", "key_rope", "mask?"),
-                        ("w_uk", "w_uv", "num_heads?", "causal?"), batched=True),
+                     "deepseek", ("query", "query_rope", "latents", "key_rope", "mask?"),
+                     ("w_uk", "w_uv", "num_heads?", "causal?"), recompute=R.latent, batched=True),
     "gqa": Mechanism(_run_gqa, "grouped-query attention: h query heads share h_kv key/value heads", "ainslie",
-                     ("x", "mask?"), ("num_heads", "num_kv_heads", *_PROJ), batched=True),
+                     ("x", "mask?"), ("num_heads", "num_kv_heads", *_PROJ), recompute=R.gqa, batched=True),
     "neighborhood-2d": Mechanism(_run_neighborhood, "2-D neighbourhood attention: a k × k window on an H × W grid",
-                              "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?")),
+                                 "hassani", ("query", "keys", "values?"), ("height", "width", "kernel", "dilation?", "scale?"),
+                                 recompute=R.neighborhood),
     "target-attention": Mechanism(_run_target, "DIN target attention: an MLP scores each history item against the candidate",
                                   "zhou", ("candidate", "history", "mask?"),
-                                  ("w1", "b1?", "prelu", "w2", "b2?", "normalise?"), batched=True, squeeze=True),
+                                  ("w1", "b1?", "prelu", "w2", "b2?", "normalise?"), recompute=R.target, batched=True,
+                                  squeeze=True),
 }
+
+
+def add(name: str, mechanism: Mechanism) -> None:
+    """Add a mechanism's walkthrough: ``attnlab explain``, ``verify``, the example parser and the schema read it."""
+    if name in MECHANISMS:
+        raise ValueError(f"mechanism {name!r} has a walkthrough already")
+    MECHANISMS[name] = mechanism
+    names.add(name, mechanism.shows)
+
+
+for _name, _mechanism in MECHANISMS.items():
+    names.add(_name, _mechanism.shows)
+
+
+def path_for(ex: Example) -> tuple[R.Env, Any]:
+    """The inputs/parameters (by the names the step functions read) and the mechanism's step functions."""
+    return MECHANISMS[canonical(ex.mechanism)].recompute(ex)
 
 
 def run(ex: Example) -> Trace:
@@ -404,11 +402,6 @@ def single_query(ex: Example) -> bool:
     return isinstance(q, list) and bool(q) and not isinstance(q[0], list)
 
 
-def num_heads(ex: Example) -> int:
-    h = ex.params.get("num_heads", 1)
-    return h if isinstance(h, int) and not isinstance(h, bool) else 1
-
-
 def display_value(ex: Example, name: str, value: torch.Tensor) -> torch.Tensor:
     """A step's value as the example writes it (a view: no arithmetic).
 
@@ -432,4 +425,4 @@ def head_axis(ex: Example, name: str) -> bool:
     return MECHANISMS[ex.mechanism].batched and name in HEAD_STEPS and num_heads(ex) > 1
 
 
-__all__ = ["Mechanism", "MECHANISMS", "neighborhood_mask", "Paper", "PAPERS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]
+__all__ = ["Mechanism", "MECHANISMS", "add", "path_for", "neighborhood_mask", "Paper", "PAPERS", "ALIASES", "canonical", "run", "display_value", "head_axis", "num_heads", "single_query"]

@@ -1,11 +1,14 @@
 """The names of the mechanisms ``attnlab explain`` runs, spelled as ``attnlab.nn`` spells them.
 
-One list, read by the example parser (to check a file's ``mechanism``) and by the registry of
-runners (``explain.mechanisms.MECHANISMS``, which has exactly one entry per name; a test checks).
-A mechanism with a registered module has the registry's name (``multi-head``, ``bahdanau``,
-``mla``); the others (``masked``, ``attentional``, ``self-attention``) are spelled the same way.
-Other spellings (``multi_head``, ``additive``, ``latent``) are read by the registry's one
-``canonical`` and its one table ``ALIASES``: no second table here.
+Nothing here is written by hand: ``explain.mechanisms`` adds each mechanism's record (its
+walkthrough) with ``mechanisms.add``, which lists its name here, so the example parser (which
+checks a file's ``mechanism``) reads the same names as the runners, without importing them.
+The package's ``__init__`` imports ``mechanisms``, so the list is complete as soon as this
+module can be reached. A mechanism with a registered module has the registry's name
+(``multi-head``, ``bahdanau``, ``mla``). Other spellings (``multi_head``, ``additive``,
+``latent``) are read by the registry's one ``canonical`` and its alias table, which is
+filled from the registered records; a walkthrough record's ``shows`` names the registered
+modules whose arithmetic it shows (``WALKTHROUGH_OF``, derived from those records).
 """
 
 from __future__ import annotations
@@ -13,32 +16,14 @@ from __future__ import annotations
 from ..nn.registry import ALIASES
 from ..nn.registry import canonical as _registry_canonical
 
-NAMES: tuple[str, ...] = (
-    "dot",
-    "scaled-dot",
-    "luong-general",
-    "bahdanau",
-    "luong-concat",
-    "masked",
-    "sparse",
-    "attentional",
-    "self-attention",
-    "multi-head",
-    "cross",
-    "channel",
-    "spatial",
-    "softcap",
-    "linear",
-    "differential",
-    "mla",
-    "gqa",
-    "neighborhood-2d",
-    "target-attention",
-)
+NAMES: list[str] = []  # in the order the records are added
+WALKTHROUGH_OF: dict[str, str] = {}  # a registered module → the walkthrough that shows it
 
-# Registered modules that compute what another walkthrough shows (not other spellings: modules of
-# their own): Luong's dot score is the unscaled ``dot``.
-WALKTHROUGH_OF: dict[str, str] = {"luong-dot": "dot"}
+
+def add(name: str, shows: tuple[str, ...] = ()) -> None:
+    """List ``name`` (a walkthrough) and the registered modules it shows."""
+    NAMES.append(name)
+    WALKTHROUGH_OF.update(dict.fromkeys(shows, name))
 
 
 def canonical(name: str) -> str:
@@ -54,4 +39,4 @@ def spellings(name: str) -> list[str]:
     return list(dict.fromkeys(s for n in (name, *others) for s in (n, n.replace("-", "_"))))
 
 
-__all__ = ["NAMES", "ALIASES", "WALKTHROUGH_OF", "canonical", "spellings"]
+__all__ = ["NAMES", "ALIASES", "WALKTHROUGH_OF", "add", "canonical", "spellings"]

@@ -6,7 +6,8 @@ functions (``attnlab.functional.steps``: the named steps of each mechanism's
 reference path), fed with the written values of the earlier steps. This module
 does no arithmetic: it only reads the example into an environment (the names
 the step functions read: q, k, v, mask, scale, the parameters) and picks the
-mechanism's path.
+mechanism's path. Each mechanism's record (``explain.mechanisms.MECHANISMS``) names its function
+here: ``record.recompute(example)`` gives the environment and the step functions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..functional.multihead import split_heads, zero_unreachable
 from ..functional.scores import default_scale
 from . import inputs
 from .examples import Example
-from .mechanisms import canonical, neighborhood_mask, normalise, num_heads, target_inputs
+from .inputs import neighborhood_mask, normalise, num_heads, target_inputs
 
 Env = dict[str, torch.Tensor]
 
@@ -83,7 +84,7 @@ def _vision_env(ex: Example) -> Env:
     return e
 
 
-def _attention(default: str):
+def attention(default: str):
     def make(ex: Example) -> tuple[Env, steps.Path]:
         s = _score_name(ex, default)
         return _attention_env(ex, s), steps.PATHS[f"attention/{s}"]
@@ -91,7 +92,7 @@ def _attention(default: str):
     return make
 
 
-def _attentional(ex: Example) -> tuple[Env, steps.Path]:
+def attentional(ex: Example) -> tuple[Env, steps.Path]:
     s = _score_name(ex, "dot")
     e = _attention_env(ex, s)
     e["w_c"] = inputs.need(ex, "params", "w_c")
@@ -101,19 +102,19 @@ def _attentional(ex: Example) -> tuple[Env, steps.Path]:
     return e, {**steps.PATHS[f"attention/{s}"], **steps.ATTENTIONAL}
 
 
-def _softcap(ex: Example) -> tuple[Env, steps.Path]:
+def softcap(ex: Example) -> tuple[Env, steps.Path]:
     e = _attention_env(ex, "scaled_dot")
     e["cap"] = _scalar(float(ex.params["cap"]))
     return e, steps.SOFTCAP
 
 
-def _linear(ex: Example) -> tuple[Env, steps.Path]:
+def linear(ex: Example) -> tuple[Env, steps.Path]:
     e = _attention_env(ex, "dot")
     del e["scale"]
     return e, steps.LINEAR
 
 
-def _differential(ex: Example) -> tuple[Env, steps.Path]:
+def differential(ex: Example) -> tuple[Env, steps.Path]:
     e: Env = {"v": inputs.rows(ex, "values"), "lam": _scalar(float(ex.params["lambda"]))}
     for n in (1, 2):
         e[f"q{n}"], e[f"k{n}"] = inputs.rows(ex, f"query_{n}"), inputs.rows(ex, f"keys_{n}")
@@ -124,7 +125,7 @@ def _differential(ex: Example) -> tuple[Env, steps.Path]:
     return e, steps.DIFFERENTIAL
 
 
-def _latent(ex: Example) -> tuple[Env, steps.Path]:
+def latent(ex: Example) -> tuple[Env, steps.Path]:
     h = inputs.positive_int(ex, "num_heads", 1)
     q_c, q_r = split_heads(inputs.rows(ex, "query")[None], h), split_heads(inputs.rows(ex, "query_rope")[None], h)
     e: Env = {"q_c": q_c, "q_r": q_r, "c_kv": inputs.rows(ex, "latents")[None], "k_r": inputs.rows(ex, "key_rope")[None],
@@ -136,20 +137,20 @@ def _latent(ex: Example) -> tuple[Env, steps.Path]:
     return e, steps.LATENT
 
 
-def _gqa(ex: Example) -> tuple[Env, steps.Path]:
+def gqa(ex: Example) -> tuple[Env, steps.Path]:
     e = _projected_env(ex)
     h, kv = num_heads(ex), inputs.positive_int(ex, "num_kv_heads")
     e["h_kv"], e["groups"] = torch.tensor(kv), torch.tensor(h // kv)
     return e, steps.GQA
 
 
-def _neighborhood(ex: Example) -> tuple[Env, steps.Path]:
+def neighborhood(ex: Example) -> tuple[Env, steps.Path]:
     e = _attention_env(ex, "scaled_dot")
     e["mask"] = neighborhood_mask(ex)
     return e, steps.PATHS["attention/scaled_dot"]
 
 
-def _target(ex: Example) -> tuple[Env, steps.Path]:
+def target(ex: Example) -> tuple[Env, steps.Path]:
     """The run's own batch of one: candidate (1, 1, d), history (1, n, d); the mask as each path reads it."""
     c, h, m = target_inputs(ex)
     e: Env = {"candidate": c[None, None], "history": h[None], "w1": inputs.need(ex, "params", "w1"),
@@ -167,33 +168,17 @@ def _target(ex: Example) -> tuple[Env, steps.Path]:
     return e, steps.TARGET_SOFTMAX
 
 
-PATHS = {
-    "dot": _attention("dot"),
-    "scaled-dot": _attention("scaled_dot"),
-    "luong-general": _attention("general"),
-    "bahdanau": _attention("additive"),
-    "luong-concat": _attention("concat"),
-    "masked": _attention("scaled_dot"),
-    "sparse": _attention("scaled_dot"),
-    "attentional": _attentional,
-    "self-attention": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
-    "multi-head": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
-    "cross": lambda ex: (_projected_env(ex), steps.MULTI_HEAD),
-    "channel": lambda ex: (_vision_env(ex), steps.CHANNEL),
-    "spatial": lambda ex: (_vision_env(ex), steps.SPATIAL),
-    "softcap": _softcap,
-    "linear": _linear,
-    "differential": _differential,
-    "mla": _latent,
-    "gqa": _gqa,
-    "neighborhood-2d": _neighborhood,
-    "target-attention": _target,
-}
+def projected(ex: Example) -> tuple[Env, steps.Path]:
+    return _projected_env(ex), steps.MULTI_HEAD
 
 
-def path_for(ex: Example) -> tuple[Env, steps.Path]:
-    """The inputs/parameters (by the names the step functions read) and the mechanism's step functions."""
-    return PATHS[canonical(ex.mechanism)](ex)
+def channel(ex: Example) -> tuple[Env, steps.Path]:
+    return _vision_env(ex), steps.CHANNEL
 
 
-__all__ = ["PATHS", "path_for", "Env"]
+def spatial(ex: Example) -> tuple[Env, steps.Path]:
+    return _vision_env(ex), steps.SPATIAL
+
+
+__all__ = ["Env", "attention", "attentional", "softcap", "linear", "differential", "latent", "gqa", "neighborhood", "target",
+           "projected", "channel", "spatial"]

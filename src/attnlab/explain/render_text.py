@@ -109,7 +109,7 @@ def summary(verdicts: list[Verdict], lang: str) -> str:
     count = {s: sum(v.status == s for v in verdicts) for s in (EXACT, DRIFT, CONVENTION, OTHER_STEP, WRONG)}
     more = "".join(i18n.t(lang, key, n=count[s]) for s, key in (
         (CONVENTION, "summary_convention"), (OTHER_STEP, "summary_other")) if count[s])
-    return i18n.t(lang, "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], more=more,
+    return i18n.t(lang, "summary_one" if len(verdicts) == 1 else "summary", total=len(verdicts), exact=count[EXACT], drift=count[DRIFT], more=more,
                   wrong=count[WRONG])
 
 

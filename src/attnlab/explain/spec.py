@@ -86,6 +86,13 @@ PARAMS: dict[str, tuple[dict, str]] = {
 }
 
 
+def _types(table: str) -> dict[str, tuple[dict, str]]:
+    """The key types of ``table`` ("inputs" or "params"): the shared ones, and each mechanism's own (``Mechanism.keys``)."""
+    shared = INPUTS if table == "inputs" else PARAMS
+    own = {k: t for m in MECHANISMS.values() for k, t in m.keys.items() if k in _names(getattr(m, table))}
+    return {**shared, **own}
+
+
 def _names(spec: tuple[str, ...]) -> list[str]:
     return [n.rstrip("?") for s in spec for n in s.split("|")]
 
@@ -131,8 +138,8 @@ def schema() -> dict[str, Any]:
             "source": {"type": "string"},
             "tokens": {"type": "array", "items": {"type": "string"}},
             "key_tokens": {"type": "array", "items": {"type": "string"}},
-            "inputs": {"type": "object", "properties": {k: s for k, (s, _) in INPUTS.items()}, "additionalProperties": False},
-            "params": {"type": "object", "properties": {k: s for k, (s, _) in PARAMS.items()}, "additionalProperties": False},
+            **{table: {"type": "object", "properties": {k: s for k, (s, _) in _types(table).items()},
+                       "additionalProperties": False} for table in ("inputs", "params")},
             "claim": {"type": "array", "items": {"$ref": "#/$defs/claim"}},
         },
         "allOf": per_mechanism,
@@ -186,7 +193,7 @@ def format_doc() -> str:
         "`tokens`, `key_tokens`. The JSON Schema is `attnlab/explain/example.schema.json` (in the package).",
         "Mechanism names are `attnlab.nn`'s (`attnlab.available()`), with hyphens (`multi-head`); underscores",
         "are read as hyphens (`multi_head`), and other names as the registry reads them",
-        f"({', '.join(f'`{a}` = `{c}`' for a, c in {**ALIASES, **WALKTHROUGH_OF}.items())}).",
+        f"({', '.join(f'`{a}` = `{c}`' for a, c in sorted({**ALIASES, **WALKTHROUGH_OF}.items()))}).",
         "",
     ]
     examples: dict[str, str] = {}
@@ -195,9 +202,9 @@ def format_doc() -> str:
     for name, m in MECHANISMS.items():
         paper = PAPERS[m.paper]
         lines += [f"## `{name}`", "", f"{m.summary} ({paper.authors} {paper.year}, {paper.url}).", "", "- inputs:"]
-        lines += _spec_text(m.inputs, INPUTS)
+        lines += _spec_text(m.inputs, _types("inputs"))
         lines += ["- parameters:"]
-        lines += _spec_text(m.params, PARAMS) or ["  - none"]
+        lines += _spec_text(m.params, _types("params")) or ["  - none"]
         if name in examples:
             steps = run(load(examples[name])).names()
             lines += [f"- steps (example `{examples[name]}`): " + ", ".join(f"`{s}`" for s in steps)]
@@ -215,8 +222,8 @@ def schema_text() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Write the schema next to this module and the Markdown page to ``docs/examples-format.md`` (or argv[0])."""
     argv = sys.argv[1:] if argv is None else argv
-    for path, text in ((SCHEMA_FILE, schema_text()), (Path(argv[0] if argv else "docs/examples-format.md"), format_doc())):
-        write_text(path, text)  # never half-written
+    write_text(SCHEMA_FILE, schema_text(), package_ok=True)  # the package's own generated file; never half-written
+    write_text(Path(argv[0] if argv else "docs/examples-format.md"), format_doc())
     return 0
 
 

@@ -19,15 +19,15 @@ fed the earlier steps' values; ``attnlab.explain.recompute`` only picks the
 mechanism's path), in three variants:
 
   (a) *own values*: every entry of an earlier step that an earlier exact or
-      drift claim gives is replaced by the number as written (seed 000:
+      drift claim gives is replaced by the number as written (the first tutorial:
       score₁ = 1.0 × 0.40 + 2.0 × 0.57 = 1.54 from the written tanh values,
       where the exact score is 1.527);
   (b) *written to working precision*: as (a), and every other entry of every
       earlier step is rounded half-up to the example's working precision P,
-      the most decimals any of its claims has (seed 000: tanh(h₃ …) written as
+      the most decimals any of its claims has (the first tutorial: tanh(h₃ …) written as
       [0.21, 0.34] gives score₃ = 0.89 where the exact score is 0.880);
   (c) *double rounding*: the true value, or a value from (a) or (b), rounded
-      half-up first to d + 1 decimals and then to d (seed 000: tanh(0.64) =
+      half-up first to d + 1 decimals and then to d (the first tutorial: tanh(0.64) =
       0.5649 → 0.565 → 0.57, where one rounding gives 0.56).
 
 Steps are taken in the order of the trace, claims on one step in file order;
@@ -86,8 +86,7 @@ import torch
 from ..functional.steps import evaluate
 from ..trace import Trace
 from .examples import Example, ExampleError
-from .mechanisms import display_value, run
-from .recompute import path_for
+from .mechanisms import display_value, path_for, run
 
 EXACT, DRIFT, WRONG = "exact", "rounding drift", "wrong"
 CONVENTION, OTHER_STEP = "another convention", "another step"

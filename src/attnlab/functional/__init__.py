@@ -24,7 +24,7 @@ from .attention import attention
 from .attentional import attentional_output
 from .channel import cbam, channel_attention, reduced_channels, spatial_attention
 
-# Issue 14 (attention as it is used today)
+# Attention as it is used today (docs/modern.md)
 from .differential import differential_attention  # noqa: E402
 from .eca import eca, eca_kernel_size
 from .latent import latent_attention  # noqa: E402

@@ -1,8 +1,8 @@
 """The attentional output of Luong et al.: the decoder's state after attention.
 
 Luong, Pham, Manning 2015, "Effective Approaches to Attention-based Neural
-Machine Translation", eq. (5), https://arxiv.org/abs/1508.04025; seed 000,
-step 4 ("解码器输出").
+Machine Translation", eq. (5), https://arxiv.org/abs/1508.04025; the first
+tutorial, step 4 ("解码器输出").
 
     s̃_t = tanh(W_c [c_t; s_t] + b_c)
 

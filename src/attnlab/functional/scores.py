@@ -13,7 +13,7 @@ Parameters follow ``torch.nn.Linear`` layout, so the formula's ``W x`` is
 | ``additive``   | e = vᵀ tanh(W_q q + W_k k)       | Bahdanau et al. 2015           |
 | ``concat``     | e = vᵀ tanh(W [q; k])            | Luong et al. 2015 ("concat")   |
 
-Symbols of the seeds → arguments: the decoder state s_t is ``q``, the encoder
+Symbols of the tutorials → arguments: the decoder state s_t is ``q``, the encoder
 states h_i are the rows of ``k``; Bahdanau's W_1 (or W_s) is ``w_q``, W_2 (or
 W_h) is ``w_k``, and v is ``v``.
 

@@ -14,7 +14,7 @@ is active:
     attentional: context_state = [c; s],  output_preactivation = W_c[c; s] + b_c,  output = tanh(·)
     CBAM:        avg_pool, max_pool, mlp, weights = σ(·), output = F ⊗ M (channel);
                  pooled, conv, weights, output (spatial)
-    issue 14:    softcap: …scaled_scores, softcapped_scores = c·tanh(e/c), …core…;
+    modern:      softcap: …scaled_scores, softcapped_scores = c·tanh(e/c), …core…;
                  linear: query_features = φ(Q), key_features = φ(K), similarities, weights = s / Σ s, context;
                  differential: the core twice (*_1, *_2), weights = A_1 − λ A_2, context;
                  latent (MLA): content_keys = W^UK c, value_heads = W^UV c, query_heads, key_heads = [·^C; ·^R], …core…;
@@ -23,7 +23,7 @@ is active:
     DIN target:  features = [e_j, v_A, e_j − v_A, e_j ⊙ v_A], hidden = W_1 x + b_1, activated = PReLU(·),
                  scores = W_2 · + b_2, then the core (softmax) or weights = a_j, context = Σ_j a_j e_j (none)
 
-``PATHS[name]`` maps each step name of a path to a ``StepFn``: the step's
+A path (``PATHS["attention/<score>"]``, ``MULTI_HEAD``, ``SOFTCAP``, ...) maps each step name to a ``StepFn``: the step's
 function and the names of the earlier steps (or inputs and parameters) it
 reads. ``attnlab verify`` recomputes a step "from the example's own rounded
 values" by calling that step's function on the (rounded) earlier values.
@@ -224,19 +224,9 @@ TARGET_SUM: Path = {  # DIN's sum pooling; mask (b, n), history with padded rows
     "context": StepFn(sum_pool, ("weights", "history")),
 }
 
-PATHS: dict[str, Path] = {
-    **{f"attention/{s}": attention_path(s) for s in SCORE_PATHS},
-    "multi_head": MULTI_HEAD,
-    "channel": CHANNEL,
-    "spatial": SPATIAL,
-    "softcap": SOFTCAP,
-    "linear": LINEAR,
-    "differential": DIFFERENTIAL,
-    "latent": LATENT,
-    "gqa": GQA,
-    "target/softmax": TARGET_SOFTMAX,
-    "target/none": TARGET_SUM,
-}
+# The core's path for each score (``attention/dot``, ...); the other paths are the constants above,
+# which each mechanism's record names (``explain.recompute``).
+PATHS: dict[str, Path] = {f"attention/{s}": attention_path(s) for s in SCORE_PATHS}
 
 
 def evaluate(path: Path, env: dict[str, torch.Tensor], name: str) -> torch.Tensor:

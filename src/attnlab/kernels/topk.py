@@ -1,4 +1,4 @@
-"""Top-k attention: each query keeps its k highest-scoring keys (the seeds' dynamic selection).
+"""Top-k attention: each query keeps its k highest-scoring keys (the second tutorial's dynamic selection).
 
     S(i) = top-k_j (q_i·k_j · scale)      o_i = Σ_{j ∈ S(i)} softmax_j(q_i·k_j · scale) v_j
 
@@ -34,7 +34,7 @@ _ROW_BUDGET = 1 << 22  # score elements per chunk while choosing
 
 
 class TopK:
-    """The seeds' dynamic selection: each query keeps its k highest-scoring allowed keys.
+    """The second tutorial's dynamic selection: each query keeps its k highest-scoring allowed keys.
 
     The kept set depends on the scores qᵀk·scale, so this is not a static
     ``Pattern``: ``mask(query, key)`` gives the dense bool mask (…, q, k) for a

@@ -11,7 +11,7 @@ Luong-style attention after the recurrent step and input feeding (Luong et al.
     attend:   c_t, α_t = CrossAttention(query=s_t, context=V)                 α_t: (b, h, n), sums to 1
     output:   h̃_t = tanh(W_c [s_t; c_t]);   p(y_t) = softmax(W_y h̃_t)
 
-The seeds' picture of cross-attention: the text's query s_t attends to the
+The second tutorial's picture of cross-attention: the text's query s_t attends to the
 image's keys/values; α_t says where the model looks when it writes word t.
 Two choices make the maps mean something: the decoder's start state does not
 see the image (so what it writes must come through α), and input feeding

@@ -10,7 +10,7 @@ from .backends import Backend, BlockSparse, ContextParallel, Dense
 from .cache import KVCache, LayerCache, MemoryCache, WindowCache
 from .channel import CBAM, ChannelAttention, SpatialAttention
 
-# Issue 14 (attention as it is used today)
+# Attention as it is used today (docs/modern.md)
 from .differential import DifferentialAttention  # noqa: E402
 from .dot import DotProductAttention
 from .eca import ECA

@@ -42,7 +42,7 @@ from .registry import register
 IMPLS = ("chunked", "reference")
 
 
-@register("bahdanau")
+@register("bahdanau", aliases=("additive",), functional=_scores.additive, supports=("mask", "weights"))
 class AdditiveAttention(nn.Module):
     """Bahdanau attention: ``AdditiveAttention(query_dim, key_dim, attn_dim)``."""
 

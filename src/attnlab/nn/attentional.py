@@ -1,9 +1,9 @@
-"""The attentional output and prediction layer of the seeds (Luong et al. 2015, eq. 5–6).
+"""The attentional output and prediction layer of the first tutorial (Luong et al. 2015, eq. 5–6).
 
     h̃_t = tanh(W_c [c_t; s_t] + b_c)          (b, d_out)
     p(y_t | y_<t, x) = softmax(W_s h̃_t)        logits (b, V)
 
-Luong, Pham & Manning 2015, https://arxiv.org/abs/1508.04025. Seed 000 writes
+Luong, Pham & Manning 2015, https://arxiv.org/abs/1508.04025. The first tutorial writes
 the same layer as s̃_t = tanh(W_c [c_t; s_t] + b_c). The decoders of
 ``attnlab.models.Seq2Seq`` use it for every variant (even the no-attention
 baseline, whose c_t is the fixed context), so only the attention differs.

@@ -86,7 +86,7 @@ class _MLPGate(nn.Module):
         return f"channels={self.channels}, reduction={self.reduction}, hidden={self.hidden}"
 
 
-@register("channel")
+@register("channel", functional=channel_attention, supports=("weights",))
 class ChannelAttention(_MLPGate):
     """CBAM's channel attention: M_c = σ(MLP(AvgPool F) + MLP(MaxPool F)), F' = F ⊗ M_c."""
 
@@ -100,7 +100,7 @@ class ChannelAttention(_MLPGate):
         return out, (m_c if need_weights else None)
 
 
-@register("spatial")
+@register("spatial", functional=spatial_attention, supports=("weights",))
 class SpatialAttention(nn.Module):
     """CBAM's spatial attention: M_s = σ(f^{k×k}([mean_c F; max_c F])), F' = F ⊗ M_s; k odd."""
 
@@ -122,7 +122,7 @@ class SpatialAttention(nn.Module):
         return f"kernel_size={self.kernel_size}"
 
 
-@register("cbam")
+@register("cbam", supports=("weights",))
 class CBAM(nn.Module):
     """Convolutional Block Attention Module: F' = F ⊗ M_c(F), F'' = F' ⊗ M_s(F')."""
 

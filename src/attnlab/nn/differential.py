@@ -34,7 +34,7 @@ from .padding import padded_queries, zero_padded
 from .registry import register
 
 
-@register("differential")
+@register("differential", functional=differential_attention, supports=("mask", "causal", "weights"))
 class DifferentialAttention(nn.Module):
     """Differential multi-head self-attention; ``depth`` is the layer's 0-based index (sets λ_init)."""
 

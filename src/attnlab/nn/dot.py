@@ -18,8 +18,8 @@ from ._signature import classic_forward
 from .registry import register
 
 
-@register("dot", scaled=False)
-@register("scaled-dot", scaled=True)
+@register("dot", functional=attention, scaled=False, supports=("mask", "causal", "weights"))
+@register("scaled-dot", functional=attention, scaled=True, supports=("mask", "causal", "weights"))
 class DotProductAttention(nn.Module):
     """``scaled=True``: e = qᵀk/√d (or ``scale``); ``scaled=False``: e = qᵀk."""
 

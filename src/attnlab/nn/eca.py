@@ -20,7 +20,7 @@ from ..functional.eca import eca, eca_kernel_size
 from .registry import register
 
 
-@register("eca")
+@register("eca", functional=eca, supports=("weights",))
 class ECA(nn.Module):
     """Efficient channel attention: w = σ(conv1d_k(AvgPool F)), F' = F ⊗ w.
 

@@ -63,7 +63,7 @@ class LatentCache:
         return f"LatentCache(length={self.length})"
 
 
-@register("mla")
+@register("mla", aliases=("latent",), functional=latent_attention, supports=("mask", "causal", "weights"))
 class MultiHeadLatentAttention(nn.Module):
     """Multi-head latent attention with a decoupled rotary part and a latent KV cache."""
 

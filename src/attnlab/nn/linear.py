@@ -31,7 +31,7 @@ from .padding import padded_queries, zero_padded
 from .registry import register
 
 
-@register("linear")
+@register("linear", functional=linear_attention, supports=("mask", "causal", "weights"))
 class LinearAttention(nn.Module):
     """Multi-head linear attention with φ = elu + 1; a recurrent state for decoding."""
 

@@ -43,9 +43,9 @@ from .registry import register
 SCORES = ("dot", "general", "concat")
 
 
-@register("luong-dot", score="dot")
-@register("luong-general", score="general")
-@register("luong-concat", score="concat")
+@register("luong-dot", functional=_scores.dot, score="dot", supports=("mask", "weights"))
+@register("luong-general", aliases=("general",), functional=_scores.general, score="general", supports=("mask", "weights"))
+@register("luong-concat", aliases=("concat",), functional=_scores.concat, score="concat", supports=("mask", "weights"))
 class LuongAttention(nn.Module):
     """``LuongAttention(query_dim, key_dim, score="dot"|"general"|"concat", scale=False, attn_dim=None)``."""
 

@@ -78,6 +78,7 @@ from ..functional.multihead import (
     ProjectionWeights,
     check_inputs,
     merge_heads,
+    multi_head_attention,
     output_projection,
     project,
     project_packed,
@@ -131,7 +132,7 @@ def _value_mask_for_module(
     return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), pad
 
 
-@register("multi-head")
+@register("multi-head", functional=multi_head_attention, supports=("mask", "causal", "weights", "cache"))
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; self-attention when ``key`` is None, cross-attention otherwise."""
 
@@ -441,7 +442,7 @@ class MultiHeadAttention(nn.Module):
         return ", ".join([f"dim={self.dim}, num_heads={self.num_heads}", *extra])
 
 
-@register("gqa")
+@register("gqa", functional=multi_head_attention, supports=("mask", "causal", "weights", "cache"))
 class GroupedQueryAttention(MultiHeadAttention):
     """Grouped-query attention: ``num_kv_heads`` key/value heads shared by groups of query heads."""
 
@@ -449,7 +450,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         super().__init__(dim, num_heads, num_kv_heads=num_kv_heads, **kwargs)
 
 
-@register("cross")
+@register("cross", aliases=("cross-attention",), functional=multi_head_attention, supports=("mask", "weights", "cache"))
 class CrossAttention(MultiHeadAttention):
     """Cross-attention: queries from one sequence, keys and values from ``context``.
 

@@ -26,7 +26,7 @@ from ..kernels.neighborhood import neighborhood_attention_2d
 from .registry import register
 
 
-@register("neighborhood-2d")
+@register("neighborhood-2d", aliases=("neighborhood",), functional=neighborhood_attention_2d, supports=("weights",))
 class NeighborhoodAttention2D(nn.Module):
     """2-D neighbourhood self-attention on a (b, C, H, W) map."""
 

@@ -89,7 +89,7 @@ def item_ids(name: str, items: object, num_items: int) -> torch.Tensor:
     return items
 
 
-@register("target-attention")
+@register("target-attention", functional=target_attention, supports=("mask", "weights"))
 class TargetAttention(nn.Module):
     """DIN's target attention: ``TargetAttention(dim, hidden_dim=36, normalise="softmax")``.
 
@@ -139,7 +139,7 @@ class TargetAttention(nn.Module):
         return f"dim={self.dim}, hidden_dim={self.hidden_dim}, normalise={self.normalise!r}"
 
 
-@register("sasrec-block")
+@register("sasrec-block", supports=("mask", "causal", "weights"))
 class SASRecBlock(nn.Module):
     """One SASRec block: ``S = x + MHA(LN(x))``, ``F = S + FFN(LN(S))``, padded rows zero.
 

@@ -19,7 +19,7 @@ from .channel import _MLPGate
 from .registry import register
 
 
-@register("se")
+@register("se", functional=se, supports=("weights",))
 class SqueezeExcite(_MLPGate):
     """Squeeze-and-excitation: s = σ(W_2 δ(W_1 AvgPool F)), F' = F ⊗ s."""
 

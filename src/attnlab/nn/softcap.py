@@ -19,7 +19,7 @@ from ._signature import classic_forward
 from .registry import register
 
 
-@register("softcap")
+@register("softcap", functional=softcap_attention, supports=("mask", "causal", "weights"))
 class SoftcapAttention(nn.Module):
     """Soft-capped scaled dot-product attention (``cap`` c, ``scale`` default 1/√d)."""
 

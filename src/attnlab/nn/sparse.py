@@ -11,7 +11,7 @@ O(n·w) time and memory, forward and backward.
 ============================  ===========================================================  =========================
 module                        pattern                                                      paper
 ============================  ===========================================================  =========================
-``LocalAttention``            ``sliding_window(window, 0 if causal else window)``          local attention (seed 001)
+``LocalAttention``            ``sliding_window(window, 0 if causal else window)``          the second tutorial (§5.2)
 ``SparseAttention``           any ``attnlab.patterns`` pattern                             Child et al. 2019
 ``LongformerAttention``       ``sliding_window(window) | global_tokens(global_indices)``   Beltagy et al. 2020
 ``BigBirdAttention``          window ``|`` global ``|`` ``random_blocks(random_per_row)``  Zaheer et al. 2020
@@ -42,7 +42,7 @@ from .multihead import MultiHeadAttention
 from .registry import register
 
 
-@register("sparse")
+@register("sparse", supports=("mask", "causal", "weights"))
 class SparseAttention(MultiHeadAttention):
     """Multi-head self-attention over the pairs ``pattern`` allows (any ``attnlab.patterns`` pattern)."""
 
@@ -66,7 +66,7 @@ class SparseAttention(MultiHeadAttention):
         )
 
 
-@register("local")
+@register("local", supports=("mask", "causal", "weights"))
 class LocalAttention(SparseAttention):
     """Each position attends the ``window`` positions on each side (only before it if ``causal``)."""
 
@@ -74,7 +74,7 @@ class LocalAttention(SparseAttention):
         super().__init__(dim, num_heads, pattern=sliding_window(window, 0 if causal else window), **kw)
 
 
-@register("longformer")
+@register("longformer", supports=("mask", "causal", "weights"))
 class LongformerAttention(SparseAttention):
     """Longformer: a sliding window of ``window`` each side plus global tokens that see and are seen by all."""
 
@@ -84,7 +84,7 @@ class LongformerAttention(SparseAttention):
         super().__init__(dim, num_heads, pattern=sliding_window(window) | global_tokens(global_indices), **kw)
 
 
-@register("bigbird")
+@register("bigbird", supports=("mask", "causal", "weights"))
 class BigBirdAttention(SparseAttention):
     """BigBird: window + global tokens + ``random_per_row`` random key blocks per query block."""
 
