@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import attnlab.experiments.vision as vision
 import attnlab.experiments.faithfulness as faithfulness
+import attnlab.experiments.vision as vision
 import attnlab.train.heldout as heldout
 from attnlab import pretrained
 from attnlab.cli import main
