@@ -10,8 +10,12 @@ The package's own ``__init__`` (the public names) sits in nn's layer.
 
 Every module of ``attnlab`` is parsed with ``ast``; every import counts, at any
 depth (inside functions and ``if TYPE_CHECKING`` blocks too). ``from a import b``
-is an arrow to the module ``a.b`` when that is a module, else to ``a``. An
-arrow may stay in its layer or point down; one that points up fails, and so
+is an arrow to the module ``a.b`` when that is a module, else to ``a``. A module loaded
+by name (``importlib.import_module(f"{__name__}.{verb}")``, as the command line loads its
+verbs) is an arrow to every public module whose name starts with the literal part of the
+name (``{__name__}`` and ``{__package__}`` read as the importing module's; the private
+``_helpers`` beside the verbs are imported, not loaded by name), so a verb that imports its
+loader back is a cycle here too. An arrow may stay in its layer or point down; one that points up fails, and so
 does any cycle between modules (a strongly connected component of more than
 one module), each named in the message.
 """
@@ -73,13 +77,40 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _loaded_by_name(module: str, call: ast.Call) -> list[str]:
+    """The modules ``importlib.import_module(NAME)`` in ``module`` may load: the public ones whose
+    name starts with NAME's literal part, ``{__name__}`` and ``{__package__}`` filled in."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute | ast.Name) and getattr(func, "attr", getattr(func, "id", "")) == "import_module"):
+        return []
+    if not call.args:
+        return []
+    arg = call.args[0]
+    parts = arg.values if isinstance(arg, ast.JoinedStr) else [arg]
+    package = module if _is_package(module) else module.rpartition(".")[0]
+    prefix = ""
+    for part in parts:
+        if isinstance(part, ast.Constant) and isinstance(part.value, str):
+            prefix += part.value
+        elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name) and part.value.id in (
+                "__name__", "__package__"):
+            prefix += module if part.value.id == "__name__" else package
+        else:
+            break
+    if not prefix.startswith("attnlab"):
+        return []
+    return [m for m in MODULES if m.startswith(prefix) and m != module and not m.rpartition(".")[2].startswith("_")]
+
+
 def imports(module: str) -> set[str]:
-    """The attnlab modules that ``module`` imports, at any depth of its code."""
+    """The attnlab modules that ``module`` imports, at any depth of its code (also by name: ``import_module``)."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     out: set[str] = set()
     for node in ast.walk(tree):
         targets: list[str] = []
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            out.update(_loaded_by_name(module, node))
+        elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             src = _resolve(module, node)
@@ -169,6 +200,17 @@ def test_the_checker_sees_imports_inside_functions_and_finds_cycles():
         assert "attnlab.nn.registry" in MODULES
     with pytest.raises(AssertionError):
         layer("attnlab.nowhere.x")
+
+
+def test_a_module_loaded_by_name_is_an_arrow_and_a_loader_imported_back_is_a_cycle():
+    verbs = {f"attnlab.cli.{v}" for v in ("explain", "view", "plot_run", "train", "experiment")}
+    assert verbs <= GRAPH["attnlab.cli"]  # the loader's f"{__name__}.{verb}" reaches every verb
+    assert {"attnlab.cli.train_lm", "attnlab.cli.train_seq2seq"} <= GRAPH["attnlab.cli.train"]
+    assert "attnlab.cli.experiment_vision" not in GRAPH["attnlab.cli.train"]  # only its own tasks
+    # a verb that took its help from the loader (``from . import VERBS``) would close a cycle
+    graph = {m: set(t) for m, t in GRAPH.items()}
+    graph["attnlab.cli.explain"].add("attnlab.cli")
+    assert _cycles(graph) == [["attnlab.cli", "attnlab.cli.explain"]]
 
 
 def _package(module: str) -> str:

@@ -242,8 +242,8 @@ def test_refusals(tmp_path, capsys):
     )
     _refused(
         capsys,
-        ["--pretrained", "caption", "--lang", "zh"],
-        "the checkpoint captions in 'en', not 'zh'; train one with `attnlab train caption --lang zh --out DIR`",
+        ["--pretrained", "caption", "--caption-lang", "zh"],
+        "the checkpoint captions in 'en', not 'zh'; train one with `attnlab train caption --caption-lang zh --out DIR`",
     )
     _refused(
         capsys,
@@ -268,5 +268,5 @@ def test_refusals(tmp_path, capsys):
             f"{tmp_path / 'scenes.json'} is not a scenes.json written by `attnlab train caption`",
         )
     assert (
-        main(["caption", "--pretrained", "caption", "--lang", "en"]) == 0
+        main(["caption", "--pretrained", "caption", "--caption-lang", "en"]) == 0
     )  # its own language is fine

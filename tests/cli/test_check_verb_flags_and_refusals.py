@@ -78,9 +78,9 @@ def test_every_flag_reaches_the_contract(recorded, target, capsys):
         target,
         "--signature",
         "qkv_bias",
-        "--dtype",
-        "float64",
-        "--dtype",
+        "--precision",
+        "fp64",
+        "--precision",
         "bfloat16",
         "--device",
         "cpu",
@@ -110,11 +110,19 @@ def test_every_flag_reaches_the_contract(recorded, target, capsys):
     }
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
-def test_each_dtype_name_is_the_torch_dtype(recorded, target, dtype):
+@pytest.mark.parametrize("precision, dtype", [("fp32", "float32"), ("fp64", "float64"), ("fp16", "float16"),
+                                              ("bf16", "bfloat16"), ("float32", "float32"), ("bfloat16", "bfloat16")])
+def test_each_precision_name_is_the_torch_dtype(recorded, target, precision, dtype):
     calls, _ = recorded
-    assert main(["check", target, "--dtype", dtype]) == 0
+    assert main(["check", target, "--precision", precision]) == 0
     assert calls[0][1]["dtypes"] == [getattr(torch, dtype)]
+
+
+def test_dtype_is_the_old_spelling_of_precision(recorded, target, capsys):
+    calls, _ = recorded
+    assert main(["check", target, "--dtype", "float16"]) == 0
+    assert calls[0][1]["dtypes"] == [torch.float16]
+    assert capsys.readouterr().err.startswith("attnlab check: note: --dtype is deprecated; use --precision\n")
 
 
 def test_a_broken_rule_exits_one_and_reproducers_follow_the_report(recorded, target, capsys):

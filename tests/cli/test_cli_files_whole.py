@@ -105,7 +105,7 @@ def test_generate_writes_and_deletes_nothing_beside_the_checkpoint(lm_run, tmp_p
     (tmp_path / ".run.tmp-mine").mkdir()
     (tmp_path / "run.tmp").write_text("mine")
     before = _snapshot(tmp_path)
-    assert main(["generate", "--checkpoint", str(run), "--prompt", "to", "--tokens", "3"]) == 0
+    assert main(["generate", "--checkpoint", str(run), "--text", "to", "--tokens", "3"]) == 0
     assert _snapshot(tmp_path) == before
 
 
@@ -115,7 +115,7 @@ def test_generate_attention_out_on_a_full_or_read_only_disk(lm_run, tmp_path, ca
     out = tmp_path / "att.json"
     out.write_text("old")
     _fail_with(monkeypatch, code)
-    err = _one_line_error(capsys, ["generate", "--checkpoint", str(run), "--prompt", "to", "--tokens", "2",
+    err = _one_line_error(capsys, ["generate", "--checkpoint", str(run), "--text", "to", "--tokens", "2",
                                    "--attention-out", str(out)])
     assert err == f"attnlab generate: error: {os.strerror(code)}: {out}"
     assert out.read_text() == "old" and ".att.json" not in " ".join(_names(tmp_path))

@@ -32,7 +32,7 @@ def test_translator_heads_table_curve_and_plot(tf_run, tmp_path, capsys):
 
     png = tmp_path / "abl.png"
     capsys.readouterr()
-    assert main(["interpret", "heads", "--run", str(tf_run), "--limit", "8", "--picture", str(png)]) == 0
+    assert main(["interpret", "heads", "--checkpoint", str(tf_run), "--limit", "8", "--picture", str(png)]) == 0
     out = capsys.readouterr().out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = re.findall(r"^(transformer\.\S+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)  # module, h0, h1
@@ -56,7 +56,7 @@ def test_gpt_heads_on_a_text(tmp_path, capsys):
                  "--block-size", "16", "--dim", "16", "--num-layers", "2", "--num-heads", "2", "--eval-every", "0",
                  "--eval-batches", "1"]) == 0
     capsys.readouterr()
-    assert main(["interpret", "heads", "--run", str(ck), "--text", str(text), "--limit", "3"]) == 0
+    assert main(["interpret", "heads", "--checkpoint", str(ck), "--text", str(text), "--limit", "3"]) == 0
     out = capsys.readouterr().out
     assert "3 windows of 16 characters" in out
     assert len(re.findall(r"^\s+\d+\s+blocks\.\d\.self_attn h\d", out, re.M)) == 4
@@ -64,18 +64,18 @@ def test_gpt_heads_on_a_text(tmp_path, capsys):
     assert re.search(r"^module\s+h1\s+h2$", out, re.M)
     assert sorted(re.findall(r"self_attn (h\d)", out)) == ["h1", "h1", "h2", "h2"]
     # without --text: the part of its training text that training held out (its last 10 %, 17 characters)
-    assert main(["interpret", "heads", "--run", str(ck)]) == 0
+    assert main(["interpret", "heads", "--checkpoint", str(ck)]) == 0
     assert f"1 windows of 16 characters of the held-out part of {text.resolve()}" in capsys.readouterr().out
     assert json.loads((ck / "config.json").read_text())["data"] == {"name": "text", "path": str(text.resolve())}
     text.unlink()  # the training text is gone: then --text is needed
-    assert main(["interpret", "heads", "--run", str(ck)]) == 2
+    assert main(["interpret", "heads", "--checkpoint", str(ck)]) == 2
     assert "--text" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["interpret", "heads"], "--run"),
+    (["interpret", "heads"], "--checkpoint"),
     (["interpret", "rollout"], "--json"),
-    (["interpret", "heads", "--run", "no/such/run"], "no/such/run"),
+    (["interpret", "heads", "--checkpoint", "no/such/run"], "no/such/run"),
 ])
 def test_bad_input_is_one_line(capsys, argv, says):
     assert main(argv) == 2
@@ -87,7 +87,7 @@ def test_rnn_run_and_bad_plot_are_refused(tf_run, tmp_path, capsys):
     rnn = tmp_path / "rnn"
     assert main([*TRAIN, "--emb", "4", "--hidden", "4", "--attn-dim", "4", "--out", str(rnn)]) == 0
     capsys.readouterr()
-    assert main(["interpret", "heads", "--run", str(rnn)]) == 2
+    assert main(["interpret", "heads", "--checkpoint", str(rnn)]) == 2
     assert "'seq2seq'" in capsys.readouterr().err
-    assert main(["interpret", "heads", "--run", str(tf_run), "--picture", "x.jpg"]) == 2
+    assert main(["interpret", "heads", "--checkpoint", str(tf_run), "--picture", "x.jpg"]) == 2
     assert ".png" in capsys.readouterr().err

@@ -20,7 +20,7 @@ def attention_json(tmp_path_factory):
                  "--batch-size", "2", "--block-size", "96", "--dim", "16", "--num-layers", "2", "--num-heads", "2",
                  "--eval-every", "0", "--eval-batches", "1", "--device", "cpu"]) == 0
     path = d / "attn.json"
-    assert main(["generate", "--checkpoint", str(d / "lm"), "--prompt", "ROMEO:", "--tokens", "120",
+    assert main(["generate", "--checkpoint", str(d / "lm"), "--text", "ROMEO:", "--tokens", "120",
                  "--attention-out", str(path)]) == 0
     return path
 

@@ -110,7 +110,7 @@ def test_view_pretrained_needs_text_for_a_translator(tmp_path, capsys):
 
 
 def test_generate_and_interpret_heads_run_on_the_shipped_gpt(capsys):
-    assert main(["generate", "--pretrained", "char-gpt", "--prompt", "ROMEO:", "--tokens", "40", "--seed", "1"]) == 0
+    assert main(["generate", "--pretrained", "char-gpt", "--text", "ROMEO:", "--tokens", "40", "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text.rstrip("\n")) == len("ROMEO:") + 40
     from attnlab.data import shakespeare

@@ -135,7 +135,7 @@ def test_train_caption_then_caption_and_errors(tmp_path, capsys):
     assert "square" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "wide.png")])
     Image.new("I;16", (32, 32)).save(tmp_path / "deep.png")
     assert "mode" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "deep.png")])
-    assert "captions in 'en'" in err(["caption", "--checkpoint", str(ck), "--lang", "zh", str(png)])
+    assert "captions in 'en'" in err(["caption", "--checkpoint", str(ck), "--caption-lang", "zh", str(png)])
     assert "no image file" in err(["caption", "--checkpoint", str(ck), str(tmp_path / "absent.png")])
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")

@@ -103,7 +103,7 @@ def test_a_mistyped_verb_is_refused_with_the_verbs(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error: argument VERB: invalid choice: 'trian' (choose from ")
-    assert err.endswith(" (see attnlab --help)\n") and "'train'" in err and "'plot-run'" in err
+    assert err.endswith(" (did you mean train? see attnlab --help)\n") and "'train'" in err and "'plot-run'" in err
 
 
 def run_with(monkeypatch, capsys, argv, func):

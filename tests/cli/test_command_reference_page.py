@@ -60,7 +60,18 @@ def test_the_committed_page_is_what_the_command_line_prints(page):
 def test_the_page_has_one_section_per_command_in_the_order_of_help(page):
     assert page.startswith("# Command reference\n")
     assert list(sections(page)) == COMMANDS
-    assert page.count("\n## ") == len(COMMANDS)
+    assert page.count("\n## ") == len(COMMANDS) + 1  # and the vocabulary, before the commands
+    assert page.index("\n## One name for each thing\n") < page.index("\n## attnlab\n")
+
+
+def test_the_page_writes_down_the_vocabulary():
+    page = reference_markdown()
+    table = page.split("## One name for each thing", 1)[1].split("\n## ", 1)[0]
+    for row in ("| `--text` |", "| `--checkpoint DIR` |", "| `--device`, `--precision` |", "| `--lang` |",
+                "| `--caption-lang` |"):
+        assert row in table
+    assert "`--prompt` (`generate`)" in table and "`--output` (`view`, `plot-run`)" in table
+    assert "`--run` (`interpret`, `experiment faithfulness`)" in table and "`--dtype` (`check`)" in table
 
 
 def test_the_page_is_in_the_sites_nav():
@@ -113,7 +124,7 @@ def test_facts_of_the_source_are_on_the_page(page):
     """Options, choices and defaults as the verbs' sources and docs intend them (written here by hand)."""
     s = {name: flat(text) for name, text in sections(page).items()}
     assert (
-        "usage: attnlab translate [-h] (--checkpoint DIR | --pretrained NAME)"
+        "usage: attnlab translate [-h] [--text TEXT] (--checkpoint DIR | --pretrained NAME)"
         in s["attnlab translate"]
     )
     for verb in ("translate", "evaluate", "generate", "caption", "interpret"):
@@ -160,9 +171,9 @@ def test_facts_of_the_source_are_on_the_page(page):
         assert "--on-nonfinite {stop,skip}" in text
     assert "--widths WIDTHS channels per block (default 16,32,48)" in s["attnlab experiment vision"]
     assert (
-        "-o, --output OUTPUT the HTML page to write (default attention.html)" in s["attnlab view"]
+        "-o, --out OUT the HTML page to write (default attention.html)" in s["attnlab view"]
     )
-    assert "-o, --output OUTPUT the PNG to write (default curves.png)" in s["attnlab plot-run"]
+    assert "-o, --out OUT the PNG to write (default curves.png)" in s["attnlab plot-run"]
     assert (
         "usage: attnlab pretrained [-h] {list,info,path,recipe} [name]" in s["attnlab pretrained"]
     )

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-import attnlab.cli.experiment_vision as cli_vision
+import attnlab.experiments.vision as vision
 from attnlab import pretrained
 from attnlab.cli import main
 
@@ -403,7 +403,7 @@ def test_faithfulness_of_a_trained_run(monkeypatch, capsys, tmp_path):
             [
                 "experiment",
                 "faithfulness",
-                "--run",
+                "--checkpoint",
                 run,
                 "--test-size",
                 "3",
@@ -434,15 +434,15 @@ def test_faithfulness_refusals(monkeypatch, capsys):
     _, seen = _recorder(monkeypatch, "faithfulness", {"seconds": 1})
     run = str(pretrained.folder("zh-en-numbers"))
     for argv, message in (
-        (["--data-path", "d.txt"], "--data-path goes with --run"),
+        (["--data-path", "d.txt"], "--data-path goes with --checkpoint"),
         (
-            ["--run", run, "--steps", "3"],
-            "--data and --steps are for training; with --run the run's own data and "
+            ["--checkpoint", run, "--steps", "3"],
+            "--data and --steps are for training; with --checkpoint the run's own data and "
             "weights are used",
         ),
         (
-            ["--run", run, "--data", "numbers-de-en"],
-            "--data and --steps are for training; with --run the run's own "
+            ["--checkpoint", run, "--data", "numbers-de-en"],
+            "--data and --steps are for training; with --checkpoint the run's own "
             "data and weights are used",
         ),
     ):
@@ -456,7 +456,7 @@ def test_vision(monkeypatch, capsys):
 
     seen = []
     result = types.SimpleNamespace(table=lambda: "TABLE", files=["a.png", "b.json"])
-    monkeypatch.setattr(cli_vision, "run", lambda cfg: seen.append(cfg) or result)
+    monkeypatch.setattr(vision, "run", lambda cfg: seen.append(cfg) or result)
     assert main(["experiment", "vision", "--quick"]) == 0
     assert seen[-1] == replace(VisionConfig.quick(), out_dir="runs/vision")
     assert capsys.readouterr().out == (

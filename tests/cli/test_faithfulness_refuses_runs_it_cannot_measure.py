@@ -31,7 +31,7 @@ def _run(decoder):
 
 def test_a_run_without_attention_is_refused(monkeypatch, measured, capsys):
     monkeypatch.setattr(load, "load_model", lambda path, kind: _run("none"))
-    assert main(["experiment", "faithfulness", "--run", "runs/x"]) == 2
+    assert main(["experiment", "faithfulness", "--checkpoint", "runs/x"]) == 2
     assert capsys.readouterr().err == (
         "attnlab experiment faithfulness: error: runs/x has no attention (decoder 'none'); train one with "
         "--attention bahdanau or luong\n"
@@ -46,7 +46,7 @@ def test_a_run_without_test_sentences_is_refused(monkeypatch, measured, capsys):
         "translation_split",
         lambda loaded, split, path: (types.SimpleNamespace(name="ding-de-en"), []),
     )
-    assert main(["experiment", "faithfulness", "--run", "runs/x"]) == 2
+    assert main(["experiment", "faithfulness", "--checkpoint", "runs/x"]) == 2
     assert (
         capsys.readouterr().err
         == "attnlab experiment faithfulness: error: ding-de-en has no test sentences\n"

@@ -93,6 +93,6 @@ def test_faithfulness_of_a_run_refuses_before_it_measures(tmp_path, monkeypatch)
     out = tmp_path / "results"
     out.mkdir()
     (out / "table.md").write_text("my own notes", encoding="utf-8")
-    code, err = _run(["experiment", "faithfulness", "--run", str(tmp_path / "some-run"), "--out", str(out)])
+    code, err = _run(["experiment", "faithfulness", "--checkpoint", str(tmp_path / "some-run"), "--out", str(out)])
     assert (code, err) == (2, f"attnlab experiment faithfulness: error: {_refusal(out / 'table.md')}\n")
     assert (out / "table.md").read_text(encoding="utf-8") == "my own notes"

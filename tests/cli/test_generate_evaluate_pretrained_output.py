@@ -39,37 +39,37 @@ def _generate(capsys, *argv) -> str:
 
 def test_temperature_zero_is_the_argmax_and_top_k_one_too(capsys):
     want = _greedy_by_hand("ROMEO:", 12) + "\n"
-    assert _generate(capsys, "--prompt", "ROMEO:", "--tokens", "12", "--temperature", "0") == want
+    assert _generate(capsys, "--text", "ROMEO:", "--tokens", "12", "--temperature", "0") == want
     assert (
         _generate(
-            capsys, "--prompt", "ROMEO:", "--tokens", "12", "--temperature", "0", "--no-cache"
+            capsys, "--text", "ROMEO:", "--tokens", "12", "--temperature", "0", "--no-cache"
         )
         == want
     )
     assert (
-        _generate(capsys, "--prompt", "ROMEO:", "--tokens", "12", "--top-k", "1", "--seed", "5")
+        _generate(capsys, "--text", "ROMEO:", "--tokens", "12", "--top-k", "1", "--seed", "5")
         == want
     )
 
 
 def test_the_seed_makes_two_runs_equal_and_two_seeds_differ(capsys):
     one = _generate(
-        capsys, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "3", "--temperature", "1.5"
+        capsys, "--text", "ROMEO:", "--tokens", "40", "--seed", "3", "--temperature", "1.5"
     )
     assert (
         _generate(
-            capsys, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "3", "--temperature", "1.5"
+            capsys, "--text", "ROMEO:", "--tokens", "40", "--seed", "3", "--temperature", "1.5"
         )
         == one
     )
     other = _generate(
-        capsys, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "4", "--temperature", "1.5"
+        capsys, "--text", "ROMEO:", "--tokens", "40", "--seed", "4", "--temperature", "1.5"
     )
     assert other != one
     assert one.startswith("ROMEO:") and len(one) == len("ROMEO:") + 40 + 1
-    default = _generate(capsys, "--prompt", "ROMEO:", "--tokens", "40", "--temperature", "1.5")
+    default = _generate(capsys, "--text", "ROMEO:", "--tokens", "40", "--temperature", "1.5")
     assert default == _generate(
-        capsys, "--prompt", "ROMEO:", "--tokens", "40", "--temperature", "1.5", "--seed", "0"
+        capsys, "--text", "ROMEO:", "--tokens", "40", "--temperature", "1.5", "--seed", "0"
     )
 
 
@@ -77,7 +77,7 @@ def test_the_defaults_start_from_a_newline_and_sample_300_characters_at_temperat
     out = _generate(capsys)
     assert out.startswith("\n") and len(out) == 1 + 300 + 1
     explicit = _generate(
-        capsys, "--prompt", "\n", "--tokens", "300", "--temperature", "0.8", "--seed", "0"
+        capsys, "--text", "\n", "--tokens", "300", "--temperature", "0.8", "--seed", "0"
     )
     assert out == explicit  # the documented defaults: temperature 0.8, seed 0, no top-k
 
@@ -85,7 +85,7 @@ def test_the_defaults_start_from_a_newline_and_sample_300_characters_at_temperat
 def test_the_attention_file_holds_the_last_block(capsys, tmp_path):
     path = tmp_path / "g.json"
     prompt = "AB" + "C" * 130
-    out = _generate(capsys, "--prompt", prompt, "--tokens", "0", "--attention-out", str(path))
+    out = _generate(capsys, "--text", prompt, "--tokens", "0", "--attention-out", str(path))
     assert out == f"{prompt}\nattention weights (4 layers × 4 heads × 128²): {path}\n"
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert doc["tokens"] == list(prompt[-128:])
@@ -103,7 +103,7 @@ def test_the_attention_file_holds_the_last_block(capsys, tmp_path):
         ("--temperature", "-0.5", "--temperature must be >= 0; got -0.5"),
         ("--top-k", "0", "--top-k must be >= 1; got 0"),
         ("--seed", "-3", "--seed must be >= 0; got -3"),
-        ("--prompt", "", "--prompt must not be empty"),
+        ("--text", "", "--text must not be empty"),
     ],
 )
 def test_generate_refuses_each_bad_value(capsys, flag, value, message):
@@ -280,8 +280,8 @@ def test_no_cache_and_the_sampling_flags_reach_the_model(capsys, monkeypatch):
         return real(self, prompt, n, **kwargs)
 
     monkeypatch.setattr(GPT, "stream", recording)
-    _generate(capsys, "--prompt", "AB", "--tokens", "3", "--top-k", "5", "--temperature", "0.5")
-    _generate(capsys, "--prompt", "AB", "--tokens", "3", "--no-cache")
+    _generate(capsys, "--text", "AB", "--tokens", "3", "--top-k", "5", "--temperature", "0.5")
+    _generate(capsys, "--text", "AB", "--tokens", "3", "--no-cache")
     vocab = pretrained.load("char-gpt").vocabs["vocab"]
     ab = [vocab.stoi["A"], vocab.stoi["B"]]
     assert calls == [

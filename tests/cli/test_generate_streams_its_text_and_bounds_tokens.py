@@ -49,7 +49,7 @@ def test_each_character_is_on_the_screen_before_the_next_is_drawn(monkeypatch):
 
     monkeypatch.setattr(GPT, "stream", watched)
     monkeypatch.setattr(sys, "stdout", screen)
-    assert main(["generate", "--pretrained", "char-gpt", "--prompt", "ROMEO:", "--tokens", "8",
+    assert main(["generate", "--pretrained", "char-gpt", "--text", "ROMEO:", "--tokens", "8",
                  "--temperature", "0"]) == 0
     want = _greedy_by_hand("ROMEO:", 8)
     assert seen == [want[: 6 + i] for i in range(1, 9)]  # prompt + i characters after the i-th step

@@ -77,11 +77,11 @@ def _out(capsys, argv) -> str:
 def _verbs(runs, captioner_dir, hf_dir, tmp_path) -> dict[str, list[str]]:
     """Each verb's command line on the runs (without --device / --precision)."""
     return {
-        "generate": ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to be", "--tokens", "30",
+        "generate": ["generate", "--checkpoint", str(runs / "lm"), "--text", "to be", "--tokens", "30",
                      "--temperature", "0"],
         "translate": ["translate", "--checkpoint", str(runs / "tf"), "zwei", "dreihundertvier", "--max-len", "8"],
         "evaluate": ["evaluate", "--checkpoint", str(runs / "tf"), "--limit", "12"],
-        "interpret heads": ["interpret", "heads", "--run", str(runs / "lm"), "--text", str(runs / "t.txt"),
+        "interpret heads": ["interpret", "heads", "--checkpoint", str(runs / "lm"), "--text", str(runs / "t.txt"),
                             "--limit", "3"],
         "caption": ["caption", "--checkpoint", str(captioner_dir), str(captioner_dir / "test-scenes" / "000.png")],
         "view --hf": ["view", "--hf", str(hf_dir), "--text", "the cat sat", "-o", str(tmp_path / "page.html")],
@@ -102,7 +102,7 @@ def test_generate_cpu_fp32_is_the_library_greedy_and_sampled_text(runs, capsys, 
     greedy = vocab.decode(loaded.model.generate(prompt, 30, temperature=0)[0])
     sampled = vocab.decode(loaded.model.generate(prompt, 30, temperature=0.8, top_k=5,
                                                  generator=torch.Generator().manual_seed(3))[0])
-    base = ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to be", "--tokens", "30"]
+    base = ["generate", "--checkpoint", str(runs / "lm"), "--text", "to be", "--tokens", "30"]
     for flags in ([], ["--device", "cpu", "--precision", "fp32"], ["--device", "auto"]) if NO_CUDA else \
             (["--device", "cpu"], ["--device", "cpu", "--precision", "fp32"]):
         assert _out(capsys, [*base, "--temperature", "0", *flags]) == greedy + "\n"
@@ -169,7 +169,7 @@ def test_caption_cpu_fp32_is_the_library_caption(captioner, capsys):
 
 
 def test_generate_bf16_attention_is_close_to_fp32_but_not_equal(runs, capsys, tmp_path):
-    base = ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to be or not", "--tokens", "0"]
+    base = ["generate", "--checkpoint", str(runs / "lm"), "--text", "to be or not", "--tokens", "0"]
     maps = {}
     for p in ("fp32", "bf16"):
         _out(capsys, [*base, "--precision", p, "--attention-out", str(tmp_path / f"{p}.json")])
@@ -188,7 +188,7 @@ def _full_loss(out: str) -> float:
 
 def test_interpret_heads_bf16_loss_is_close_to_fp32(runs, capsys):
     for run, data in ((runs / "lm", ["--text", str(runs / "t.txt")]), (runs / "tf", [])):
-        argv = ["interpret", "heads", "--run", str(run), *data, "--limit", "4"]
+        argv = ["interpret", "heads", "--checkpoint", str(run), *data, "--limit", "4"]
         fp32, bf16 = (_full_loss(_out(capsys, [*argv, "--precision", p])) for p in ("fp32", "bf16"))
         assert bf16 == pytest.approx(fp32, rel=2e-2)
 
@@ -260,7 +260,7 @@ def test_auto_is_the_cpu_here_and_the_default(tmp_path):
 def test_inference_never_joins_a_process_group(runs, capsys, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # as under torchrun: a training verb would join the group here
     monkeypatch.setenv("RANK", "0")
-    out = _out(capsys, ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to", "--tokens", "3"])
+    out = _out(capsys, ["generate", "--checkpoint", str(runs / "lm"), "--text", "to", "--tokens", "3"])
     assert out.startswith("to") and not torch.distributed.is_initialized()
 
 
@@ -310,14 +310,14 @@ def test_every_verb_runs_its_model_on_cuda(runs, captioner, bert, capsys, tmp_pa
 @pytest.mark.cuda
 @cuda_only
 def test_cuda_fp32_matches_the_cpu(runs, capsys, tmp_path):
-    base = ["generate", "--checkpoint", str(runs / "lm"), "--prompt", "to be or not", "--tokens", "0"]
+    base = ["generate", "--checkpoint", str(runs / "lm"), "--text", "to be or not", "--tokens", "0"]
     maps = {}
     for d in ("cpu", "cuda"):
         _out(capsys, [*base, "--device", d, "--attention-out", str(tmp_path / f"{d}.json")])
         maps[d] = np.asarray(json.loads((tmp_path / f"{d}.json").read_text(encoding="utf-8"))["layers"])
     np.testing.assert_allclose(maps["cuda"], maps["cpu"], atol=1e-4)
     for run, data in ((runs / "lm", ["--text", str(runs / "t.txt")]), (runs / "tf", [])):
-        argv = ["interpret", "heads", "--run", str(run), *data, "--limit", "4"]
+        argv = ["interpret", "heads", "--checkpoint", str(run), *data, "--limit", "4"]
         cpu, cuda = (_full_loss(_out(capsys, [*argv, "--device", d])) for d in ("cpu", "cuda"))
         assert cuda == pytest.approx(cpu, abs=2e-4)
     argv = ["translate", "--checkpoint", str(runs / "tf"), "zwei", "dreihundertvier", "--max-len", "8", "--no-alignment"]

@@ -278,7 +278,7 @@ def test_heads_refusals(tmp_path, recorded_heads, capsys):
     _refused(
         capsys,
         ["heads"],
-        "interpret heads needs --run DIR (a Transformer translator or GPT checkpoint) or "
+        "interpret heads needs --checkpoint DIR (a Transformer translator or GPT checkpoint) or "
         "--pretrained NAME",
     )
     _refused(

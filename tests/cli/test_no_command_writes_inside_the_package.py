@@ -27,7 +27,7 @@ def test_the_one_writer_refuses_a_path_inside_the_package():
 
 @pytest.mark.parametrize("argv", [
     ["view", "--example", "tutorial1-additive", "-o", str(PACKAGE / "view.html")],
-    ["generate", "--pretrained", "char-gpt", "--prompt", "To be", "--tokens", "2",
+    ["generate", "--pretrained", "char-gpt", "--text", "To be", "--tokens", "2",
      "--attention-out", str(PACKAGE / "pretrained" / "maps.json")],
 ])
 def test_commands_aimed_inside_the_package_are_one_line(argv):

@@ -152,6 +152,6 @@ def test_refusals(tmp_path, capsys):
     assert main(["plot-run", str(run), "-o", "c.svg"]) == 2
     assert (
         capsys.readouterr().err
-        == "attnlab plot-run: error: --output must be a .png file; got 'c.svg'\n"
+        == "attnlab plot-run: error: --out must be a .png file; got 'c.svg'\n"
     )
     assert not (tmp_path / "c.svg").exists()

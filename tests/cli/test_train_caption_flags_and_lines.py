@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import attnlab.cli.train_caption as cli
+import attnlab.train.caption as caption_training
+import attnlab.train.runtime as runtime
 from attnlab import pretrained
 from attnlab.cli import main
 from attnlab.train.caption import CaptionTrainConfig
@@ -46,9 +47,9 @@ def trained(monkeypatch):
         def close(self):
             seen["closed"] = True
 
-    monkeypatch.setattr(cli, "train_captioner", fake_train)
-    monkeypatch.setattr(cli, "save_captioner", fake_save)
-    monkeypatch.setattr(cli, "RunLog", Log)
+    monkeypatch.setattr(caption_training, "train_captioner", fake_train)  # the verb imports them as it runs
+    monkeypatch.setattr(caption_training, "save_captioner", fake_save)
+    monkeypatch.setattr(runtime, "RunLog", Log)
     return seen
 
 
@@ -61,7 +62,7 @@ def test_every_flag_reaches_the_config_and_the_lines_are_printed(tmp_path, train
         str(out),
         "--data",
         "emoji",
-        "--lang",
+        "--caption-lang",
         "de",
         "--n-train",
         "7",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import attnlab.cli.train_caption as cli_caption
+import attnlab.train.caption as caption_training
 import attnlab.train.lm as lm
 from attnlab.cli import main
 from attnlab.train.caption import CaptionTrainConfig
@@ -37,8 +37,8 @@ def recorded(monkeypatch):
         return None, None, [1.0], {"scores": {}, "test": None, "records": []}
 
     monkeypatch.setattr(lm, "train_lm", fake_lm)
-    monkeypatch.setattr(cli_caption, "train_captioner", fake_caption)
-    monkeypatch.setattr(cli_caption, "save_captioner", lambda out, *a, **k: Path(out))
+    monkeypatch.setattr(caption_training, "train_captioner", fake_caption)
+    monkeypatch.setattr(caption_training, "save_captioner", lambda out, *a, **k: Path(out))
     return seen
 
 

@@ -86,7 +86,7 @@ def test_view_refusals(tmp_path, capsys):
     src = _json(tmp_path, {"tokens": ["a", "b"], "layers": [[[[1.0, 0.0], [0.5, 0.5]]]]})
     assert (
         _err(capsys, ["view", "--json", src, "-o", "page.png"])
-        == "--output must be an .html file; got 'page.png'"
+        == "--out must be an .html file; got 'page.png'"
     )
     assert _err(
         capsys, ["view", "--json", src, "-o", str(tmp_path / "p.html"), "--screenshot", "s.jpg"]

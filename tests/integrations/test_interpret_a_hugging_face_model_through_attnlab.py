@@ -55,4 +55,4 @@ def test_interpret_hf_refusals(qwen2, tmp_path, capsys):
              f"no such model folder: {tmp_path / 'none'}")
     _refused(capsys, ["rollout", "--hf", str(qwen2), "--json", "a.json", "--text", "the cat"],
              "give --json FILE or --hf MODEL_DIR, not both")
-    _refused(capsys, ["heads", "--hf", str(qwen2)], "--hf goes with rollout or flow; interpret heads reads --run DIR")
+    _refused(capsys, ["heads", "--hf", str(qwen2)], "--hf goes with rollout or flow; interpret heads reads --checkpoint DIR")

@@ -110,7 +110,7 @@ def test_cli_train_and_generate(tmp_path, capsys):
     assert main(args) == 0
     assert (ck / "model.safetensors").is_file() and (ck / "vocab.json").is_file()
     att = tmp_path / "att.json"
-    assert main(["generate", "--checkpoint", str(ck), "--prompt", "ROMEO:", "--tokens", "12", "--top-k", "5",
+    assert main(["generate", "--checkpoint", str(ck), "--text", "ROMEO:", "--tokens", "12", "--top-k", "5",
                  "--attention-out", str(att)]) == 0
     out = capsys.readouterr().out
     assert "ROMEO:" in out

@@ -1,10 +1,12 @@
 """The ``attnlab`` command: ``attnlab <verb> ...``.
 
 Each verb lives in its own module under ``attnlab.cli`` with two functions:
-``add_parser(subparsers)`` (which registers the verb and sets ``func``) and
-the function it runs. Add a verb by adding its name and one-line help to ``VERBS``.
-Only the verb that runs is imported: ``attnlab --help``, ``--version`` and a
-mistyped verb import neither a verb module nor torch.
+``add_parser(subparsers, help)`` (which registers the verb and sets ``func``) and
+the function it runs. Add a verb by adding its name and one-line help to ``VERBS``
+(``attnlab.cli._verbs``). Only the verb that runs is imported: ``attnlab --help``,
+``--version`` and a mistyped verb import neither a verb module nor torch. The verbs
+never import this module (their shared pieces are the private modules beside them),
+so the arrows inside the package point one way.
 Errors the user can fix (bad files, bad arguments, a missing optional package)
 print one line ``attnlab VERB: error: ...`` and exit 2, never a traceback; a closed
 pipe (``attnlab evaluate ... | head``) ends quietly; Ctrl-C exits 130.
@@ -18,29 +20,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-# Verb → its one-line help. Verb NAME lives in the module attnlab.cli.NAME (plot-run: plot_run),
-# which reads its help from here: `attnlab --help` and a mistyped verb answer from this table
-# alone, without importing any verb (nor torch).
-VERBS = {
-    "explain": "walk through a mechanism step by step with its actual numbers",
-    "verify": "check the claims of worked examples: exact, rounding drift, another convention, another step or wrong",
-    "view": "write a self-contained HTML viewer (or PNG/SVG) of attention weights",
-    "train": "train a model (a checkpoint folder is written); train --recipe NAME: a shipped model's recipe",
-    "experiment": "run an experiment: train, evaluate, write a table and plots",
-    "translate": "translate with a trained seq2seq checkpoint and show the alignment",
-    "evaluate": "score a seq2seq checkpoint: exact match, BLEU, chrF, by source length",
-    "generate": "sample text from a trained language model (attnlab train lm)",
-    "caption": "caption an image with a trained captioner and draw its attention per word",
-    "plot-run": "draw a training run's loss and validation curves (metrics.jsonl)",
-    "interpret": "attention rollout or attention flow over all layers (Abnar & Zuidema 2020)",
-    "check": "check your own attention function against the contract (masks, NaN, empty input, values)",
-    "pretrained": "the models that ship trained: list them, read a model card, its folder or its recipe",
-}
-
-
-class UsageError(Exception):
-    """An error in what the user asked for; printed without a traceback."""
-
+from ._errors import UsageError
+from ._verbs import VERBS
 
 # Optional packages → the extra that installs them.
 EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
@@ -73,9 +54,10 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a bad command line is one line on stderr (exit 2), without the usage block."""
 
     verb = ""  # the verb of the command line being parsed (set by ``main``), for its options' names
+    task = ""  # and its second word: a group's task (``train seq2seq``), if it names one
 
     def error(self, message: str):  # type: ignore[override]
-        prog, hint = self.prog, ""
+        prog, hint = self.prog, _close_choice(message)
         verb_parser = self._verb_parser()
         if verb_parser is not None:
             prog = verb_parser.prog
@@ -84,14 +66,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{prog}: error: {' '.join(message.split())} ({hint}see {prog} --help)\n")
 
     def _verb_parser(self) -> argparse.ArgumentParser | None:
-        subparsers = getattr(self, "_subparsers", None)
-        if not self.verb or subparsers is None:
-            return None
-        for action in subparsers._group_actions:
-            choices = getattr(action, "choices", None) or {}
-            if self.verb in choices:
-                return choices[self.verb]
-        return None
+        """The parser of the command line's verb, or of its task when the verb is a group."""
+        parser: argparse.ArgumentParser | None = None
+        for word in (self.verb, self.task) if self.verb else ():
+            chosen = _subcommand(parser or self, word)
+            if chosen is None:
+                break
+            parser = chosen
+        return parser
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    subparsers = getattr(parser, "_subparsers", None)
+    for action in subparsers._group_actions if subparsers is not None else ():
+        choices = getattr(action, "choices", None) or {}
+        if name in choices:
+            return choices[name]
+    return None
 
 
 def _did_you_mean(given: list[str], parser: argparse.ArgumentParser) -> str:
@@ -101,6 +92,19 @@ def _did_you_mean(given: list[str], parser: argparse.ArgumentParser) -> str:
     options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
     close = [m for g in given if g.startswith("-") for m in difflib.get_close_matches(g.split("=")[0], options, n=1)]
     return f"did you mean {', '.join(close)}? " if close else ""
+
+
+def _close_choice(message: str) -> str:
+    """"did you mean explain? " for a mistyped verb, task or choice, from the choices argparse lists."""
+    import difflib
+    import re
+
+    m = re.search(r"invalid choice: '(.*?)' \(choose from (.*)\)$", " ".join(message.split()))
+    if m is None:
+        return ""
+    choices = [c.strip().strip("'") for c in m.group(2).split(",")]
+    close = difflib.get_close_matches(m.group(1), choices, n=1)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -114,7 +118,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     for verb, help in VERBS.items():
         if only is None or verb == only:
-            importlib.import_module(f"{__name__}.{verb.replace('-', '_')}").add_parser(sub)
+            importlib.import_module(f"{__name__}.{verb.replace('-', '_')}").add_parser(sub, help)
         else:
             sub.add_parser(verb, help=help)
     return parser
@@ -141,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if isinstance(parser, Parser):
         parser.verb = _verb(argv)
+        parser.task = argv[1] if parser.verb and len(argv) > 1 else ""
     args = parser.parse_args(argv)
     verb = " ".join(str(getattr(args, k)) for k in ("verb", f"{args.verb}_task") if getattr(args, k, None))
     try:

@@ -14,9 +14,14 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from .._limits import check_values
+from ._static import Defaults
 
 
-def field_default(cls: type, name: str) -> Any:
+def field_default(cls: type | Defaults, name: str) -> Any:
+    """The default of ``cls``'s field ``name``; ``cls`` a dataclass, or its fields as read from its
+    source (``attnlab.cli._static.defaults``: a parser then needs no import of the config's module)."""
+    if isinstance(cls, Defaults):
+        return cls.default(name)
     f = {f.name: f for f in fields(cls)}.get(name)
     if f is None:
         raise KeyError(f"{cls.__name__} has no field {name!r}")
@@ -27,7 +32,7 @@ def field_default(cls: type, name: str) -> Any:
     raise KeyError(f"{cls.__name__}.{name} has no default")
 
 
-def field_option(group, cls: type, name: str, *flags: str, help: str = "", **kw) -> None:
+def field_option(group, cls: type | Defaults, name: str, *flags: str, help: str = "", **kw) -> None:
     """An option for the dataclass field ``name``: dest, default and type from the dataclass."""
     default = kw.pop("default") if "default" in kw else field_default(cls, name)
     flags = flags or ("--" + name.replace("_", "-"),)

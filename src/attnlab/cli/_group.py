@@ -1,25 +1,19 @@
 """Verbs with sub-tasks (``attnlab train seq2seq``, ``attnlab experiment vision``).
 
-A task ``NAME`` of group ``GROUP`` lives in the module ``attnlab.cli.GROUP_NAME``
-with ``add_parser(sub)``; tasks whose module is not there yet are left out.
+A task ``NAME`` of group ``GROUP`` lives in the module ``attnlab.cli.GROUP_NAME`` with
+``add_parser(sub)``. The group's own module imports its tasks (``tasks(__package__, "train", ...)``)
+and hands them to ``add_group``: no task imports the group, so the arrows point one way.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+from types import ModuleType
 
 
-def add_group(sub: argparse._SubParsersAction, group: str, tasks: list[str], help: str) -> None:
+def add_group(sub: argparse._SubParsersAction, group: str, tasks: list[ModuleType], help: str) -> None:
     p = sub.add_parser(group, help=help, description=help)
     inner = p.add_subparsers(dest=f"{group}_task", metavar="TASK")
     inner.required = True
-    for task in tasks:
-        name = f"attnlab.cli.{group}_{task.replace('-', '_')}"  # rope-scaling → experiment_rope_scaling
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue
-            raise
+    for module in tasks:
         module.add_parser(inner)

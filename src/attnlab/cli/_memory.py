@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
-
 _SIGNS = ("can't allocate memory", "out of memory", "not enough memory")
 
 
@@ -21,6 +19,8 @@ def out_of_memory(hint: str = "try smaller sizes (--batch-size, --dim, ...)") ->
     try:
         yield
     except RuntimeError as e:
+        import torch  # loaded already: the run that raised used it
+
         if not (isinstance(e, torch.OutOfMemoryError) or any(s in str(e) for s in _SIGNS)):
             raise
         first = " ".join(str(e).split())[:160]

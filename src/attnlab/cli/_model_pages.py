@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import UsageError
+from ._errors import UsageError
 
 
 def translator_page(loaded, text: str | None, rt) -> dict:

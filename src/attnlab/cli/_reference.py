@@ -21,6 +21,25 @@ INTRO = """\
 
 Every command of `attnlab` with what `--help` prints for it: the verbs, then each task of a verb
 (`attnlab train seq2seq`, `attnlab experiment vision`, ...). Each option's default is in its help.
+
+## One name for each thing
+
+Every verb spells these the same way. An older spelling still works for one release, hidden from
+`--help`, with a one-line note (`attnlab generate: note: --prompt is deprecated; use --text`).
+
+| flag | what it is | where | older spelling |
+|---|---|---|---|
+| `--text` | the input text (or, for `train lm` and `interpret heads` on a GPT, a text file) | `explain`, `view`, `translate`, `generate`, `interpret`, `train lm` | `--prompt` (`generate`); `translate` also takes the texts as its last words |
+| `--out` (`-o` where it is a file) | the file or folder a verb writes: a checkpoint, a page, a table | every verb that writes one | `--output` (`view`, `plot-run`) |
+| `--checkpoint DIR` | a trained model's folder | every verb that reads one | `--run` (`interpret`, `experiment faithfulness`) |
+| `--pretrained NAME` | a model that ships with attnlab, instead of `--checkpoint` | every verb that runs a trained model | |
+| `--device`, `--precision` | where and in which precision a model runs (`fp32`, `bf16`; `check`: the inputs' precisions to try) | every verb that runs a model | `--dtype` (`check`) |
+| `--lang` | the language of a walkthrough (`en`, `zh`) | `explain`, `verify` | |
+| `--caption-lang` | the language of the captions | `caption`, `train caption` | `--lang` (`caption`, `train caption`) |
+| `--num-layers`, `--num-heads`, `--dim`, `--positional` | a model's size and positions | `train` | `--layers`, `--heads`, `--d-model`, `--pos` |
+| `--picture` | a PNG or SVG drawing, besides the text output | `translate`, `interpret`, `view` | `--plot` |
+| `--threads` | torch's CPU threads | every verb that computes | |
+| `--seed` | the seed of everything random | every verb with randomness | |
 """
 
 

@@ -10,8 +10,15 @@ inputs on the device, ``Runtime.autocast`` around the model's forward, results b
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from ..train.runtime import DEVICES, PRECISIONS, Runtime
+from ._static import constant
+
+if TYPE_CHECKING:
+    from ..train.runtime import Runtime
+
+DEVICES = constant("train.runtime", "DEVICES")  # read from its source: --help loads no torch
+PRECISIONS = constant("train.runtime", "PRECISIONS")
 
 
 def _add_device(g, what: str, autocast: str) -> None:
@@ -32,6 +39,8 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
     """The run's device, precision and (under torchrun) process group."""
     if args.tensorboard:
         import tensorboard  # noqa: F401  (fail now, with the extra to install, not after training)
+    from ..train.runtime import Runtime
+
     return Runtime.create(args.device, args.precision)
 
 
@@ -42,4 +51,6 @@ def add_inference_device(p: argparse.ArgumentParser, what: str = "run the model"
 
 def inference_runtime(args: argparse.Namespace) -> Runtime:
     """One process on ``--device`` (a missing device is a ValueError: one line, exit 2) with ``--precision``."""
+    from ..train.runtime import Runtime
+
     return Runtime.local(args.device, args.precision)

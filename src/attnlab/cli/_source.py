@@ -33,7 +33,7 @@ def add_model_source(p: argparse.ArgumentParser, what: str, *, flag: str = "--ch
 
 def check_hf_source(args: argparse.Namespace) -> None:
     """``--hf DIR`` with ``--text``: the folder exists and there is a text to run the model on."""
-    from . import UsageError
+    from ._errors import UsageError
 
     if args.text is None:
         raise UsageError("--hf needs --text: the text to run the model on")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
-
 from .._limits import check_value
 
 HELP = ("torch CPU threads (default: torch's choice, less the cores that other work keeps busy; 1 is often "
@@ -43,5 +41,7 @@ def apply_threads(args: argparse.Namespace) -> None:
         if load is not None and cores:
             torch.set_num_threads(threads_for_the_load(torch.get_num_threads(), cores, load))
         return
+    import torch
+
     check_value("threads", args.threads, int, label="--threads")  # 1..1024: torch crashes on absurd counts
     torch.set_num_threads(args.threads)

@@ -25,30 +25,32 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from ..data.emoji import LANGS, join_tokens, read_image
-from ..train.caption import caption_image, region_cells
-from ..train.load import load_model
-from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
+from ._static import constant
 from ._threads import add_threads
 
+if TYPE_CHECKING:
+    import numpy as np
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "caption",
-        help=VERBS["caption"],
+        help=help,
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("image", nargs="?", help="a PNG (or other image Pillow reads); default: the first held-out "
                    "scene that ships with the checkpoint (test-scenes/000.png)")
     add_model_source(p, "folder written by `attnlab train caption`")
-    p.add_argument("--lang", choices=LANGS, help="check that the checkpoint captions in this language")
+    p.add_argument("--caption-lang", choices=constant("data.emoji", "LANGS"),
+                   help="check that the checkpoint captions in this language")
+    deprecated_alias(p, "--lang", "--caption-lang")
     p.add_argument("--out", help="write the per-word overlays to this folder (default: print only, write nothing)")
     p.add_argument("--no-overlays", action="store_true", help="print the caption only, even with --out")
     p.add_argument("--attention-out", metavar="FILE.json",
@@ -88,6 +90,9 @@ def attention_document(cap, grid: int) -> dict:
 
 
 def run_caption(args: argparse.Namespace) -> int:
+    from ..data.emoji import read_image
+    from ..train.caption import caption_image
+
     rt, loaded = _load(args)
     model, vocab, config = loaded.model.to(rt.device), loaded.vocabs["vocab"], loaded.config
     lang = config.get("lang", "en")
@@ -112,16 +117,17 @@ def run_caption(args: argparse.Namespace) -> int:
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """(the inference runtime, the loaded captioner), its language checked against ``--lang``."""
     from ..train.checkpoint import exists
+    from ..train.load import load_model
 
     if not exists(args.checkpoint):  # the folder, or a save's complete leftover while it is moved aside
         raise UsageError(f"no checkpoint at {args.checkpoint}; train one with `attnlab train caption --out DIR`")
     rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="captioner")
     lang = loaded.config.get("lang", "en")
-    if args.lang and args.lang != lang:
+    if args.caption_lang and args.caption_lang != lang:
         raise UsageError(
-            f"the checkpoint captions in {lang!r}, not {args.lang!r}; train one with "
-            f"`attnlab train caption --lang {args.lang} --out DIR`"
+            f"the checkpoint captions in {lang!r}, not {args.caption_lang!r}; train one with "
+            f"`attnlab train caption --caption-lang {args.caption_lang} --out DIR`"
         )
     return rt, loaded
 
@@ -141,6 +147,9 @@ def _image_path(args: argparse.Namespace, model_dir: str | Path) -> Path:
 def _print_words(cap: Any, g: int, cells: int | None, truth: dict | None, lang: str) -> None:
     """The reference caption (if known), one line per word (its region, its scene cell, right or wrong),
     then the attention accuracy."""
+    from ..data.emoji import join_tokens
+    from ..train.caption import region_cells
+
     if truth:
         print(f"reference: {join_tokens(truth['caption'], lang)}")
     rcell = region_cells(g, cells) if cells else None
@@ -166,6 +175,8 @@ def _print_words(cap: Any, g: int, cells: int | None, truth: dict | None, lang: 
 
 def _write_overlays(out: Path, image: np.ndarray, cap: Any, cells: int | None) -> None:
     """``NN_word.png`` per word, ``caption.png`` and, with several heads, ``caption_heads.png`` in ``out``."""
+    import numpy as np
+
     from .._files import claim
     from ..viz.overlays import save_caption_strip, save_overlay_grid, save_word_overlay
 

@@ -16,23 +16,28 @@ import math
 import sys
 from pathlib import Path
 
-from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
+from ._static import constant
 from ._threads import add_threads
 
-DTYPES = ("float32", "float64", "float16", "bfloat16")
+# --precision: the short names every verb uses, and torch's own names of the same dtypes
+DTYPES = {"fp32": "float32", "fp64": "float64", "fp16": "float16", "bf16": "bfloat16",
+          "float32": "float32", "float64": "float64", "float16": "float16", "bfloat16": "bfloat16"}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..testing.signatures import SIGNATURES
-
-    p = sub.add_parser("check", help=VERBS["check"], description=VERBS["check"] + ". Exit 0 when every rule "
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("check", help=help, description=help + ". Exit 0 when every rule "
                        "holds, 1 when one is broken (each failure printed with its smallest input; a function that exits or "
                        "hangs fails the case it did it in), 2 when the function cannot be checked.")
     p.add_argument("target", metavar="MODULE:FUNCTION",
                    help="the function to check: package.module:function or path/to/file.py:function")
-    p.add_argument("--signature", choices=sorted(SIGNATURES), default="qkv_mask",
+    p.add_argument("--signature", choices=sorted(constant("testing.signatures", "SIGNATURES")), default="qkv_mask",
                    help="how the function takes its mask (default qkv_mask: fn(q, k, v, mask), True = may attend)")
-    p.add_argument("--dtype", action="append", choices=DTYPES, help="input dtype to try (repeatable; default float32)")
+    p.add_argument("--precision", action="append", choices=DTYPES, metavar="PRECISION",
+                   help="the inputs' precision to try: fp32, bf16, fp16 or fp64 (or torch's names: float32, ...) "
+                        "(repeatable; default fp32)")
+    deprecated_alias(p, "--dtype", "--precision")
     p.add_argument("--device", action="append", help="device to try (repeatable; default cpu)")
     p.add_argument("--no-grad", action="store_true", help="check outputs only, not the gradients of q, k and v")
     p.add_argument("--causal", choices=["top_left", "bottom_right"], default="top_left",
@@ -112,7 +117,7 @@ def run_check(args: argparse.Namespace) -> int:
     if not 0 < args.timeout < math.inf:
         raise UsageError(f"--timeout must be a positive number of seconds; got {args.timeout:g}")
     fn = load_function(args.target)
-    dtypes = [getattr(torch, d) for d in (args.dtype or ["float32"])]
+    dtypes = [getattr(torch, DTYPES[d]) for d in (args.precision or ["fp32"])]
     try:
         report = check(fn, signature=args.signature, dtypes=dtypes, devices=args.device or ["cpu"],
                        grad=not args.no_grad, seed=args.seed, causal=args.causal, examples=args.examples,

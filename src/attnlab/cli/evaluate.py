@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import argparse
 
-from . import VERBS, UsageError
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help=VERBS["evaluate"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("evaluate", help=help,
                        description=__doc__)
     add_model_source(p, "a translator: a folder written by attnlab train seq2seq")
-    p.add_argument("--split", choices=("test", "valid"), default="test")
-    p.add_argument("--beam", type=int, default=1)
+    p.add_argument("--split", choices=("test", "valid"), default="test", help="the held-out sentences to score (default test)")
+    p.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
     p.add_argument("--limit", type=int, help="score only the first N sentences")
     p.add_argument("--buckets", type=int, default=4, help="source-length buckets (default 4)")
     p.add_argument("--data-path", help="the Ding file, if not where training found it")

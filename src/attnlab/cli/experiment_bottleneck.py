@@ -20,11 +20,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="dataset (default numbers-en-zh)")
     p.add_argument("--steps", type=int, help="training steps per model")
     p.add_argument("--n", type=int, help="numbers in all splits")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
     p.add_argument("--models", help="comma-separated, from none,bahdanau,luong,transformer (default none,bahdanau,luong)")
     add_threads(p, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
     p.add_argument("--out", default="runs/bottleneck", help="folder for table.md, results.json, bottleneck.png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..experiments.bottleneck import MODEL_NAMES, BottleneckConfig, table
     from ..experiments.bottleneck import run as run_experiment
-    from . import UsageError
+    from ._errors import UsageError
 
     apply_threads(args)
     if args.models is not None:

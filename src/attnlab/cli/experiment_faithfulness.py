@@ -2,7 +2,7 @@
 
     attnlab experiment faithfulness                 # numbers-de-en: Bahdanau and Luong, 350 steps each
     attnlab experiment faithfulness --quick         # seconds: a smoke run
-    attnlab experiment faithfulness --run runs/de-en --epsilon 0.02   # a trained seq2seq run, its test split
+    attnlab experiment faithfulness --checkpoint runs/de-en --epsilon 0.02   # a trained seq2seq run, its test split
 
 At each target position of the test split the decoder step is recomputed with its attention weights
 replaced by uniform, permuted, random (flat Dirichlet) and adversarial weights (Jain & Wallace 2019;
@@ -17,7 +17,8 @@ import argparse
 import sys
 from dataclasses import asdict, replace
 
-from . import UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 
@@ -36,17 +37,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("faithfulness", help="replace the learned attention (uniform, permuted, random, adversarial): "
                        "does the output change?", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
-    p.add_argument("--run", help="measure this trained seq2seq run (bahdanau or luong) instead of training")
+    p.add_argument("--checkpoint", dest="run", metavar="DIR",
+                   help="measure this trained seq2seq checkpoint (bahdanau or luong) instead of training")
+    deprecated_alias(p, "--run", "--checkpoint")
     p.add_argument("--data", help="dataset to train on (default numbers-de-en)")
     p.add_argument("--steps", type=positive_int, help="training steps per model (default 350)")
     p.add_argument("--test-size", type=positive_int, help="test sentences (default 300)")
     p.add_argument("--epsilon", type=_epsilon, help="the adversary's output budget, TVD <= epsilon (default 0.01)")
     p.add_argument("--adv-steps", type=positive_int, help="the adversary's gradient steps per position (default 40)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-path", help="with --run: the Ding file, if not where training found it")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the data, the models and the adversary (default 0)")
+    p.add_argument("--data-path", help="with --checkpoint: the Ding file, if not where training found it")
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/faithfulness", help="folder for table.md, results.json, faithfulness.png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         write(results, args.out)
     else:
         if args.data_path:
-            raise UsageError("--data-path goes with --run")
+            raise UsageError("--data-path goes with --checkpoint")
         results = run_experiment(cfg, args.out, progress=log)
     print(table(results), end="")
     label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""
@@ -84,7 +87,7 @@ def measure_run(args: argparse.Namespace, cfg, measure) -> dict:
     from ..train.load import load_model
 
     if args.data or args.steps:
-        raise UsageError("--data and --steps are for training; with --run the run's own data and weights are used")
+        raise UsageError("--data and --steps are for training; with --checkpoint the run's own data and weights are used")
     t0 = time.perf_counter()
     loaded = load_model(args.run, kind="seq2seq")
     decoder = loaded.model.config.decoder

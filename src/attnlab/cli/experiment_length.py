@@ -21,10 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
     p.add_argument("--steps", type=positive_int, help="training steps per model (default 1500)")
     p.add_argument("--resamples", type=positive_int, help="bootstrap resamples (default 200)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/length", help="folder for table.md, results.json, length.png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, help="training steps per run (default 2000)")
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/recommendation", help="folder for table.md and results.json")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 

@@ -20,10 +20,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, help="training steps per model")
     p.add_argument("--factor", type=float, help="the scaling factor s of every method (default 8 = 1024/128)")
     p.add_argument("--methods", help="comma-separated, from rope,linear,ntk,dynamic,yarn,llama3,longrope,alibi (default all)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
     add_threads(p, default=1, help="torch threads (default 1)")
     p.add_argument("--out", default="runs/rope-scaling", help="folder for table.md, results.json, rope_scaling.png")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..experiments.rope_scaling import METHODS, RopeScalingConfig, table
     from ..experiments.rope_scaling import run as run_experiment
-    from . import UsageError
+    from ._errors import UsageError
 
     apply_threads(args)
     cfg = RopeScalingConfig.quick() if args.quick else RopeScalingConfig()

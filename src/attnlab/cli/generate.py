@@ -1,4 +1,4 @@
-"""``attnlab generate --checkpoint DIR --prompt "ROMEO:"``: sample from a trained language model.
+"""``attnlab generate --checkpoint DIR --text "ROMEO:"``: sample from a trained language model.
 
 Sampling uses the key/value cache, ``--temperature`` (0 = greedy) and ``--top-k``.
 ``--attention-out FILE.json`` also writes every layer's and head's attention
@@ -11,29 +11,33 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .._limits import LIMITS, check_value
-from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
+if TYPE_CHECKING:
+    import torch
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "generate",
-        help=VERBS["generate"],
+        help=help,
         description="Sample text from a language-model checkpoint, with the key/value cache.",
     )
     add_model_source(p, "a folder written by 'attnlab train lm'")
-    p.add_argument("--prompt", default="\n", help="text to start from (default: a newline)")
+    p.add_argument("--text", default="\n", help="the text to start from (default: a newline)")
+    deprecated_alias(p, "--prompt", "--text")
     p.add_argument("--tokens", type=int, default=300,
                    help=f"characters to generate, 0 to {LIMITS['tokens'].hi:.0f} (default 300); printed as they come")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely characters")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="the seed of the sampling (default 0)")
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
     p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
     add_inference_device(p)
@@ -44,6 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _stream(args: argparse.Namespace, rt, model, vocab, prompt: torch.Tensor) -> torch.Tensor:
     """Sample ``--tokens`` characters after ``prompt`` (1, n), printing the prompt and then each character
     as soon as it is drawn (flushed); returns every id (1, n + tokens) on the CPU."""
+    import torch
+
     gen = torch.Generator(device=rt.device).manual_seed(args.seed)
     ids = [prompt.cpu()]
     print(vocab.decode(prompt[0]), end="", flush=True)
@@ -71,12 +77,12 @@ def run_generate(args: argparse.Namespace) -> int:
 
     for name, kind in (("tokens", int), ("temperature", float), ("top_k", int | None), ("seed", int)):
         check_value(name, getattr(args, name), kind, label="--" + name.replace("_", "-"))  # finite, in range
-    if not args.prompt:
-        raise UsageError("--prompt must not be empty")
+    if not args.text:
+        raise UsageError("--text must not be empty")
     rt = inference_runtime(args)
     loaded = load_model(args.checkpoint, kind="gpt")
     model, vocab = loaded.model.to(rt.device), loaded.vocabs["vocab"]
-    prompt = vocab.encode_tensor(args.prompt).unsqueeze(0).to(rt.device)  # (1, n)
+    prompt = vocab.encode_tensor(args.text).unsqueeze(0).to(rt.device)  # (1, n)
     out = _stream(args, rt, model, vocab, prompt)  # (1, n + tokens), printed as it was drawn
     if args.attention_out:
         window = out[0, -model.config.block_size:]

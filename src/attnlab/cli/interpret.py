@@ -6,8 +6,8 @@
     attnlab interpret rollout --json attention.json --tokens 1:20    # tokens 1 to 20 only
     attnlab interpret rollout --json attention.json --head-fusion max --no-residual
     attnlab interpret rollout --hf ./tiny-llama --text "the cat sat"  # a Hugging Face model, run once
-    attnlab interpret heads --run runs/tf --picture ablation.png     # a translator run (its test split)
-    attnlab interpret heads --run runs/lm --text input.txt           # a GPT run, on this text
+    attnlab interpret heads --checkpoint runs/tf --picture ablation.png  # a translator run (its test split)
+    attnlab interpret heads --checkpoint runs/lm --text input.txt        # a GPT run, on this text
 
 The JSON is the viewer's: {"tokens": [...], "layers": layers × heads × q × k} (what
 ``attnlab.viz.viewer.attention_json`` writes). Row i of the result: how much output token i
@@ -28,9 +28,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..viz.heatmap import save as save_figure
-from . import VERBS, UsageError
 from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
 from ._threads import add_threads, apply_threads
@@ -41,14 +40,21 @@ MAX_PRINTED_TOKENS = 16  # beyond, each row's TOP largest entries are printed
 TOP = 5
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interpret", help=VERBS["interpret"],
+
+def save_figure(fig, path):
+    """``attnlab.viz.heatmap.save`` (written whole, then renamed), imported only when a figure is written."""
+    from ..viz.heatmap import save
+
+    return save(fig, path)
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("interpret", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("method", choices=["rollout", "flow", "heads"],
                    help="rollout (products of layers), flow (max-flow) or heads (importance and ablation)")
     p.add_argument("--json", help='rollout/flow: the viewer\'s JSON: {"tokens": [...], "layers": layers × heads × q × k}')
-    add_model_source(p, "heads: a checkpoint folder of a Transformer translator or a GPT", flag="--run", dest="run",
-                     required=False)
+    add_model_source(p, "heads: a checkpoint folder of a Transformer translator or a GPT", required=False)
+    deprecated_alias(p, "--run", "--checkpoint")
     p.add_argument("--hf", metavar="MODEL_DIR", help="rollout/flow: a local Hugging Face model folder (needs the hf "
                    "extra), run once on --text through attnlab's attention, instead of --json")
     p.add_argument("--text", help="heads on a GPT run: a UTF-8 text file to measure the loss on (default: the "
@@ -123,7 +129,7 @@ def run_interpret(args: argparse.Namespace) -> int:
     apply_threads(args)
     if args.method == "heads":
         if args.hf:
-            raise UsageError("--hf goes with rollout or flow; interpret heads reads --run DIR")
+            raise UsageError("--hf goes with rollout or flow; interpret heads reads --checkpoint DIR")
         return run_heads(args)
     if args.json and args.hf:
         raise UsageError("give --json FILE or --hf MODEL_DIR, not both")
@@ -237,13 +243,13 @@ def run_heads(args: argparse.Namespace) -> int:
     from ..interpret import ablation_curve, attention_modules, head_importance, plot_ablation
     from ..train.load import load_model
 
-    if not args.run:
-        raise UsageError("interpret heads needs --run DIR (a Transformer translator or GPT checkpoint) "
+    if not args.checkpoint:
+        raise UsageError("interpret heads needs --checkpoint DIR (a Transformer translator or GPT checkpoint) "
                          "or --pretrained NAME")
     if args.picture and not args.picture.endswith(".png"):
         raise UsageError(f"--picture must be a .png file; got {args.picture!r}")
     rt = inference_runtime(args)
-    loaded = load_model(args.run, kind=("transformer", "gpt"))
+    loaded = load_model(args.checkpoint, kind=("transformer", "gpt"))
     loaded.model.to(rt.device)
     loss, what = heads_loss(args, loaded, rt.device)
     names = [n for n, _ in attention_modules(loaded.model)]

@@ -9,15 +9,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..viz.heatmap import save as save_figure
-from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plot-run", help=VERBS["plot-run"],
+def save_figure(fig, path):
+    """``attnlab.viz.heatmap.save`` (written whole, then renamed), imported only when a figure is written."""
+    from ..viz.heatmap import save
+
+    return save(fig, path)
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("plot-run", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a checkpoint folder written by attnlab train ...")
-    p.add_argument("-o", "--output", default="curves.png", help="the PNG to write (default curves.png)")
+    p.add_argument("-o", "--out", default="curves.png", help="the PNG to write (default curves.png)")
+    deprecated_alias(p, "--output", "--out")
     p.set_defaults(func=run_plot)
 
 
@@ -30,8 +37,8 @@ def run_plot(args: argparse.Namespace) -> int:
     records = runlog.read(run)
     if not records:
         raise UsageError(f"{run} has no {runlog.NAME} (runs written before attnlab logged metrics have none)")
-    if not args.output.endswith(".png"):
-        raise UsageError(f"--output must be a .png file; got {args.output!r}")
+    if not args.out.endswith(".png"):
+        raise UsageError(f"--out must be a .png file; got {args.out!r}")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,6 +60,6 @@ def run_plot(args: argparse.Namespace) -> int:
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(f"{run.name}: {len(records)} records")
     fig.tight_layout()
-    out = save_figure(fig, args.output)  # written whole, then renamed
+    out = save_figure(fig, args.out)  # written whole, then renamed
     print(f"wrote {out}")
     return 0

@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from . import VERBS
-
 ACTIONS = ("list", "info", "path", "recipe")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrained", help=VERBS["pretrained"], description=__doc__,
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("pretrained", help=help, description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("action", choices=ACTIONS, help="list the names; info, path or recipe of one")
     p.add_argument("name", nargs="?", help="a shipped model (info, path, recipe)")
@@ -31,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import pretrained
-    from . import UsageError
+    from ._errors import UsageError
 
     if args.action == "list":
         if args.name:

@@ -11,21 +11,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ..data.emoji import LANGS
-from ..models.captioner import DECODERS
-from ..train.caption import (
-    DATASETS,
-    CaptionTrainConfig,
-    save_captioner,
-    train_captioner,
-)
-from ..train.finite import ON_NONFINITE
-from ..train.runtime import RunLog
-from . import UsageError
 from ._deprecated import OLD_SPELLINGS, deprecated_alias
+from ._errors import UsageError
 from ._fields import config_from, field_option, saved_config
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
+from ._static import constant, defaults
 from ._threads import add_threads, apply_threads
 
 POSITIVE = ("epochs", "batch_size", "d_model", "num_heads", "image_size", "n_train", "n_test", "cells", "max_objects",
@@ -43,10 +34,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "scenes under DIR/test-scenes/).",
     )
     p.add_argument("--out", required=True, help="the checkpoint folder to write (required, as in every train verb)")
-    C = CaptionTrainConfig  # each option's default and type come from it (cli/_fields.py)
-    field_option(p, C, "data", choices=DATASETS,
+    C = defaults("train.caption", "CaptionTrainConfig")  # each option's default and type (cli/_fields.py)
+    field_option(p, C, "data", choices=constant("train.caption", "DATASETS"),
                  help="scenes: 1-3 emoji in a grid, caption = names in reading order; emoji: one emoji per image")
-    field_option(p, C, "lang", choices=LANGS, help="caption language")
+    field_option(p, C, "lang", "--caption-lang", choices=constant("data.emoji", "LANGS"), help="caption language")
+    deprecated_alias(p, "--lang", "--caption-lang")
     field_option(p, C, "n_train", help="scenes: training layouts")
     field_option(p, C, "n_test", help="scenes: held-out layouts")
     field_option(p, C, "cells", help="scenes: a CELLS×CELLS grid")
@@ -57,13 +49,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         field_option(p, C, name)
     field_option(p, C, "d_model", "--dim", help="model width d_model")
     field_option(p, C, "num_heads", "--num-heads", help="cross-attention heads")
-    field_option(p, C, "decoder", choices=sorted(DECODERS), help="gru (Luong attention with input feeding) or transformer")
+    field_option(p, C, "decoder", choices=sorted(constant("models.captioner", "DECODERS")), help="gru (Luong attention with input feeding) or transformer")
     field_option(p, C, "layers", "--num-layers", help="transformer decoder layers")
     for old in ("--d-model", "--heads", "--layers"):
         deprecated_alias(p, old, OLD_SPELLINGS[old])
     field_option(p, C, "image_size", type=int, help="pixels per side (default 48 for scenes, 32 for emoji)")
     field_option(p, C, "seed")
-    field_option(p, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
+    field_option(p, C, "on_nonfinite", default=None, choices=constant("train.finite", "ON_NONFINITE"),
                  help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
                       "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
     field_option(p, C, "max_seconds", type=float, help="stop after this many seconds of wall time, the closing "
@@ -79,7 +71,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train_caption(args: argparse.Namespace) -> int:
+    from ..train.caption import CaptionTrainConfig, save_captioner, train_captioner
     from ..train.checkpoint import check_out_dir
+    from ..train.runtime import RunLog
 
     apply_threads(args)
     # before any work: never a folder or file of the user's, nor a run it was not asked to continue or replace

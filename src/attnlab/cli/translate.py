@@ -1,6 +1,7 @@
-"""``attnlab translate --checkpoint DIR TEXT...``: translate, and show the alignment.
+"""``attnlab translate --checkpoint DIR --text TEXT``: translate, and show the alignment.
 
-    attnlab translate --checkpoint runs/de-en "vierhundertzwei"
+    attnlab translate --checkpoint runs/de-en --text "vierhundertzwei"
+    attnlab translate --checkpoint runs/de-en "vierhundertzwei" "dreizehn"    # the texts alone: a shortcut
     attnlab translate --checkpoint runs/de-en "vierhundertzwei" --picture align.png
     attnlab translate --checkpoint runs/de-en "vierhundertzwei" --attention-out attn.json
     attnlab view --json attn.json -o attn.html
@@ -24,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import VERBS, UsageError
 from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
@@ -33,10 +34,11 @@ from ._threads import add_threads
 SHADES = " ·░▒▓█"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("translate", help=VERBS["translate"],
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    p = sub.add_parser("translate", help=help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("texts", nargs="+", help="source sentences")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="more sentences to translate (a shortcut for --text)")
+    p.add_argument("--text", action="append", help="a sentence to translate (repeatable)")
     add_model_source(p, "a folder written by attnlab train seq2seq")
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1 = greedy)")
     p.add_argument("--max-len", type=int, default=200, help="the longest output (default 200 tokens)")
@@ -127,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
     from ..train.decode import beam_search, greedy
     from ..train.load import load_model
 
+    args.texts = [*(args.text or []), *args.texts]
+    if not args.texts:
+        raise UsageError("give the sentence to translate: --text TEXT (or TEXT after the options)")
     if args.beam < 1:
         raise UsageError(f"--beam must be >= 1; got {args.beam}")
     if args.max_len < 1:

@@ -12,18 +12,15 @@ import argparse
 import json
 from pathlib import Path
 
-from ..explain import builtin_names, document, load, run, verify
-from ..explain.i18n import LANGS
-from ..explain.i18n import t as say
-from ..explain.render_text import render_claims, summary
-from . import VERBS, UsageError
+from ._errors import UsageError
+from ._static import constant
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "verify",
-        help=VERBS["verify"],
+        help=help,
         description="Recompute each worked example with attnlab and classify every written claim as "
         "exact (right at its written precision), rounding drift (right from the example's own rounded "
         "values), another convention (truncated, rounded up or down, percentages, a 0-based index, a transposed "
@@ -33,14 +30,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("files", nargs="*", metavar="FILE", help="worked-example TOML files or built-in example names")
     p.add_argument("--all", action="store_true", help="verify every built-in example")
     p.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
-    p.add_argument("--lang", choices=LANGS, default="en")
-    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--lang", choices=constant("explain.i18n", "LANGS"), default="en",
+                   help="language of the walkthrough's verdicts (default en)")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
     p.add_argument("--quiet", "-q", action="store_true", help="one line per file")
     add_threads(p)
     p.set_defaults(func=run_verify)
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from ..explain import builtin_names, document, load, run, verify
+    from ..explain.i18n import t as say
+    from ..explain.render_text import render_claims, summary
+
     names = list(args.files) + (builtin_names() if args.all else [])
     if not names:
         raise UsageError("give one or more FILEs (TOML paths or built-in names), or --all")

@@ -16,16 +16,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import VERBS, UsageError
+from ._deprecated import deprecated_alias
+from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._threads import add_threads
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p = sub.add_parser(
         "view",
-        help=VERBS["view"],
+        help=help,
         description="Write an offline HTML page: hover or click a query token to see its weights over "
         "the keys, switch layer and head, toggle masked positions. The weights come from a worked "
         "example (its trace) or a JSON file: {\"tokens\": [...], \"layers\": layers × heads × q × k} "
@@ -46,7 +47,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--text", help="with --hf, --checkpoint or --pretrained: the text to run the model on "
                    "(a captioner: an image file; default its first shipped held-out scene)")
     p.add_argument("--target", help="with --hf and an encoder-decoder: the decoder's text (default: --text)")
-    p.add_argument("-o", "--output", default="attention.html", help="the HTML page to write (default attention.html)")
+    p.add_argument("-o", "--out", default="attention.html", help="the HTML page to write (default attention.html)")
+    deprecated_alias(p, "--output", "--out")
     p.add_argument("--picture", help="also draw a PNG or SVG heatmap (or head grid) here (needs matplotlib)")
     p.add_argument("--screenshot", metavar="PNG", help="also photograph the page in headless chromium "
                    "(needs playwright and a chromium on the PATH)")
@@ -62,8 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_view(args: argparse.Namespace) -> int:
     from ..viz.viewer import from_example, load_json, write_html
 
-    if not args.output.endswith((".html", ".htm")):
-        raise UsageError(f"--output must be an .html file; got {args.output!r}")
+    if not args.out.endswith((".html", ".htm")):
+        raise UsageError(f"--out must be an .html file; got {args.out!r}")
     if args.screenshot and not args.screenshot.endswith(".png"):
         raise UsageError(f"--screenshot must be a .png file; got {args.screenshot!r}")
     if args.focus is not None and args.focus < 1:
@@ -105,7 +107,7 @@ def run_view(args: argparse.Namespace) -> int:
     n = len(data["tokens"])
     if args.focus is not None and args.focus > n:
         raise UsageError(f"--focus counts from 1 and this page has {n} query tokens (1..{n}); got {args.focus}")
-    out = write_html(data, args.output, start=None if args.focus is None else {"query": args.focus})
+    out = write_html(data, args.out, start=None if args.focus is None else {"query": args.focus})
     print(f"wrote {out}")
     if args.picture:
         write_pictures(data, args.picture)

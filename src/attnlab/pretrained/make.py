@@ -95,7 +95,7 @@ CARDS: dict[str, dict[str, Any]] = {
             "characters outside the 82 of the plays (ë, é, emoji, …) are all read as one unknown character, �",
             "it sees the last 128 characters only; anything earlier is forgotten",
         ],
-        "try": ["generate --pretrained char-gpt --prompt \"ROMEO:\" --tokens 200",
+        "try": ["generate --pretrained char-gpt --text \"ROMEO:\" --tokens 200",
                 "view --pretrained char-gpt --text \"To be, or not to be\" -o page.html",
                 "interpret heads --pretrained char-gpt --limit 16"],
     },
