@@ -36,12 +36,12 @@ def _load() -> float | None:
 
 def apply_threads(args: argparse.Namespace) -> None:
     """Set torch's thread count from ``--threads``; without it, fewer threads on a busy machine."""
+    import torch
+
     if args.threads is None:
         load, cores = _load(), os.cpu_count()
         if load is not None and cores:
             torch.set_num_threads(threads_for_the_load(torch.get_num_threads(), cores, load))
         return
-    import torch
-
     check_value("threads", args.threads, int, label="--threads")  # 1..1024: torch crashes on absurd counts
     torch.set_num_threads(args.threads)
