@@ -90,7 +90,7 @@ def run_generate(args: argparse.Namespace) -> int:
             maps = attention_maps(model, window.to(rt.device)).float().cpu()  # (layers, h, n, n)
         chars = [vocab.itos[i] for i in window.tolist()]
         path = Path(args.attention_out)
-        causal = torch.ones(len(chars), len(chars), dtype=torch.bool).triu(1)  # the keys after each query: masked
+        causal = maps.new_ones(len(chars), len(chars)).triu(1).bool()  # the keys after each query: masked
         write_text(path, json.dumps(attention_json(chars, maps, masked=causal), ensure_ascii=False))
         print(f"attention weights ({maps.shape[0]} layers × {maps.shape[1]} heads × {maps.shape[2]}²): {path}")
     return 0
