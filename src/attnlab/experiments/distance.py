@@ -37,6 +37,7 @@ from torch import nn
 
 from .._files import claim, write_text, writing
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
+from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
 
 MODELS = ("gru", "lstm", "attention")
@@ -125,22 +126,26 @@ def build(name: str, cfg: DistanceConfig) -> nn.Module:
 def gradient_by_distance(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """‖∂ logit_y / ∂ e_{T−d}‖ for d = 0 … T−1 (mean over the batch); (T,)."""
     e = model.emb(x).detach().requires_grad_()
-    model(e).gather(1, y[:, None]).sum().backward()
-    return e.grad.norm(dim=-1).mean(0).flip(0)  # index d = distance from the last token
+    (grad,) = torch.autograd.grad(model(e).gather(1, y[:, None]).sum(), [e])  # not into the model's parameters
+    return grad.norm(dim=-1).mean(0).flip(0)  # index d = distance from the last token
+
+
+def _logits(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return net(net.emb(x))
 
 
 def train_one(name: str, k: int, seed: int, cfg: DistanceConfig) -> tuple[nn.Module, float]:
+    """Train one model with ``train.fit`` (Adam, the gradient's norm clipped at 1, batches from a generator
+    seeded with ``seed``); returns (model, accuracy on the seeded test batch)."""
     torch.manual_seed(seed)
     model = build(name, cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(cfg.steps):
+
+    def draw(step: int) -> tuple[tuple[torch.Tensor], torch.Tensor]:
         x, y = make_batch(cfg, k, cfg.batch_size, g)
-        loss = nn.functional.cross_entropy(model(model.emb(x)), y)
-        opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        return (x,), y
+
+    train_classifier(ClassifierTask(model, draw, steps=cfg.steps, lr=cfg.lr, logits=_logits, clip=1.0, desc="distance"))
     x, y = make_batch(cfg, k, cfg.test_size, torch.Generator().manual_seed(10_000 + seed))
     with torch.no_grad():
         acc = (model(model.emb(x)).argmax(-1) == y).float().mean().item()

@@ -41,6 +41,7 @@ from torch import nn
 from .._files import claim, write_text
 from ..data.interactions import InteractionConfig, Interactions, generate
 from ..nn.recommendation import SASRec, TargetAttention, item_ids
+from ..train.classify import ClassifierTask, train_classifier
 from .distance import interval
 
 MODELS = ("mean", "gru", "din", "sasrec")
@@ -167,17 +168,17 @@ def held_out(data: Interactions, cfg: RecommendationConfig, seed: int):
 # ---- training and evaluation --------------------------------------------------------------------
 
 def train_one(kind: str, data: Interactions, cfg: RecommendationConfig, seed: int) -> Recommender:
+    """Train one model with ``train.fit`` (Adam, sampled-softmax cross-entropy: the true item is candidate 0,
+    batches from a generator seeded with ``seed``); returns it in evaluation mode."""
     torch.manual_seed(seed)
     model = Recommender(kind, cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     rng = np.random.default_rng(seed)
     target = torch.zeros(cfg.batch_size, dtype=torch.long)  # the true item is candidate 0
-    for _ in range(cfg.steps):
-        hist, cands = train_batch(data, cfg, rng)
-        loss = nn.functional.cross_entropy(model(hist, cands), target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+
+    def draw(step: int) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return train_batch(data, cfg, rng), target
+
+    train_classifier(ClassifierTask(model, draw, steps=cfg.steps, lr=cfg.lr, desc="recommendation"))
     return model.eval()
 
 
