@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..data import Vocab, collate, encode_pairs
 from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
@@ -36,6 +36,7 @@ from ..train import metrics
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
 from . import ibm1
+from ._figures import save_figure
 
 DECODERS = ("bahdanau", "luong")
 
@@ -186,11 +187,7 @@ def plot(results: dict, path: Path) -> Path | None:
     ax.set(xlabel="source verse length (words)", ylabel="AER (%), lower is better",
            title=f"Alignment error on {results['n_test']} held-out verses")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["AlignmentConfig", "run", "table", "plot", "aer", "corpus_aer", "diagonal", "from_weights", "DECODERS"]

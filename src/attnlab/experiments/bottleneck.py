@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
 from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
@@ -33,6 +33,7 @@ from ..train import metrics
 from ..train.decode import greedy, length_guard
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
+from ._figures import save_figure
 
 DECODERS = ("none", "bahdanau", "luong")
 MODEL_NAMES = (*DECODERS, "transformer")  # what ``decoders`` may hold
@@ -167,11 +168,7 @@ def plot(results: dict, path: str | Path) -> Path | None:
     ax.set_ylabel("chrF (test)")
     ax.set_title("The fixed-vector bottleneck and attention")
     ax.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["BottleneckConfig", "run", "table", "plot", "DECODERS", "MODEL_NAMES"]

@@ -35,10 +35,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
 from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
+from ._figures import save_figure
 
 MODELS = ("gru", "lstm", "attention")
 # two-sided 95 % Student t quantiles t(0.975, df) for df 1..30, as printed in the tables
@@ -237,11 +238,7 @@ def plot(results: dict, path: Path) -> Path | None:
     a2.set(xscale="log", yscale="log", xlabel="distance d from the last token",
            ylabel="‖∂ logit / ∂ x_{T−d}‖", title="Gradient reaching a token d steps back")
     a2.legend(fontsize=7)
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["DistanceConfig", "run", "table", "make_batch", "gradient_by_distance", "interval"]

@@ -22,9 +22,10 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..train import metrics
 from ..viz.heatmap import pyplot_or_none
+from ._figures import save_figure
 from .bottleneck import BottleneckConfig
 from .bottleneck import run as run_models
 
@@ -133,11 +134,7 @@ def plot(results: dict, path: Path) -> Path | None:
         ax.set(xlabel=f"source sentence length (words), {results['config']['data']}", ylabel=f"{name} (test)",
                title=f"{name} against length (95 % bootstrap band)")
         ax.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["LengthConfig", "run", "table", "plot", "bootstrap"]

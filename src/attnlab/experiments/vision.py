@@ -36,11 +36,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
+from ._figures import save_figure
 from .distance import interval
 
 VARIANTS = ("none", "se", "eca", "cbam")
@@ -289,11 +290,7 @@ def _plot(result: VisionResult, path: Path) -> Path | None:
     a2.set(xscale="log", xlabel="training canvases", ylabel="Δ accuracy vs plain CNN (points)",
            title="Paired difference to the plain CNN (95 % CI)")
     a1.legend(), a2.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["VisionConfig", "VisionResult", "run", "train_one", "evaluate", "interval", "VARIANTS", "DATASETS"]
