@@ -21,14 +21,13 @@ Reported overall and by source-length bucket, with the training budget and wall 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text
+from .._files import claim
 from ..data import Vocab, collate, encode_pairs
 from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
@@ -36,7 +35,7 @@ from ..train import metrics
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
 from . import ibm1
-from ._figures import save_figure
+from ._outputs import save_figure, write_results
 
 DECODERS = ("bahdanau", "luong")
 
@@ -158,10 +157,7 @@ def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool =
         "seconds": seconds, "wall_seconds": time.perf_counter() - t_start,
     }
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results), ensure_ascii=False)
         plot(results, out / "alignment.png")
     return results
 

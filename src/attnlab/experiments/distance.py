@@ -25,7 +25,6 @@ Two measurements:
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterable
@@ -35,11 +34,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._files import claim, write_text
+from .._files import claim
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
 from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
-from ._figures import save_figure
+from ._outputs import save_figure, write_results
 
 MODELS = ("gru", "lstm", "attention")
 # two-sided 95 % Student t quantiles t(0.975, df) for df 1..30, as printed in the tables
@@ -192,10 +191,7 @@ def run(cfg: DistanceConfig, out_dir: str | Path | None = None, *, progress=None
         "seconds": time.perf_counter() - t0,
     }
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=1))
-        write_text(out / "table.md", table(results))
+        out = write_results(out_dir, results, table(results), indent=1)
         plot(results, out / "distance.png")
     return results
 

@@ -17,15 +17,14 @@ source-length bucket, each with a 95 % bootstrap interval over the bucket's sent
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._files import claim, write_text
+from .._files import claim
 from ..train import metrics
 from ..viz.heatmap import pyplot_or_none
-from ._figures import save_figure
+from ._outputs import save_figure, write_results
 from .bottleneck import BottleneckConfig
 from .bottleneck import run as run_models
 
@@ -90,10 +89,7 @@ def run(cfg: LengthConfig, out: str | Path | None = None, *, progress: bool = Fa
                                   "tokens_per_s": r["tokens_per_s"], "parameters": r["parameters"],
                                   "train_loss": r["train_loss"]}
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results))
         plot(results, out / "length.png")
     return results
 

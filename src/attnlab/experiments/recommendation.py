@@ -29,7 +29,6 @@ heads) put on the history item that caused the held-out item, against chance (1 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,10 +37,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._files import claim, write_text
+from .._files import claim
 from ..data.interactions import InteractionConfig, Interactions, generate
 from ..nn.recommendation import SASRec, TargetAttention, item_ids
 from ..train.classify import ClassifierTask, train_classifier
+from ._outputs import write_results
 from .distance import interval
 
 MODELS = ("mean", "gru", "din", "sasrec")
@@ -234,10 +234,7 @@ def run(cfg: RecommendationConfig, out_dir: str | Path | None = None, *, progres
                "chance_weight_on_source": float(np.mean(chance)),
                "chance_hr": cfg.k / (1 + cfg.eval_negatives), "seconds": time.perf_counter() - t0}
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=1))
-        write_text(out / "table.md", table(results))
+        write_results(out_dir, results, table(results), indent=1)
     return results
 
 

@@ -41,7 +41,7 @@ from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
 from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
-from ._figures import save_figure
+from ._outputs import save_figure
 from .distance import interval
 
 VARIANTS = ("none", "se", "eca", "cbam")
