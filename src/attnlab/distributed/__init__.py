@@ -16,60 +16,62 @@ Works on any backend ``torch.distributed`` offers (gloo on CPU, NCCL on CUDA).
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 
-from .. import patterns as P
 from .agree import agree, signature
+from .call import ShardedCall
+from .call import signature as call_signature
 from .ddp import World
-from .layout import LAYOUTS, check_shards, gather, positions, shard
+from .layout import LAYOUTS, gather, positions, shard
 from .ring import ring_attention
 from .ulysses import ulysses_attention
 
 MODES = {"ring": ring_attention, "ulysses": ulysses_attention}
 
 
-def context_parallel_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    pattern: P.Pattern | None = None,
-    mask: torch.Tensor | None = None,
-    scale: float | None = None,
-    mode: str = "ring",
-    group=None,
-    layout: str = "contiguous",
-) -> tuple[torch.Tensor, None]:
+def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mode: str = "ring",
+                               **options: Any) -> tuple[torch.Tensor, None]:
     """Self-attention over a sequence sharded across the processes of ``group``.
+
+    ``context_parallel_attention(q, k, v, *, mode="ring", causal=False, pattern=None, mask=None,
+    scale=None, group=None, layout="contiguous")``: the options of ``ring_attention`` and
+    ``ulysses_attention`` (``distributed.call.ShardedCall``), and
 
     Args:
         q: this rank's shard of the queries, (b, h, n/W, d).
         k: this rank's shard of the keys, (b, h, n/W, d).
         v: this rank's shard of the values, (b, h, n/W, d_v).
+        mode: ``"ring"`` or ``"ulysses"``.
         causal: each position attends itself and earlier positions (global positions).
         pattern: an ``attnlab.patterns`` pattern over the global positions (intersected with
             causal when both are given).
         mask: bool (b, n/W), True = may attend (a real key), over this rank's shard of the keys;
             None: every key.
-        mode: ``"ring"`` or ``"ulysses"``.
         layout: how the sequence was sharded (``attnlab.distributed.shard``).
+
+    The ranks first agree that their calls match (``agree``: one line names what differs).
 
     Returns:
         ``(out (b, h, n/W, d_v), None)``: no weights (they would be n × n).
     """
+    call = ShardedCall.of("context_parallel_attention", options)
     problem = None
     try:  # this rank's own checks; their outcome is shared with the other ranks before any exchange
         if mode not in MODES:
             raise ValueError(f"mode must be one of {sorted(MODES)}; got {mode!r}")
-        check_shards(q, k, v, mask, scale, pattern, layout)
+        call.check(q, k, v)
     except ValueError as e:
         problem = e
-    agree(group, problem, signature(q, k, v, mask=mask, causal=causal, pattern=pattern, scale=scale, mode=mode,
-                                    layout=layout))
-    out = MODES[mode](q, k, v, causal=causal, pattern=pattern, mask=mask,
-                      scale=scale, group=group, layout=layout)
-    return out, None
+    agree(call.group, problem, signature(q, k, v, mask=call.mask, causal=call.causal, pattern=call.pattern,
+                                         scale=call.scale, mode=mode, layout=call.layout))
+    return MODES[mode](q, k, v, **call.options()), None
+
+
+context_parallel_attention.__signature__ = call_signature(  # type: ignore[attr-defined]
+    inspect.Parameter("mode", inspect.Parameter.KEYWORD_ONLY, default="ring", annotation="str"))
 
 
 __all__ = ["context_parallel_attention", "shard", "gather", "positions", "LAYOUTS", "MODES", "World",

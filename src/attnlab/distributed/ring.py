@@ -57,8 +57,9 @@ from ..functional.nonfinite import (
 from ..functional.scores import default_scale
 from ..kernels import attention_lse, block_sparse_attention, flash
 from ..kernels.partial import PartialResult, finish_partial, merge_rows
+from .call import ShardedCall, context_parallel
 from .comm import exchange, rotate_, tie
-from .layout import check_shards, empty_result, positions, world
+from .layout import empty_result, positions, world
 
 
 def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, n: int, pattern, causal: bool) -> torch.Tensor | None:
@@ -262,24 +263,16 @@ def _halo(q, k, v, pad, win: P.Window, n: int, scale: float, group) -> torch.Ten
     return tie(out, [token])
 
 
-def ring_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    pattern: P.Pattern | None = None,
-    mask: torch.Tensor | None = None,
-    scale: float | None = None,
-    group=None,
-    layout: str = "contiguous",
-) -> torch.Tensor:
-    """Attention of this rank's queries over the whole sharded sequence; → out (b, h, n/W, d_v).
+@context_parallel
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: ShardedCall) -> torch.Tensor:
+    """Attention of this rank's queries over the whole sharded sequence, the key/value blocks passed
+    round a ring (see the module docstring); → out (b, h, n/W, d_v), this rank's shard.
 
-    q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
-    attend (a real key), over this rank's shard of the keys; None: every key.
+    ``ring_attention(q, k, v, *, causal=False, pattern=None, mask=None, scale=None, group=None,
+    layout="contiguous")``: the options of ``distributed.call.ShardedCall``.
     """
-    scale = check_shards(q, k, v, mask, scale, pattern, layout)
+    scale = call.check(q, k, v)
+    causal, pattern, mask, group, layout = call.causal, call.pattern, call.mask, call.group, call.layout
     rank, size = world(group)
     if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to pass around
         return empty

@@ -19,8 +19,9 @@ import torch.distributed as dist
 from .. import patterns as P
 from ..functional.attention import attention
 from ..kernels import block_sparse_attention
+from .call import ShardedCall, context_parallel
 from .comm import all_to_all
-from .layout import check_shards, empty_result, positions, world
+from .layout import empty_result, positions, world
 
 
 def _to_heads(x: torch.Tensor, size: int, order: torch.Tensor | None, group) -> torch.Tensor:
@@ -40,25 +41,14 @@ def _to_sequence(x: torch.Tensor, size: int, order: torch.Tensor | None, group) 
     return torch.cat(got, dim=1)
 
 
-def ulysses_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    causal: bool = False,
-    pattern: P.Pattern | None = None,
-    mask: torch.Tensor | None = None,
-    scale: float | None = None,
-    group=None,
-    layout: str = "contiguous",
-) -> torch.Tensor:
-    """Attention over the whole sharded sequence by head parallelism; → out (b, h, n/W, d_v).
-
-    q, k (b, h, n/W, d) and v (b, h, n/W, d_v): this rank's shards. ``mask``: bool (b, n/W), True = may
-    attend (a real key), over this rank's shard of the keys; None: every key.
-    """
-    scale = check_shards(q, k, v, mask, scale, pattern, layout)
-    rank, size = world(group)
+@context_parallel
+def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: ShardedCall) -> torch.Tensor:
+    """Attention over the whole sharded sequence by head parallelism: this rank's shards q, k, v in,
+    its shard out (b, h, n/W, d_v). Called with the options of every context-parallel attention,
+    ``ulysses_attention(q, k, v, *, causal=False, pattern=None, mask=None, scale=None, group=None,
+    layout="contiguous")`` (``distributed.call.ShardedCall``); h must divide by the world size."""
+    scale, size = call.check(q, k, v), world(call.group)[1]
+    causal, pattern, mask, layout = call.causal, call.pattern, call.mask, call.layout
     h, c = q.shape[1], q.shape[-2]
     if h % size:
         raise ValueError(
@@ -68,7 +58,7 @@ def ulysses_attention(
     if (empty := empty_result(q, k, v)) is not None:  # empty shards: nothing to trade
         return empty
     n = c * size
-    g = group or dist.group.WORLD
+    g = call.group or dist.group.WORLD
     order = None if layout == "contiguous" else torch.cat([positions(n, size, r, layout) for r in range(size)]).to(q.device)
     qh, kh, vh = (_to_heads(t, size, order, g) for t in (q, k, v))  # (b, h/W, n, d)
     pad = None

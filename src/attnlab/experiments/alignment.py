@@ -21,14 +21,13 @@ Reported overall and by source-length bucket, with the training budget and wall 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text, writing
+from .._files import claim
 from ..data import Vocab, collate, encode_pairs
 from ..data.bible import load_verses
 from ..models import Seq2Seq, Seq2SeqConfig
@@ -36,6 +35,7 @@ from ..train import metrics
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
 from . import ibm1
+from ._outputs import save_figure, write_results
 
 DECODERS = ("bahdanau", "luong")
 
@@ -157,10 +157,7 @@ def run(cfg: AlignmentConfig, out: str | Path | None = None, *, progress: bool =
         "seconds": seconds, "wall_seconds": time.perf_counter() - t_start,
     }
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2, ensure_ascii=False))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results), ensure_ascii=False)
         plot(results, out / "alignment.png")
     return results
 
@@ -186,11 +183,7 @@ def plot(results: dict, path: Path) -> Path | None:
     ax.set(xlabel="source verse length (words)", ylabel="AER (%), lower is better",
            title=f"Alignment error on {results['n_test']} held-out verses")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["AlignmentConfig", "run", "table", "plot", "aer", "corpus_aer", "diagonal", "from_weights", "DECODERS"]

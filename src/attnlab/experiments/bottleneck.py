@@ -18,14 +18,13 @@ learning rate ``tf_lr``: Adam without warm-up needs a smaller one).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text, writing
+from .._files import claim
 from ..data import build_corpus, load_dataset, source_batch
 from ..data.batching import batches_in_order
 from ..models import Seq2Seq, Seq2SeqConfig, TransformerConfig, TransformerTranslator
@@ -33,6 +32,7 @@ from ..train import metrics
 from ..train.decode import greedy, length_guard
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
+from ._outputs import save_figure, write_results
 
 DECODERS = ("none", "bahdanau", "luong")
 MODEL_NAMES = (*DECODERS, "transformer")  # what ``decoders`` may hold
@@ -131,10 +131,7 @@ def run(cfg: BottleneckConfig, out: str | Path | None = None, *, progress: bool 
         if keep_outputs:
             results["models"][dec]["outputs"] = {"hyps": hyps, "refs": refs, "lengths": lengths}
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results))
         plot(results, out / "bottleneck.png")
     return results
 
@@ -167,11 +164,7 @@ def plot(results: dict, path: str | Path) -> Path | None:
     ax.set_ylabel("chrF (test)")
     ax.set_title("The fixed-vector bottleneck and attention")
     ax.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["BottleneckConfig", "run", "table", "plot", "DECODERS", "MODEL_NAMES"]

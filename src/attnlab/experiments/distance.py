@@ -25,7 +25,6 @@ Two measurements:
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterable
@@ -35,9 +34,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .._files import claim, write_text, writing
+from .._files import claim
 from ..nn import SinusoidalPositionalEncoding, TransformerEncoderLayer
+from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
+from ._outputs import save_figure, write_results
 
 MODELS = ("gru", "lstm", "attention")
 # two-sided 95 % Student t quantiles t(0.975, df) for df 1..30, as printed in the tables
@@ -125,22 +126,26 @@ def build(name: str, cfg: DistanceConfig) -> nn.Module:
 def gradient_by_distance(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """‖∂ logit_y / ∂ e_{T−d}‖ for d = 0 … T−1 (mean over the batch); (T,)."""
     e = model.emb(x).detach().requires_grad_()
-    model(e).gather(1, y[:, None]).sum().backward()
-    return e.grad.norm(dim=-1).mean(0).flip(0)  # index d = distance from the last token
+    (grad,) = torch.autograd.grad(model(e).gather(1, y[:, None]).sum(), [e])  # not into the model's parameters
+    return grad.norm(dim=-1).mean(0).flip(0)  # index d = distance from the last token
+
+
+def _logits(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return net(net.emb(x))
 
 
 def train_one(name: str, k: int, seed: int, cfg: DistanceConfig) -> tuple[nn.Module, float]:
+    """Train one model with ``train.fit`` (Adam, the gradient's norm clipped at 1, batches from a generator
+    seeded with ``seed``); returns (model, accuracy on the seeded test batch)."""
     torch.manual_seed(seed)
     model = build(name, cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(cfg.steps):
+
+    def draw(step: int) -> tuple[tuple[torch.Tensor], torch.Tensor]:
         x, y = make_batch(cfg, k, cfg.batch_size, g)
-        loss = nn.functional.cross_entropy(model(model.emb(x)), y)
-        opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        return (x,), y
+
+    train_classifier(ClassifierTask(model, draw, steps=cfg.steps, lr=cfg.lr, logits=_logits, clip=1.0, desc="distance"))
     x, y = make_batch(cfg, k, cfg.test_size, torch.Generator().manual_seed(10_000 + seed))
     with torch.no_grad():
         acc = (model(model.emb(x)).argmax(-1) == y).float().mean().item()
@@ -186,10 +191,7 @@ def run(cfg: DistanceConfig, out_dir: str | Path | None = None, *, progress=None
         "seconds": time.perf_counter() - t0,
     }
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=1))
-        write_text(out / "table.md", table(results))
+        out = write_results(out_dir, results, table(results), indent=1)
         plot(results, out / "distance.png")
     return results
 
@@ -232,11 +234,7 @@ def plot(results: dict, path: Path) -> Path | None:
     a2.set(xscale="log", yscale="log", xlabel="distance d from the last token",
            ylabel="‖∂ logit / ∂ x_{T−d}‖", title="Gradient reaching a token d steps back")
     a2.legend(fontsize=7)
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["DistanceConfig", "run", "table", "make_batch", "gradient_by_distance", "interval"]

@@ -40,14 +40,13 @@ a unique explanation); the other rows say how much the prediction depends on the
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .._files import claim, write_text
+from .._files import claim
 from ..data import build_corpus, collate, load_dataset
 from ..data.batching import batches_in_order
 from ..data.vocab import PAD
@@ -56,6 +55,7 @@ from ..models import Seq2Seq, Seq2SeqConfig
 from ..train.loop import TrainConfig, train
 from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
+from ._outputs import write_results
 
 METHODS = ("uniform", "permuted", "random", "adversarial")
 
@@ -266,10 +266,7 @@ def run(cfg: FaithfulnessConfig, out: str | Path | None = None, *, progress=None
 def write(results: dict, out: str | Path) -> None:
     """results.json, table.md and faithfulness.png into ``out``, each written whole (temporary name, renamed)."""
     claim(out, FILES)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "results.json", json.dumps(results, indent=2))
-    write_text(out / "table.md", table(results))
+    out = write_results(out, results, table(results))
     plot(results, out / "faithfulness.png")
 
 

@@ -17,14 +17,14 @@ source-length bucket, each with a 95 % bootstrap interval over the bucket's sent
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .._files import claim, write_text, writing
+from .._files import claim
 from ..train import metrics
 from ..viz.heatmap import pyplot_or_none
+from ._outputs import save_figure, write_results
 from .bottleneck import BottleneckConfig
 from .bottleneck import run as run_models
 
@@ -89,10 +89,7 @@ def run(cfg: LengthConfig, out: str | Path | None = None, *, progress: bool = Fa
                                   "tokens_per_s": r["tokens_per_s"], "parameters": r["parameters"],
                                   "train_loss": r["train_loss"]}
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results))
         plot(results, out / "length.png")
     return results
 
@@ -133,11 +130,7 @@ def plot(results: dict, path: Path) -> Path | None:
         ax.set(xlabel=f"source sentence length (words), {results['config']['data']}", ylabel=f"{name} (test)",
                title=f"{name} against length (95 % bootstrap band)")
         ax.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["LengthConfig", "run", "table", "plot", "bootstrap"]

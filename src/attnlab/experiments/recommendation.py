@@ -29,7 +29,6 @@ heads) put on the history item that caused the held-out item, against chance (1 
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,9 +37,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._files import claim, write_text
+from .._files import claim
 from ..data.interactions import InteractionConfig, Interactions, generate
 from ..nn.recommendation import SASRec, TargetAttention, item_ids
+from ..train.classify import ClassifierTask, train_classifier
+from ._outputs import write_results
 from .distance import interval
 
 MODELS = ("mean", "gru", "din", "sasrec")
@@ -167,17 +168,17 @@ def held_out(data: Interactions, cfg: RecommendationConfig, seed: int):
 # ---- training and evaluation --------------------------------------------------------------------
 
 def train_one(kind: str, data: Interactions, cfg: RecommendationConfig, seed: int) -> Recommender:
+    """Train one model with ``train.fit`` (Adam, sampled-softmax cross-entropy: the true item is candidate 0,
+    batches from a generator seeded with ``seed``); returns it in evaluation mode."""
     torch.manual_seed(seed)
     model = Recommender(kind, cfg)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     rng = np.random.default_rng(seed)
     target = torch.zeros(cfg.batch_size, dtype=torch.long)  # the true item is candidate 0
-    for _ in range(cfg.steps):
-        hist, cands = train_batch(data, cfg, rng)
-        loss = nn.functional.cross_entropy(model(hist, cands), target)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+
+    def draw(step: int) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        return train_batch(data, cfg, rng), target
+
+    train_classifier(ClassifierTask(model, draw, steps=cfg.steps, lr=cfg.lr, desc="recommendation"))
     return model.eval()
 
 
@@ -233,10 +234,7 @@ def run(cfg: RecommendationConfig, out_dir: str | Path | None = None, *, progres
                "chance_weight_on_source": float(np.mean(chance)),
                "chance_hr": cfg.k / (1 + cfg.eval_negatives), "seconds": time.perf_counter() - t0}
     if out_dir is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=1))
-        write_text(out / "table.md", table(results))
+        write_results(out_dir, results, table(results), indent=1)
     return results
 
 

@@ -28,13 +28,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .._files import claim, write_text
+from .._files import claim
 from ..data.vocab import Vocab
 from ..models.gpt import GPT
 from ..nn.positional import RotaryEmbedding
 from ..train.lm import LMTrainConfig, split, train_lm
 from ..viz.heatmap import pyplot_or_none
 from ..viz.heatmap import save as save_figure
+from ._outputs import write_results
 
 METHODS = ("rope", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope", "alibi")
 
@@ -149,10 +150,7 @@ def run(cfg: RopeScalingConfig, out: str | Path | None = None, *, text: str | No
                 log(f"{method:>8}  n={n:>5}  val loss {loss:.4f}  ({count} windows)")
         results["methods"][method] = row
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "results.json", json.dumps(results, indent=2))
-        write_text(out / "table.md", table(results))
+        out = write_results(out, results, table(results))
         plot(results, out / "rope_scaling.png")
     return results
 

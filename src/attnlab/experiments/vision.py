@@ -35,12 +35,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .._files import claim, write_text, writing
+from .._files import claim, write_text
 from ..data import canvas, mnist
 from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
+from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
+from ._outputs import save_figure
 from .distance import interval
 
 VARIANTS = ("none", "se", "eca", "cbam")
@@ -154,26 +155,33 @@ def _tensors(images: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torc
     return (x - 0.1307) / 0.3081, torch.from_numpy(labels)
 
 
+def epoch_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, g: torch.Generator) -> Callable[[int], tuple]:
+    """``draw(step)`` of ``train.classify.ClassifierTask``: each epoch a new order of the items, drawn
+    from ``g`` at its first step, cut into batches of ``batch_size`` (the last one shorter)."""
+    per_epoch = math.ceil(len(y) / batch_size)
+    order = torch.empty(0, dtype=torch.long)
+
+    def draw(step: int) -> tuple[tuple[torch.Tensor], torch.Tensor]:
+        nonlocal order
+        pos = step % per_epoch
+        if pos == 0:
+            order = torch.randperm(len(y), generator=g)
+        idx = order[pos * batch_size : (pos + 1) * batch_size]
+        return (x[idx],), y[idx]
+
+    return draw
+
+
 def train_one(cfg: VisionConfig, variant: str, seed: int, train, test) -> tuple[SmallCNN, float, float]:
-    """Train one model; returns (model, test accuracy, seconds)."""
+    """Train one model with ``train.fit`` (Adam under a one-cycle schedule, each epoch a new order drawn
+    from a generator seeded with ``seed``); returns (model, test accuracy, seconds of training)."""
     torch.manual_seed(seed)
     model = SmallCNN(CNNConfig(widths=tuple(cfg.widths), attention=variant, reduction=cfg.reduction))
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     x, y = train
-    g = torch.Generator().manual_seed(seed)
     steps = cfg.epochs * math.ceil(len(y) / cfg.batch_size)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=steps)
+    draw = epoch_batches(x, y, cfg.batch_size, torch.Generator().manual_seed(seed))
     t0 = time.perf_counter()
-    model.train()
-    for _ in range(cfg.epochs):
-        order = torch.randperm(len(y), generator=g)
-        for i in range(0, len(y), cfg.batch_size):
-            idx = order[i : i + cfg.batch_size]
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
+    train_classifier(ClassifierTask(model, draw, steps=steps, lr=cfg.lr, one_cycle=True, desc="vision"))
     seconds = time.perf_counter() - t0
     return model, evaluate(model, test), seconds
 
@@ -282,11 +290,7 @@ def _plot(result: VisionResult, path: Path) -> Path | None:
     a2.set(xscale="log", xlabel="training canvases", ylabel="Δ accuracy vs plain CNN (points)",
            title="Paired difference to the plain CNN (95 % CI)")
     a1.legend(), a2.legend()
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(plt, fig, path)
 
 
 __all__ = ["VisionConfig", "VisionResult", "run", "train_one", "evaluate", "interval", "VARIANTS", "DATASETS"]

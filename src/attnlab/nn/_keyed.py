@@ -5,7 +5,9 @@ Their call shape is the one of every classic module (``_signature.classic_forwar
 (one decoding step) or ``(b, q, d_q)``, key ``(b, k, d_k)``, value ``(b, k, d_v)`` (default:
 the keys), mask ``(b, k)`` or ``(b, q, k)`` (bool True = may attend, or a float bias). Returns
 ``(context, weights or None)`` with context ``(b, d_v)`` / ``(b, q, d_v)`` and weights ``(b, k)`` /
-``(b, q, k)`` when ``need_weights=True``.
+``(b, q, k)`` when ``need_weights=True``. That ``forward`` is written once, here (``keyed_forward``);
+a module gives its score (``_score(projected)``), its ``query_dim`` and ``key_dim``, the width of
+its ``precompute`` (``projected_width``) and whether it reads it (``reads_projected``).
 
 The masked softmax and the weighted sum are the core's
 (``attnlab.functional.attention.attention`` with the module's score as a
@@ -21,10 +23,14 @@ all-NaN row there, with or without a mask of its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .. import _checks
 from ..functional.attention import ScoreFn, attention
+from ..trace import active
+from ._signature import classic_forward
 
 
 def prepare(
@@ -103,3 +109,37 @@ def finish(
     if single:
         context, weights = context.squeeze(1), weights.squeeze(1)
     return context, (weights if need_weights else None)
+
+
+@classic_forward
+def keyed_forward(
+    self: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor | None = None,
+    *,
+    mask: torch.Tensor | None = None,
+    need_weights: bool = False,
+    projected_keys: torch.Tensor | None = None,
+    kv_finite: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
+    mask (b, k) | (b, q, k) → (context, weights or None).
+
+    ``projected_keys``: ``precompute(key)``, computed once per sentence (not read while a trace
+    records: the readable scores run on the keys). ``kv_finite=True``: the caller vouches that keys,
+    values (and ``projected_keys``) hold no NaN or inf at masked positions, so the core skips its
+    per-call passes over them (``attnlab.attention``'s flag; a decoder whose memory's padding is
+    zero by construction).
+    """
+    query, values, mask, single = prepare(query, key, value, mask)
+    if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
+        raise ValueError(
+            f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
+            f"got query {tuple(query.shape)} and keys {tuple(key.shape)}"
+        )
+    _checks.module_input(self, ("query", "keys"), (query, key))
+    if projected_keys is None or active() or not self.reads_projected:
+        return finish(query, key, values, self._score(False), mask, single, need_weights, kv_finite)
+    check_projected(projected_keys, key, self.projected_width)
+    return finish(query, projected_keys, values, self._score(True), mask, single, need_weights, kv_finite)

@@ -32,11 +32,11 @@ from torch import nn
 
 from .. import _checks
 from ..functional import scores as _scores
+from ..functional.attention import ScoreFn
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active
-from ._keyed import check_projected, finish, mask_keys, prepare
-from ._signature import classic_forward
+from ._keyed import keyed_forward, mask_keys
 from .registry import register
 
 IMPLS = ("chunked", "reference")
@@ -77,38 +77,24 @@ class AdditiveAttention(nn.Module):
         """
         return map_finite_rows(self.w_k, mask_keys(keys, mask))
 
-    @classic_forward
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        projected_keys: torch.Tensor | None = None,
-        kv_finite: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
-        mask (b, k) | (b, q, k) → (context, weights or None).
-
-        ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
-        NaN or inf at masked positions, so the core skips its per-call passes over them
-        (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
-        """
-        query, values, mask, single = prepare(query, key, value, mask)
-        _checks.module_input(self, ("query", "keys"), (query, key))
+    def _score(self, projected: bool) -> ScoreFn:
+        """The score (q, k) → (b, q, k) that the core calls; k is raw keys, or precompute(keys) if ``projected``."""
         w_q, v = self.w_q.weight, self.v
-        if active() or self.impl == "reference":
-            score = lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)  # noqa: E731  (records its steps)
-            return finish(query, key, values, score, mask, single, need_weights, kv_finite)
-        chunk = self.max_elems
-        if projected_keys is None:  # project inside the score: the core has zeroed non-finite keys
-            score = lambda q, k: chunked_additive_scores(self.w_q(q), self.w_k(k), v, max_elems=chunk)  # noqa: E731
-            return finish(query, key, values, score, mask, single, need_weights, kv_finite)
-        check_projected(projected_keys, key, self.attn_dim)
-        score = lambda q, wk: chunked_additive_scores(self.w_q(q), wk, v, max_elems=chunk)  # noqa: E731
-        return finish(query, projected_keys, values, score, mask, single, need_weights, kv_finite)
+        if active() or self.impl == "reference":  # the readable reference, recording its steps
+            return lambda q, k: _scores.additive(q, k, w_q, self.w_k.weight, v)
+        keys_part = (lambda wk: wk) if projected else self.w_k  # raw keys: the core has zeroed non-finite ones
+        return lambda q, k: chunked_additive_scores(self.w_q(q), keys_part(k), v, max_elems=self.max_elems)
+
+    forward = keyed_forward  # the decoder-side modules' one forward (nn._keyed)
+
+    @property
+    def reads_projected(self) -> bool:
+        """projected_keys= (precompute(keys)) is read by the chunked path outside a trace."""
+        return self.impl != "reference"
+
+    @property
+    def projected_width(self) -> int:
+        return self.attn_dim
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, impl={self.impl!r}"

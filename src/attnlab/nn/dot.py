@@ -9,12 +9,14 @@ in the registry beside the learned ones. Shapes: query (..., q, d), key
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from .. import _checks
 from ..functional.attention import attention
-from ._signature import classic_forward
+from ._signature import core_forward
 from .registry import register
 
 
@@ -30,28 +32,11 @@ class DotProductAttention(nn.Module):
         scale = None if scale is None else _checks.scale(scale)
         self.scaled, self.scale, self.attn_drop = scaled, scale, _checks.probability("attn_drop", attn_drop)
 
-    @classic_forward
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        causal: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return attention(
-            query,
-            key,
-            key if value is None else value,
-            score="scaled_dot" if self.scaled else "dot",
-            scale=self.scale,
-            mask=mask,
-            causal=causal,
-            dropout_p=self.attn_drop if self.training else 0.0,
-            need_weights=need_weights,
-        )
+    forward = core_forward  # the classic modules' one forward (nn._signature)
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               **core: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return attention(query, key, value, score="scaled_dot" if self.scaled else "dot", scale=self.scale, **core)
 
     def extra_repr(self) -> str:
         return f"scaled={self.scaled}, scale={self.scale}, attn_drop={self.attn_drop}"

@@ -36,8 +36,7 @@ from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
 from ..trace import active, record
-from ._keyed import check_projected, finish, mask_keys, prepare
-from ._signature import classic_forward
+from ._keyed import keyed_forward, mask_keys
 from .registry import register
 
 SCORES = ("dot", "general", "concat")
@@ -118,37 +117,13 @@ class LuongAttention(nn.Module):
         record("scaled_scores", f"e_ij · {s:.6g}  (= 1/√d_k)", scaled, latex=r"e_{ij} / \sqrt{d_k}")
         return scaled
 
-    @classic_forward
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        projected_keys: torch.Tensor | None = None,
-        kv_finite: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
-        mask (b, k) | (b, q, k) → (context, weights or None).
+    forward = keyed_forward  # the decoder-side modules' one forward (nn._keyed)
+    reads_projected = True  # projected_keys= (precompute(keys)) is read outside a trace
 
-        ``kv_finite=True``: the caller vouches that keys, values (and ``projected_keys``) hold no
-        NaN or inf at masked positions, so the core skips its per-call passes over them
-        (``attnlab.attention``'s flag; a decoder whose memory's padding is zero by construction).
-        """
-        query, values, mask, single = prepare(query, key, value, mask)
-        if query.shape[-1] != self.query_dim or key.shape[-1] != self.key_dim:
-            raise ValueError(
-                f"expected query (..., {self.query_dim}) and keys (b, k, {self.key_dim}); "
-                f"got query {tuple(query.shape)} and keys {tuple(key.shape)}"
-            )
-        _checks.module_input(self, ("query", "keys"), (query, key))
-        if projected_keys is None or active():
-            return finish(query, key, values, self._score(False), mask, single, need_weights, kv_finite)
-        width = {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
-        check_projected(projected_keys, key, width)
-        return finish(query, projected_keys, values, self._score(True), mask, single, need_weights, kv_finite)
+    @property
+    def projected_width(self) -> int:
+        """The width of ``precompute(keys)``: d_k (dot), d_q (general), d_a (concat)."""
+        return {"dot": self.key_dim, "general": self.query_dim}.get(self.score) or self.attn_dim
 
     def extra_repr(self) -> str:
         return f"query_dim={self.query_dim}, key_dim={self.key_dim}, score={self.score!r}, scale={self.scale}"

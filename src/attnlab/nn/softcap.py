@@ -10,12 +10,14 @@ key (..., k, d), value (..., k, d_v) → (..., q, d_v), weights (..., q, k).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from .. import _checks
 from ..functional.softcap import check_cap, softcap_attention
-from ._signature import classic_forward
+from ._signature import core_forward
 from .registry import register
 
 
@@ -28,21 +30,11 @@ class SoftcapAttention(nn.Module):
         scale = None if scale is None else _checks.scale(scale)
         self.cap, self.scale, self.attn_drop = check_cap(cap), scale, _checks.probability("attn_drop", attn_drop)
 
-    @classic_forward
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        causal: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return softcap_attention(
-            query, key, key if value is None else value, cap=self.cap, scale=self.scale, mask=mask, causal=causal,
-            dropout_p=self.attn_drop if self.training else 0.0, need_weights=need_weights,
-        )
+    forward = core_forward  # the classic modules' one forward (nn._signature)
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               **core: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return softcap_attention(query, key, value, cap=self.cap, scale=self.scale, **core)
 
     def extra_repr(self) -> str:
         return f"cap={self.cap}, scale={self.scale}"

@@ -45,8 +45,7 @@ from ..models.captioner import Captioner, CaptionerConfig
 from . import runlog
 from .checkpoint import CheckpointError, save_checkpoint
 from .finite import check_mode
-from .fit import FitConfig, Step, model_entry
-from .fit import fit as train_fit
+from .fit import FitConfig, Step, fit, model_entry
 from .runtime import Runtime, device_of
 
 DATASETS = ("scenes", "emoji")
@@ -223,15 +222,6 @@ def timing_of(records: list[dict]) -> list[dict]:
     return [{k: r[k] for k in ("wall_s", "tokens_per_s", "skipped") if k in r} for r in records if "loss" in r]
 
 
-def fit(model: Captioner, images: torch.Tensor, inp: torch.Tensor, tgt: torch.Tensor, *, epochs: int, batch_size: int,
-        lr: float, seed: int, runtime: Runtime | None = None) -> list[float]:
-    """Train ``model`` without a checkpoint with ``train.fit.fit`` (``CaptionTask``); returns each epoch's mean loss."""
-    task = CaptionTask(model, images, inp, tgt, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed)
-    result = train_fit(task, task.fit_config(), runtime)
-    model.eval()
-    return history_of(result.history)
-
-
 def _finite(obj) -> bool:
     """Every number in a JSON value is finite."""
     if isinstance(obj, float):
@@ -332,9 +322,9 @@ def train_captioner(
                        probe=probe if log else None)
     task.checkpoint_extra = ({k: v for k, v in _caption_config(model, cfg).items() if k != "model"},
                              {"vocab.json": vocab.to_json()})
-    result = train_fit(task, task.fit_config(cfg.on_nonfinite, cfg.max_seconds), runtime, out, resume=resume,
-                       stop_after=None if stop_after is None else stop_after * task.per_epoch, progress=progress,
-                       log=(lambda msg: log("  " + msg)) if log else None)
+    result = fit(task, task.fit_config(cfg.on_nonfinite, cfg.max_seconds), runtime, out, resume=resume,
+                 stop_after=None if stop_after is None else stop_after * task.per_epoch, progress=progress,
+                 log=(lambda msg: log("  " + msg)) if log else None)
     model.eval()
     history, timing = history_of(result.history), timing_of(result.history)
     main = runtime is None or runtime.is_main
@@ -390,4 +380,4 @@ def caption_image(model: Captioner, vocab: Vocab, image: np.ndarray | torch.Tens
 
 
 __all__ = ["CaptionTrainConfig", "CaptionTask", "Caption", "train_captioner", "save_captioner", "caption_image",
-           "encode_captions", "load_corpus", "fit", "history_of", "timing_of", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]
+           "encode_captions", "load_corpus", "history_of", "timing_of", "evaluate_scenes", "region_cells", "format_scores", "DATASETS"]

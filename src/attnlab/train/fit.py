@@ -2,8 +2,9 @@
 
 A *task* (``Task``) says what is trained: its model and optimizer, the batch of step i, the
 loss of a batch as (sum, count), its evaluation, its log records and what its checkpoint holds.
-The translation models (``train.loop.Seq2SeqTask``), the character GPT (``train.lm.LMTask``)
-and the captioner (``train.caption.CaptionTask``) are tasks; the loop is the same for all:
+The translation models (``train.loop.Seq2SeqTask``), the character GPT (``train.lm.LMTask``),
+the captioner (``train.caption.CaptionTask``) and the experiments' classifiers
+(``train.classify.ClassifierTask``) are tasks; the loop is the same for all:
 
 * ``Runtime.step``: one optimizer step on this rank's part of the global batch, the gradient
   that of the global mean (``train.runtime``); ``FiniteGuard`` checks every step's gradients
