@@ -44,3 +44,27 @@ def test_de_en_names_the_capitalised_word_it_knows(capsys):
     with pytest.raises(ValueError) as e:
         pretrained.translate("de-en", "Das Quuxwetter ist schön.")
     assert str(e.value) == "'Quuxwetter' not in the word-level vocabulary (20077 tokens) of this model"
+
+
+@pytest.mark.parametrize("text, english", [
+    ("两千", "two thousand"), ("两万", "twenty thousand"), ("两亿", "two hundred million"),
+    ("一万两千", "twelve thousand"), ("两千零五", "two thousand and five"),  # 两: the everyday form of 二
+    ("四", "four"), ("八", "eight"), ("零", "zero"), ("十", "ten"), ("十五", "fifteen"), ("二十", "twenty"),
+    ("五亿零五千零四十", "five hundred million, five thousand and forty"),  # a whole zero group
+    ("一万亿零一千", "one trillion, one thousand"),
+])
+def test_zh_en_numbers_reads_the_forms_a_chinese_reader_writes(text, english):
+    t = pretrained.translate("zh-en-numbers", text)
+    assert (t.text, t.notes) == (english, [])
+
+
+def test_zh_en_numbers_notes_a_number_longer_than_its_training_numbers(capsys):
+    out, err = _translate(capsys, "一百万亿", "九万九千九百九十九亿九千九百九十九万九千九百九十九")
+    assert out[1] == ("九万九千九百九十九亿九千九百九十九万九千九百九十九 → nine trillion, nine hundred and ninety-nine "
+                      "billion, nine hundred and ninety-nine million, nine hundred and ninety-nine thousand, nine "
+                      "hundred and ninety-nine")  # 13 digits: the longest it trained on, no note
+    assert err == ["note: a number of 15 digits; this model was trained on numbers of at most 13 digits, so the "
+                   "translation is likely wrong"]
+    assert pretrained.translate("zh-en-numbers", "三" * 30).notes == [
+        "note: 30 tokens, longer than any sentence this model was trained on (at most 25); the translation is "
+        "likely wrong"]

@@ -63,9 +63,11 @@ CARDS: dict[str, dict[str, Any]] = {
         "title": "Chinese numerals → English words, with additive (Bahdanau) attention",
         "summary": "Reads a number written in Chinese characters (三千零五) one character at a time and writes "
                    "it in English words (three thousand and five); its alignments show which character each "
-                   "word comes from.",
-        "data": "the numbers corpus: 20,000 numbers up to 13 digits drawn with seed 0, written by cn2an "
-                "(Chinese) and num2words (English); 18,000 train, 1,000 valid, 1,000 test",
+                   "word comes from. 两 (两千, 两万: the everyday form) is read as 二.",
+        "data": "the numbers corpus: 20,000 numbers up to 13 digits drawn with seed 0, a third of them with a run "
+                "of zero digits (30,005; 500,005,040), written in Chinese numerals by attnlab.data.numbers.chinese "
+                "(one 零 per run of zeros: 五亿零五千零四十) and in English by num2words; every number below 100 in "
+                "training; 18,000 train, 1,000 valid, 1,000 test",
         "licence": "weights: MIT, like attnlab; the numbers are generated",
         "recipe": ["train", "seq2seq", "--data", "numbers-zh-en", "--attention", "bahdanau", "--steps", "3000",
                    "--eval-every", "1000", *_SEQ2SEQ_LOG],
