@@ -73,11 +73,13 @@ CARDS: dict[str, dict[str, Any]] = {
                    "--eval-every", "1000", *_SEQ2SEQ_LOG],
         "dtype": "float32",
         "failure_modes": [
-            "one-character numbers (四, 八): the 18,000 training numbers hold one (十) and 13 of at most two "
-            "characters; it often repeats the word (four four four …) until the length limit, or adds a hundred",
-            "零 on its own (zero): the word never occurs in training, so the target vocabulary lacks it",
-            "long numbers with 亿 and a zero group (四百四十九亿零四万…): now and then a million group is dropped "
-            "or off by one",
+            "numbers of more than 13 digits (一百万亿): it never saw one and writes a wrong number; translate says so "
+            "in a note",
+            "一十 at the start (一十五, as on cheques) and the financial numerals (壹, 贰, 仟): write 十五 and 一, 二, 千; "
+            "一十五 comes out as ten, 壹 is refused",
+            "a rare pattern now and then: 1 of 1,000 fresh numbers (drawn with seed 7, none in its corpus) comes out "
+            "wrong (八万二千九百三十亿 → eight trillion, two hundred and ninety-three billion, …), and 一千零一十亿 "
+            "→ one hundred and one billion, one billion, …",
         ],
         "try": ["translate --pretrained zh-en-numbers 三千零五",
                 "view --pretrained zh-en-numbers --text 四十二万 -o page.html"],
