@@ -24,6 +24,7 @@ decoder's self-attention: its inputs, ``<s>`` and the output before each step).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ._deprecated import deprecated_alias
 from ._errors import UsageError
@@ -125,7 +126,7 @@ def attention_document(model, src, src_mask, src_tokens: list[str], out_tokens: 
 def run(args: argparse.Namespace) -> int:
     from ..data import source_batch
     from ..data.vocab import tokenize
-    from ..pretrained import source_ids
+    from ..pretrained import input_notes, source_ids
     from ..train.decode import beam_search, greedy
     from ..train.load import load_model
 
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
     for n, (text, h) in enumerate(zip(args.texts, hyps)):
         out_tokens = tv.tokens(h.tokens) + (["</s>"] if h.ended else [])
         print(f"{text.strip()} → {tv.decode(h.tokens)}" + ("" if h.ended else f"  (stopped at --max-len {args.max_len})"))
+        for note in input_notes(text, len(ids[n]), config):  # after the line it is about, on stderr
+            sys.stdout.flush()
+            print(note, file=sys.stderr)
         if h.weights is not None and not args.no_alignment:
             if getattr(model, "alignment", None):
                 print(f"(alignment: {model.alignment})")

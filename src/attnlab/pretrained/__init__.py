@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,22 +85,85 @@ class Translation:
     tokens: list[str]
     source_tokens: list[str]
     weights: Any
+    notes: list[str] = field(default_factory=list)  # what ``input_notes`` says of the source
+
+
+# Sources in German, from the Ding dictionary: every training sentence starts with a capital letter and ends
+# with . ! or ?
+_SENTENCE_DATA = ("ding-de-en", "ding-phrases-de-en")
+
+
+def _data_name(config: dict[str, Any]) -> str:
+    data = config.get("data")
+    return str(data.get("name", "")) if isinstance(data, dict) else ""
+
+
+def as_trained(text: str, config: dict[str, Any]) -> str:
+    """``text`` in the form the model was trained on, where that is one character for one character:
+    for Chinese numerals, 两 → 二 (两千, 两万: the everyday form) and 〇 → 零."""
+    if _data_name(config).startswith("numbers-zh-"):
+        from ..data.numbers import normalise_chinese
+
+        return normalise_chinese(text)
+    return text
+
+
+def input_notes(text: str, n_tokens: int, config: dict[str, Any]) -> list[str]:
+    """One-line notes on a source unlike anything the model was trained on (``n_tokens`` tokens long):
+    longer than its longest training sentence, a number of more digits than its training numbers, a
+    sentence without the capital letter and the final . ! or ? of all its training sentences."""
+    notes, name, text = [], _data_name(config), text.strip()
+    digits = config.get("data", {}).get("max_digits") if name.startswith("numbers-zh-") else None
+    if isinstance(digits, int):
+        from ..data.numbers import chinese_value
+
+        value = chinese_value(text)
+        if value is not None and len(str(value)) > digits:
+            notes.append(f"note: a number of {len(str(value))} digits; this model was trained on numbers of at "
+                         f"most {digits} digits, so the translation is likely wrong")
+    longest = config.get("max_src_len")
+    if isinstance(longest, int) and n_tokens > longest and not notes:
+        notes.append(f"note: {n_tokens} tokens, longer than any sentence this model was trained on (at most "
+                     f"{longest}); the translation is likely wrong")
+    if name in _SENTENCE_DATA and text and not (text[0].isupper() and text[-1] in ".!?"):
+        notes.append("note: the model was trained on sentences that start with a capital letter and end with "
+                     f". ! or ?; try {_as_sentence(text)!r}")
+    return notes
+
+
+def _as_sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + ("" if text[-1] in ".!?" else ".")
 
 
 def source_ids(text: object, vocab, config: dict[str, Any]) -> list[int]:
     """The token ids of one sentence to translate, checked as ``attnlab translate`` checks its texts:
     a str (``TypeError`` otherwise) that is not blank, of known tokens, at most twice as long as the
-    longest source the model was trained on (``config["max_src_len"]``); ``ValueError`` otherwise."""
+    longest source the model was trained on (``config["max_src_len"]``); ``ValueError`` otherwise.
+    The text is read ``as_trained`` (两千 as 二千 by a Chinese numbers model)."""
     if not isinstance(text, str):
         raise TypeError(f"the text to translate must be a str; got {type(text).__name__}")
     if not text.strip():
         raise ValueError("an empty sentence cannot be translated")
     limit = 2 * int(config.get("max_src_len", 1000))
-    ids = vocab.encode(text.strip(), strict=True)
+    try:
+        ids = vocab.encode(as_trained(text.strip(), config), strict=True)
+    except ValueError as e:
+        raise ValueError(f"{e}{_other_case(text, vocab)}") from None
     if len(ids) > limit:
         raise ValueError(f"the sentence has {len(ids)} tokens; this model was trained on at most {limit // 2} "
                          f"(limit {limit})")
     return ids
+
+
+def _other_case(text: str, vocab) -> str:
+    """"; it knows 'Wetter'" for the unknown words that the vocabulary holds with another first letter."""
+    from ..data.vocab import tokenize
+
+    if vocab.level != "word":
+        return ""
+    other = [t[0].swapcase() + t[1:] for t in tokenize(text.strip(), "word") if t not in vocab.stoi]
+    known = [repr(t) for t in dict.fromkeys(other) if t in vocab.stoi]
+    return f"; it knows {', '.join(known)}" if known else ""
 
 
 def translate(name: str, text: str) -> Translation:
@@ -117,7 +180,7 @@ def translate(name: str, text: str) -> Translation:
     ids = source_ids(text, sv, loaded.config)
     hyp = greedy(loaded.model, *source_batch([ids]), max_len=length_guard([len(ids)]))[0]
     return Translation(tv.decode(hyp.tokens), tv.tokens(hyp.tokens) + (["</s>"] if hyp.ended else []),
-                       tokenize(text.strip(), sv.level), hyp.weights)
+                       tokenize(text.strip(), sv.level), hyp.weights, input_notes(text, len(ids), loaded.config))
 
 
 @functools.lru_cache(maxsize=4)
@@ -170,4 +233,4 @@ def info_text(name: str) -> str:
 
 
 __all__ = ["NAMES", "UnknownModel", "names", "folder", "card", "load", "recipe", "with_recipe", "info_text", "translate",
-           "Translation", "source_ids"]
+           "Translation", "source_ids", "as_trained", "input_notes"]
