@@ -283,3 +283,26 @@ def test_a_causal_value_keeps_no_plan_per_step_of_a_growing_cache():
             ref, _ = attnlab.attention(q, k, v, causal=True)
             torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     assert m._plans == {}
+
+
+def test_a_documents_value_keeps_its_varlen_plan_and_nothing_else_keeps_one(monkeypatch):
+    from attnlab.kernels import varlen
+
+    made = []
+    real = varlen.documents
+    monkeypatch.setattr(varlen, "documents", lambda *a: made.append(a) or real(*a))
+    q, k, v = (t[0].transpose(0, 1) for t in _qkv(b=1, h=2, q=6, k=6))  # packed (total, h, d)
+    same = np.equal.outer([0, 0, 0, 1, 1, 2], [0, 0, 0, 1, 1, 2])
+    want = _np_attention(*(t.transpose(0, 1) for t in (q, k, v)), same).transpose(1, 0, 2)
+    m = Mask.documents([0, 3, 5, 6])
+    for _ in range(3):
+        out, _ = varlen.varlen_attention(q, k, v, m, block=2)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    assert len(made) == 1 and list(m._plans) == [("documents pattern", False)]
+    for _ in range(2):  # the boundaries alone: a pattern for the call, kept by no one
+        varlen.varlen_attention(q, k, v, [0, 3, 5, 6], block=2)
+    assert len(made) == 3
+    with pytest.raises(ValueError) as e:
+        varlen.varlen_attention(q, k, v, Mask.causal())
+    assert str(e.value) == ("varlen_attention takes cu_seqlens or Mask.documents(cu_seqlens); "
+                            "got Mask(causal(align='bottom-right'))")
