@@ -306,3 +306,28 @@ def test_a_documents_value_keeps_its_varlen_plan_and_nothing_else_keeps_one(monk
         varlen.varlen_attention(q, k, v, Mask.causal())
     assert str(e.value) == ("varlen_attention takes cu_seqlens or Mask.documents(cu_seqlens); "
                             "got Mask(causal(align='bottom-right'))")
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
+def test_gpt_passes_one_causal_value_to_every_layer_prefill_and_decoding(monkeypatch, positional):
+    from attnlab.models.gpt import GPT, GPTConfig
+    from attnlab.nn.cache import KVCache
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, dim=16, num_layers=3, num_heads=2,
+                          positional=positional)).double().eval()
+    tokens = torch.randint(0, 11, (2, 7))
+    seen = []
+    real_forward = MultiHeadAttention.forward
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, *a, **kw: seen.append(kw) or
+                        real_forward(self, *a, **kw))
+    logits = model(tokens)
+    assert len({id(kw["mask"]) for kw in seen}) == 1 and len(seen) == 3
+    assert all(kw["mask"].is_causal and not kw.get("causal") for kw in seen)
+    cache = KVCache(3)
+    steps = [model(tokens[:, :4], cache=cache)] + [model(tokens[:, i:i + 1], cache=cache) for i in range(4, 7)]
+    # the same numbers as every layer told causal=True (a dense reference: an explicit lower triangle)
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, x, *a, mask=None, causal=False, **kw: real_forward(
+        self, x, *a, mask=None, causal=True, **kw))
+    torch.testing.assert_close(model(tokens), logits, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-9, atol=1e-10)

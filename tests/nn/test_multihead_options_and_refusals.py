@@ -428,15 +428,16 @@ def test_context_parallel_refusals(one_process_group):
     m = MultiHeadAttention(8, 2, backend=ContextParallel())
     x = torch.randn(2, 4, 8)
     takes = ("the backend ContextParallel(group=None, mode='ring', layout='contiguous') takes self-attention m(x) of a "
-             "sharded sequence, without a cache and without weights (they would be n × n), with no mask or this rank's "
-             "key padding: Mask.padding(keep), or a (b, n/W) or (b, 1, 1, n/W) bool mask; got ")
+             "sharded sequence, without a cache and without weights (they would be n × n), with no mask, Mask.causal() or "
+             "this rank's key padding: Mask.padding(keep), or a (b, n/W) or (b, 1, 1, n/W) bool mask; got ")
     for call, given in ((lambda: m(x, torch.randn(2, 4, 8)), "cross-attention (key and value given)"),
                         (lambda: m(x, cache=LayerCache()), "self-attention, a cache"),
                         (lambda: m(x, need_weights=True), "self-attention, need_weights=True"),
                         (lambda: m(x, mask=torch.zeros(2, 4)), "self-attention, a torch.float32 mask of shape (2, 4)"),
                         (lambda: m(x, mask=torch.ones(2, 4, 4, dtype=torch.bool)),
                          "self-attention, a torch.bool mask of shape (2, 4, 4)"),
-                        (lambda: m(x, mask=Mask.causal()), "self-attention, the mask Mask(causal(align='bottom-right'))")):
+                        (lambda: m(x, mask=Mask.causal() & Mask.padding([4, 3])),
+                         "self-attention, the mask Mask(causal(align='bottom-right') & padding(lengths=[4, 3]))")):
         with pytest.raises(ValueError) as e:
             call()
         assert str(e.value) == takes + given

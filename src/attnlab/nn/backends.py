@@ -53,6 +53,11 @@ def _as_tensor(mask: torch.Tensor | Mask | None, q_len: int, k_len: int, device:
     return mask.keys[:, None, None, :] if mask.keys is not None else mask.tensor(q_len, k_len, device)
 
 
+def _causal_value(mask: torch.Tensor | Mask | None, causal: bool) -> tuple[torch.Tensor | Mask | None, bool]:
+    """``Mask.causal()`` as the kernel's own causal flag (self-attention: q = k, so both alignments agree)."""
+    return (None, True) if isinstance(mask, Mask) and mask.is_causal else (mask, causal)
+
+
 def _padding_or_none(mask: torch.Tensor | None, b: int, n: int) -> bool:
     """No mask, or a bool (b, 1, 1, n) key padding mask (what ``score_mask`` makes of a (b, n) one)."""
     return mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n))
@@ -166,6 +171,7 @@ class BlockSparse(Backend):
         kv_finite: bool = False,
     ) -> Result:
         b, n = q.shape[0], q.shape[-2]
+        mask, causal = _causal_value(mask, causal)
         mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and mask.dtype != torch.bool:
             raise ValueError(
@@ -219,6 +225,7 @@ class ContextParallel(Backend):
         from ..distributed import context_parallel_attention
 
         b, n = q.shape[0], q.shape[-2]
+        mask, causal = _causal_value(mask, causal)
         mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and not _padding_or_none(mask, b, n):
             raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
@@ -238,13 +245,15 @@ class ContextParallel(Backend):
 
     key_padding_only = True
     takes = ("self-attention m(x) of a sharded sequence, without a cache and without weights (they would be "
-             "n × n), with no mask or this rank's key padding: Mask.padding(keep), or a (b, n/W) or (b, 1, 1, n/W) bool mask")
+             "n × n), with no mask, Mask.causal() or this rank's key padding: Mask.padding(keep), or a (b, n/W) or "
+             "(b, 1, 1, n/W) bool mask")
 
     def supports(
         self, mask: torch.Tensor | Mask | None, *, self_attention: bool = True, cached: bool = False,
         need_weights: bool = False,
     ) -> bool:
-        return self_attention and not cached and not need_weights and _key_padding(mask)
+        causal = isinstance(mask, Mask) and mask.is_causal
+        return self_attention and not cached and not need_weights and (causal or _key_padding(mask))
 
     def position_offset(self, n: int) -> int:
         from ..distributed.layout import world
