@@ -331,3 +331,40 @@ def test_gpt_passes_one_causal_value_to_every_layer_prefill_and_decoding(monkeyp
         self, x, *a, mask=None, causal=True, **kw))
     torch.testing.assert_close(model(tokens), logits, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-9, atol=1e-10)
+
+
+@pytest.fixture
+def branch_free(monkeypatch):
+    """The path a GPU takes (no look at the values on the host), run here on the CPU."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("attnlab.functional.attention"), "_host_checks", lambda t: False)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad):
+    q, k, v = _qkv(b=3, q=4, k=6)
+    k[0, :, 4], v[0, :, 5, 1] = float("nan"), float("inf")  # padded: must change nothing
+    v[1, 1, 2, 3] = float("nan")  # allowed: every row of that (sequence, head) is NaN, whole
+    q[2, 0, 1, 0] = float("inf")  # the query's own row
+    lengths = [4, 6, 0]
+    allowed = np.array([[j < n for j in range(6)] for n in lengths])[:, None, None, :]
+    q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
+    out, _ = attnlab.attention(q, k, v, mask=Mask.padding(lengths, 6))
+    clean = [np.nan_to_num(t.detach().numpy(), posinf=0.0) for t in (q, k, v)]
+    want = _np_attention(*clean, allowed)
+    want[1, 1] = np.nan
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+    assert torch.all(out[2] == 0)  # an empty sequence: zeros, its NaN query notwithstanding
+    if grad:
+        torch.where(out.isnan(), 0.0, out).sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        assert torch.all(k.grad[0, :, 4:] == 0) and torch.all(v.grad[0, :, 4:] == 0)
+
+
+def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value():
+    value = Mask.padding(torch.tensor([64, 30]), 64)
+    _ops_outside(mask=value)  # the value's plan for this call's shape, made once
+    assert len(_ops_outside(mask=value)) <= 7, _ops_outside(mask=value)
+    for kw in ({"causal": True}, {"mask": Mask.causal()}):
+        assert len(_ops_outside(**kw)) <= 8, _ops_outside(**kw)
