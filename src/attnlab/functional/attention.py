@@ -523,6 +523,18 @@ def _check_call(
     return scores_shape, scale, score_fn
 
 
+def _raw_padding(mask: torch.Tensor, scores_shape: torch.Size, dtype: torch.dtype,
+                 on_host: bool) -> tuple[torch.Tensor | None, Any]:
+    """A raw mask checked against the scores; off the CPU's look-ahead, a bool (b|1, 1, 1, k) key padding
+    gives (its padded key rows (b|1, 1, k, 1), its rows that may attend nothing (b|1, 1, 1, 1)), as
+    ``Mask.padding``'s plan does; any other mask (None, UNKNOWN)."""
+    _checks.mask(mask, scores_shape, dtype)
+    lead = scores_shape[:-2]
+    if on_host or mask.dtype != torch.bool or mask.dim() != 4 or len(lead) != 2 or tuple(mask.shape[1:3]) != (1, 1):
+        return None, UNKNOWN
+    return ~mask.transpose(-1, -2), ~mask.any(-1, keepdim=True)
+
+
 def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
     """(..., q|1, 1) bool: the rows of a raw mask that may attend nothing, None when there is none (a host read)."""
     if mask is None:
@@ -585,8 +597,8 @@ def attention(
     on_host = _host_checks(query)
     if isinstance(mask, Mask):
         mask, causal, dead, rows = _from_value(mask, causal, scores_shape, query, on_host)
-    elif mask is not None:
-        _checks.mask(mask, scores_shape, query.dtype)
+    elif mask is not None:  # checked; on a device, a bool key padding tensor runs as a padding value does
+        rows, dead = _raw_padding(mask, scores_shape, query.dtype, on_host)
     if mask is not None and mask.dim() < 2:  # a (k,) mask: every query alike
         mask = mask.reshape(1, -1).expand(1, scores_shape[-1]) if mask.dim() else mask.reshape(1, 1)
     q_len, k_len = scores_shape[-2], scores_shape[-1]
