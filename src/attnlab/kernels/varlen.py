@@ -44,10 +44,10 @@ def _pattern(cu_seqlens: torch.Tensor | list[int] | Mask, causal: bool, device: 
     if not isinstance(cu_seqlens, Mask):
         lengths = lengths_of(cu_seqlens, device)
         return documents(lengths if lengths else (0,), causal)
-    m, lengths = cu_seqlens, cu_seqlens.document_lengths
-    if lengths is None:
+    m, held = cu_seqlens, cu_seqlens.document_lengths
+    if held is None:
         raise ValueError(f"varlen_attention takes cu_seqlens or Mask.documents(cu_seqlens); got {m!r}")
-    return m.plan(("documents pattern", causal), lambda: documents(lengths if lengths else (0,), causal))
+    return m.plan(("documents pattern", causal), lambda: documents(held if held else (0,), causal))
 
 
 _CU = "cu_seqlens must be non-decreasing integers starting at 0, [0, l_1, l_1 + l_2, …, total]"
