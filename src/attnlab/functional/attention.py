@@ -243,8 +243,7 @@ def _lean_keys(
             return key, value, key.sum((-2, -1), keepdim=True, dtype=acc) + value.sum((-2, -1), keepdim=True, dtype=acc)
     with torch.no_grad():
         kv = key.sum(-1, keepdim=True, dtype=acc) + value.sum(-1, keepdim=True, dtype=acc)  # (..., k, 1)
-        wide = torch.float32 if key.device.type == "mps" else torch.float64  # a running sum that cannot overflow
-        seen = kv.cumsum(-2, dtype=wide)  # (..., k, 1): non-finite from the first non-finite key row on
+        seen = kv.cumsum(-2)  # (..., k, 1): non-finite from the first non-finite key row on
         if seen.shape[-2] != query.shape[-2]:
             seen = seen[..., seen.shape[-2] - query.shape[-2]:, :]  # (..., q, 1)
     return zero_nonfinite_entries(key), zero_nonfinite_entries(value), seen
@@ -262,7 +261,8 @@ def _device_lean(
     reaches its row by the arithmetic itself. With a gradient, the query, keys and values are cleaned
     whole as well, so that no NaN reaches a gradient through the kernel's backward."""
     grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    acc = torch.float64 if query.dtype == torch.float64 else torch.float32
+    # the sums in float64 (a device without it: float32), so a finite product of two sums stays finite
+    acc = torch.float32 if query.device.type == "mps" else torch.float64
     with torch.no_grad():
         seen = query.sum(-1, keepdim=True, dtype=acc)  # (..., q, 1)
     kv = None
@@ -273,8 +273,8 @@ def _device_lean(
     if grad:
         query = zero_nonfinite_entries(query)
     out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, grad)
-    if grad:  # (not in place: the kernel keeps its output for its backward)
-        out = (out.add(seen, alpha=0.0) if kv is None else out.addcmul(seen, kv, value=0.0)).to(out.dtype)
+    if grad:  # not in place (the kernel keeps its output for its backward): 0 or NaN per row, then one add
+        out = out + (seen if kv is None else seen * kv).mul_(0.0).to(out.dtype)
     else:  # 0 · (the query's sum) · (what it sees): 0 where both are finite, NaN otherwise
         out = out.add_(seen, alpha=0.0) if kv is None else out.addcmul_(seen, kv, value=0.0)
     return finish_nonfinite(out, None, dead)
