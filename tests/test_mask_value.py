@@ -233,6 +233,7 @@ def test_a_padding_value_dispatches_fewer_operations_than_the_tensor_it_replaces
     """Where values cannot be read (a GPU's path), the value knows its empty rows and dense form."""
     value = Mask.padding(torch.tensor([64, 30]), 64)
     tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")
+    _ops_outside(mask=value)  # its plan for the call's shape: made once
     by_value, by_tensor = _ops_outside(mask=value), _ops_outside(mask=tensor)
     assert len(by_value) < len(by_tensor), (by_value, by_tensor)
     assert "any" not in by_value[:3]  # its empty rows are known: no reduction over the mask first
@@ -283,3 +284,90 @@ def test_a_causal_value_keeps_no_plan_per_step_of_a_growing_cache():
             ref, _ = attnlab.attention(q, k, v, causal=True)
             torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     assert m._plans == {}
+
+
+def test_a_documents_value_keeps_its_varlen_plan_and_nothing_else_keeps_one(monkeypatch):
+    from attnlab.kernels import varlen
+
+    made = []
+    real = varlen.documents
+    monkeypatch.setattr(varlen, "documents", lambda *a: made.append(a) or real(*a))
+    q, k, v = (t[0].transpose(0, 1) for t in _qkv(b=1, h=2, q=6, k=6))  # packed (total, h, d)
+    same = np.equal.outer([0, 0, 0, 1, 1, 2], [0, 0, 0, 1, 1, 2])
+    want = _np_attention(*(t.transpose(0, 1) for t in (q, k, v)), same).transpose(1, 0, 2)
+    m = Mask.documents([0, 3, 5, 6])
+    for _ in range(3):
+        out, _ = varlen.varlen_attention(q, k, v, m, block=2)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-10, atol=1e-12)
+    assert len(made) == 1 and list(m._plans) == [("documents pattern", False)]
+    for _ in range(2):  # the boundaries alone: a pattern for the call, kept by no one
+        varlen.varlen_attention(q, k, v, [0, 3, 5, 6], block=2)
+    assert len(made) == 3
+    with pytest.raises(ValueError) as e:
+        varlen.varlen_attention(q, k, v, Mask.causal())
+    assert str(e.value) == ("varlen_attention takes cu_seqlens or Mask.documents(cu_seqlens); "
+                            "got Mask(causal(align='bottom-right'))")
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
+def test_gpt_passes_one_causal_value_to_every_layer_prefill_and_decoding(monkeypatch, positional):
+    from attnlab.models.gpt import GPT, GPTConfig
+    from attnlab.nn.cache import KVCache
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, block_size=16, dim=16, num_layers=3, num_heads=2,
+                          positional=positional)).double().eval()
+    tokens = torch.randint(0, 11, (2, 7))
+    seen = []
+    real_forward = MultiHeadAttention.forward
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, *a, **kw: seen.append(kw) or
+                        real_forward(self, *a, **kw))
+    logits = model(tokens)
+    assert len({id(kw["mask"]) for kw in seen}) == 1 and len(seen) == 3
+    assert all(kw["mask"].is_causal and not kw.get("causal") for kw in seen)
+    cache = KVCache(3)
+    steps = [model(tokens[:, :4], cache=cache)] + [model(tokens[:, i:i + 1], cache=cache) for i in range(4, 7)]
+    # the same numbers as every layer told causal=True (a dense reference: an explicit lower triangle)
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, x, *a, mask=None, causal=False, **kw: real_forward(
+        self, x, *a, mask=None, causal=True, **kw))
+    torch.testing.assert_close(model(tokens), logits, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.cat(steps, 1), logits, rtol=1e-9, atol=1e-10)
+
+
+@pytest.fixture
+def branch_free(monkeypatch):
+    """The path a GPU takes (no look at the values on the host), run here on the CPU."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("attnlab.functional.attention"), "_host_checks", lambda t: False)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad):
+    q, k, v = _qkv(b=3, q=4, k=6)
+    k[0, :, 4], v[0, :, 5, 1] = float("nan"), float("inf")  # padded: must change nothing
+    v[1, 1, 2, 3] = float("nan")  # allowed: every row of that (sequence, head) is NaN, whole
+    q[2, 0, 1, 0] = float("inf")  # the query's own row
+    lengths = [4, 6, 0]
+    allowed = np.array([[j < n for j in range(6)] for n in lengths])[:, None, None, :]
+    q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
+    out, _ = attnlab.attention(q, k, v, mask=Mask.padding(lengths, 6))
+    clean = [np.nan_to_num(t.detach().numpy(), posinf=0.0) for t in (q, k, v)]
+    want = _np_attention(*clean, allowed)
+    want[1, 1] = np.nan
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+    assert torch.all(out[2] == 0)  # an empty sequence: zeros, its NaN query notwithstanding
+    if grad:
+        torch.where(out.isnan(), 0.0, out).sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+        assert torch.all(k.grad[0, :, 4:] == 0) and torch.all(v.grad[0, :, 4:] == 0)
+
+
+def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value_fourteen_for_a_tensor():
+    value = Mask.padding(torch.tensor([64, 30]), 64)
+    _ops_outside(mask=value)  # the value's plan for this call's shape, made once
+    assert len(_ops_outside(mask=value)) <= 7, _ops_outside(mask=value)
+    for kw in ({"causal": True}, {"mask": Mask.causal()}):
+        assert len(_ops_outside(**kw)) <= 8, _ops_outside(**kw)
+    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")  # read each call: its rows and empty rows
+    assert len(_ops_outside(mask=tensor)) <= 14, _ops_outside(mask=tensor)

@@ -96,6 +96,21 @@ class _Tensor(_Part):
         return f"{self.what}({tuple(self.t.shape)}, {self.t.dtype})"
 
 
+class _Documents(_Part):
+    """Packed documents: ``cu`` (docs + 1,) boundaries; the dense form is made only when asked for."""
+
+    def __init__(self, cu: torch.Tensor):
+        self.cu, self.lengths = cu, tuple(int(x) for x in (cu[1:] - cu[:-1]).tolist())
+        self.q = self.k = int(cu[-1])
+
+    def dense(self, q_len: int, k_len: int, device: torch.device) -> torch.Tensor:
+        doc = torch.bucketize(torch.arange(q_len, device=device), self.cu[1:].to(device), right=True)  # (n,)
+        return (doc[:, None] == doc[None, :])[None, None]  # (1, 1, n, n)
+
+    def __repr__(self) -> str:
+        return f"documents(cu_seqlens={self.cu.tolist()})"
+
+
 class _Pattern(_Part):
     def __init__(self, pattern: patterns.Pattern, n: int):
         self.pattern, self.q, self.k = pattern, n, n
@@ -205,9 +220,7 @@ class Mask:
             raise ValueError(f"cu_seqlens must be a 1-d tensor of ints [0, ..., n]; got {cu.dtype} {_checks.shape(cu)}")
         if int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
             raise ValueError(f"cu_seqlens must start at 0 and never decrease; got {cu.tolist()}")
-        n = int(cu[-1])
-        doc = torch.bucketize(torch.arange(n, device=cu.device), cu[1:], right=True)  # (n,) document of each token
-        return cls([_Tensor((doc[:, None] == doc[None, :])[None, None], "documents")], cu.device)
+        return cls([_Documents(_frozen(cu).long())], cu.device)
 
     @classmethod
     def pattern(cls, pattern: patterns.Pattern, n: int) -> Mask:
@@ -299,6 +312,12 @@ class Mask:
         if not keys:
             return None
         return keys[0].keep if len(keys) == 1 else torch.stack([p.keep for p in keys]).all(0)
+
+    @property
+    def document_lengths(self) -> tuple[int, ...] | None:
+        """The packed documents' lengths, when the mask is ``Mask.documents`` and nothing else."""
+        p = self._parts[0] if len(self._parts) == 1 else None
+        return p.lengths if isinstance(p, _Documents) else None
 
     @property
     def lengths(self) -> tuple[int, ...] | None:

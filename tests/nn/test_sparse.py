@@ -140,7 +140,8 @@ def test_sparse_modules_are_multihead_attention():
         (lambda m: m(torch.randn(1, 9, 8), cache=attnlab.nn.LayerCache()), "without a cache"),
         (lambda m: m(torch.randn(1, 9, 8), mask=torch.ones(1, 1, 5, 9, dtype=torch.bool)),
          r"broadcastable to \(b, h, n, n\) = \(1, 2, 9, 9\); got shape \(1, 1, 5, 9\)"),
-        (lambda m: m(torch.randn(1, 9, 8), mask=torch.ones(1, 9)), r"mask must be bool \(True = may attend\)"),
+        (lambda m: m(torch.randn(1, 9, 8), mask=torch.ones(1, 9)),
+         r"with no mask or a bool one \(True = may attend\).*; got self-attention, a torch.float32 mask of shape \(1, 9\)$"),
     ],
 )
 def test_multihead_pattern_bad_inputs(call, message):

@@ -37,12 +37,18 @@ What the rule costs:
 * on the CPU, run eagerly: one summation pass over query, key and value to
   look, and the cleaning copies only when something is not finite;
 * on CUDA and every other device (and under ``torch.compile``), where looking
-  would wait for the device: no host read and no data-dependent branch; one
-  cleaning pass (``nan_to_num``: read once, write once) and one matrix-vector
-  read for the row flags over key and value, the same over the query when a
-  gradient will flow (only the read otherwise), small work on the (..., k) row
-  flags and one pass over the output. The
-  backward adds nothing. ``causal`` runs as SDPA's own causal kernel (bottom-right
+  would wait for the device: no host read and no data-dependent branch. For
+  ``causal`` and for a key padding ``attnlab.Mask`` (``_device_lean``): the
+  masked keys cleaned (a padding value's padded rows set to zero whole, one
+  ``masked_fill`` each; for causal ``nan_to_num`` of key and value), one sum
+  per input to find the rows that see a non-finite entry (a running sum along
+  the keys for causal), and one fused ``addcmul_`` that puts NaN in those rows
+  of the kernel's output: 8 operations for causal, 7 for a padding value,
+  without a gradient (with one, the query is cleaned too). For other masks:
+  one cleaning pass (``nan_to_num``: read once, write once) and one
+  matrix-vector read for the row flags over key and value, the same over the
+  query when a gradient will flow (only the read otherwise), small work on the
+  (..., k) row flags and one pass over the output. The backward adds nothing. ``causal`` runs as SDPA's own causal kernel (bottom-right
   aligned, also when q < k: chunked prefill), never as a dense mask.
 
 ``kv_finite=True`` is the caller's word that the keys and values hold no NaN or
@@ -221,6 +227,59 @@ def _fast(
     )
 
 
+def _lean_keys(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, rows: torch.Tensor | None, acc: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keys and values for the kernel, and what each query row sees of their non-finite entries, as a
+    (..., q|1, 1) sum (made without a gradient) that is non-finite exactly where the row may attend one.
+
+    ``rows`` (b, 1, k, 1) bool, the padded key rows of a padding mask: they are the masked keys, set to
+    zero whole (one ``masked_fill`` each); every query of a sequence may attend all its other keys, so
+    one sum over them all tells. ``rows`` None: causal, bottom-right aligned (q <= k): both are cleaned
+    (``nan_to_num``), and row i sees the running sum of the key rows up to its last, i + k - q."""
+    if rows is not None:
+        key, value = key.masked_fill(rows, 0.0), value.masked_fill(rows, 0.0)
+        with torch.no_grad():
+            return key, value, key.sum((-2, -1), keepdim=True, dtype=acc) + value.sum((-2, -1), keepdim=True, dtype=acc)
+    with torch.no_grad():
+        kv = key.sum(-1, keepdim=True, dtype=acc) + value.sum(-1, keepdim=True, dtype=acc)  # (..., k, 1)
+        seen = kv.cumsum(-2)  # (..., k, 1): non-finite from the first non-finite key row on
+        if seen.shape[-2] != query.shape[-2]:
+            seen = seen[..., seen.shape[-2] - query.shape[-2]:, :]  # (..., q, 1)
+    return zero_nonfinite_entries(key), zero_nonfinite_entries(value), seen
+
+
+def _device_lean(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, causal: bool,
+    scale: float, dropout_p: float, lead: torch.Size, kv_finite: bool, dead: torch.Tensor | None,
+    rows: torch.Tensor | None,
+) -> torch.Tensor:
+    """The rule for key padding (``rows``) and for the kernel's own causal mask, in a handful of operations:
+    the masked keys cleaned (the padded rows whole, or every non-finite entry for causal), the query
+    rows that see a non-finite input found by sums, and NaN added to those rows of the output (``add``
+    with ``alpha=0``: 0 · a finite sum is 0, 0 · NaN or inf is NaN). A NaN at an allowed position also
+    reaches its row by the arithmetic itself. With a gradient, the query, keys and values are cleaned
+    whole as well, so that no NaN reaches a gradient through the kernel's backward."""
+    grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    # the sums in float64 (a device without it: float32), so a finite product of two sums stays finite
+    acc = torch.float32 if query.device.type == "mps" else torch.float64
+    with torch.no_grad():
+        seen = query.sum(-1, keepdim=True, dtype=acc)  # (..., q, 1)
+    kv = None
+    if not kv_finite:
+        key, value, kv = _lean_keys(query, key, value, rows, acc)
+        if grad and rows is not None:  # a NaN at an allowed key: the output's row only, never a gradient
+            key, value = zero_nonfinite_entries(key), zero_nonfinite_entries(value)
+    if grad:
+        query = zero_nonfinite_entries(query)
+    out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, grad)
+    if grad:  # not in place (the kernel keeps its output for its backward): 0 or NaN per row, then one add
+        out = out + (seen if kv is None else seen * kv).mul_(0.0).to(out.dtype)
+    else:  # 0 · (the query's sum) · (what it sees): 0 where both are finite, NaN otherwise
+        out = out.add_(seen, alpha=0.0) if kv is None else out.addcmul_(seen, kv, value=0.0)
+    return finish_nonfinite(out, None, dead)
+
+
 def _device_fast(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -232,8 +291,12 @@ def _device_fast(
     lead: torch.Size,
     kv_finite: bool,
     dead: Any = UNKNOWN,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The fast path without host reads: the rule's cleaning, one SDPA call, the rule's finish."""
+    """The fast path without host reads: the rule's cleaning, one SDPA call, the rule's finish. Key
+    padding whose rows are known (``rows``) and the kernel's own causal mask take ``_device_lean``."""
+    if dead is not UNKNOWN and (rows is not None or (causal and mask is None)):
+        return _device_lean(query, key, value, mask, causal, scale, dropout_p, lead, kv_finite, dead, rows)
     query, key, value, hit, dead = _device_guard(query, key, value, mask, lead, kv_finite, dead)
     out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, False)
     return finish_nonfinite(out, hit, dead)
@@ -395,9 +458,9 @@ def _plain(query: Any, key: Any, value: Any, score: object, scale: object, dropo
 
 def _from_value(
     m: Mask, causal: bool, scores_shape: torch.Size, query: torch.Tensor, on_host: bool
-) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, bool, torch.Tensor | None, torch.Tensor | None]:
     """A mask value at a call → (the mask as SDPA takes it or None, causal, the rows that attend nothing
-    or None). Checked against the call's sizes once per size; what the call needs is the value's plan."""
+    or None, the padded key rows (b, 1, k, 1) of key padding or None). Checked against the call's sizes once per size; what the call needs is the value's plan."""
     if causal:  # the value's causal form, made once and kept with it
         m = m.plan(("& causal",), lambda: m & Mask.causal())
     if m.is_causal:  # nothing to keep (a cache that grows by a token a step would add a plan a step)
@@ -408,16 +471,16 @@ def _from_value(
 
 def _plan_call(
     m: Mask, scores_shape: torch.Size, device: torch.device, dtype: torch.dtype, on_host: bool
-) -> tuple[torch.Tensor | None, bool, torch.Tensor | None]:
+) -> tuple[torch.Tensor | None, bool, torch.Tensor | None, torch.Tensor | None]:
     lead, q_len, k_len = scores_shape[:-2], scores_shape[-2], scores_shape[-1]
     if len(lead) > 2:
         raise ValueError(f"an attnlab.Mask is for scores (b, h, q, k), (b, q, k) or (q, k); got scores "
                          f"{tuple(scores_shape)}: pass a mask tensor for more leading dimensions")
     m.check(lead[0] if lead else 1, q_len, k_len)
     if m.is_causal and m.aligned_bottom_right and q_len == 1 and k_len > 0:
-        return None, False, None  # one query at the end of the keys may attend every key
+        return None, False, None, None  # one query at the end of the keys may attend every key
     if m.is_causal and (q_len == k_len or (m.aligned_bottom_right and q_len < k_len and not on_host)):
-        return None, True, None  # the kernel's own causal mask
+        return None, True, None, None  # the kernel's own causal mask
     if m.is_causal:  # made for this call only (see _from_value)
         t, dead = m._dense(q_len, k_len, device), m._empty_rows(q_len, k_len, device)
     else:
@@ -426,7 +489,9 @@ def _plan_call(
         t, dead = t[:, 0], None if dead is None else dead[:, 0]
         if not lead:
             t, dead = t[0], None if dead is None else dead[0]
-    return masks.in_dtype(t, dtype), False, dead
+    keys = m.keys  # key padding alone: its padded rows are the masked keys (cleaned whole on a device)
+    rows = None if keys is None or len(lead) != 2 or on_host else ~keys[:, None, :, None].to(device)  # (b, 1, k, 1)
+    return masks.in_dtype(t, dtype), False, dead, rows
 
 
 def _query_finite(query: torch.Tensor) -> bool:
@@ -456,6 +521,18 @@ def _check_call(
         raise ValueError("need_weights and return_lse both asked for: attention returns (output, weights) "
                          "or (output, lse); call it with one of them")
     return scores_shape, scale, score_fn
+
+
+def _raw_padding(mask: torch.Tensor, scores_shape: torch.Size, dtype: torch.dtype,
+                 on_host: bool) -> tuple[torch.Tensor | None, Any]:
+    """A raw mask checked against the scores; off the CPU's look-ahead, a bool (b|1, 1, 1, k) key padding
+    gives (its padded key rows (b|1, 1, k, 1), its rows that may attend nothing (b|1, 1, 1, 1)), as
+    ``Mask.padding``'s plan does; any other mask (None, UNKNOWN)."""
+    _checks.mask(mask, scores_shape, dtype)
+    lead = scores_shape[:-2]
+    if on_host or mask.dtype != torch.bool or mask.dim() != 4 or len(lead) != 2 or tuple(mask.shape[1:3]) != (1, 1):
+        return None, UNKNOWN
+    return ~mask.transpose(-1, -2), ~mask.any(-1, keepdim=True)
 
 
 def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -516,12 +593,12 @@ def attention(
         return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=s), None
     scores_shape, scale, score_fn = _check_call(query, key, value, score, scale, dropout_p, need_weights, return_lse)
     dead: Any = UNKNOWN  # the rows that may attend nothing: known in advance for a mask value
+    rows = None  # the padded key rows of a key padding value
     on_host = _host_checks(query)
     if isinstance(mask, Mask):
-        mask, causal, dead = _from_value(mask, causal, scores_shape, query, on_host)
-    elif mask is not None:
-        _checks.mask(mask, scores_shape, query.dtype)
-
+        mask, causal, dead, rows = _from_value(mask, causal, scores_shape, query, on_host)
+    elif mask is not None:  # checked; on a device, a bool key padding tensor runs as a padding value does
+        rows, dead = _raw_padding(mask, scores_shape, query.dtype, on_host)
     if mask is not None and mask.dim() < 2:  # a (k,) mask: every query alike
         mask = mask.reshape(1, -1).expand(1, scores_shape[-1]) if mask.dim() else mask.reshape(1, 1)
     q_len, k_len = scores_shape[-2], scores_shape[-1]
@@ -529,6 +606,7 @@ def attention(
         causal = False  # one query at the end of the keys (bottom-right) may attend every key: no mask
     # causal without a mask runs as the kernel's own causal mask: q = k everywhere, q < k off the CPU
     fused_causal = causal and mask is None and (q_len == k_len or (not on_host and q_len < k_len))
+    dead = None if fused_causal and dead is UNKNOWN else dead  # bottom-right, q <= k: every row sees key 0
     if causal and not fused_causal:
         mask = masks.combine(mask, masks.causal(q_len, k_len, device=query.device))
     use_fast = not need_weights and not return_lse and isinstance(score, str) and not active() and k_len > 0
@@ -536,7 +614,7 @@ def attention(
     s = 1.0 if score == "dot" else (scores.default_scale(query.shape[-1]) if scale is None else scale)
     guarded = mask is not None or fused_causal  # the non-finite rule (``attnlab.functional.nonfinite``)
     if use_fast and guarded and not on_host:  # the rule, SDPA and the finish as one function (compiled on CUDA)
-        args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite, dead)
+        args = (query, key, value, mask, fused_causal, s, dropout_p, scores_shape[:-2], kv_finite, dead, rows)
         return _device_path(query, key, mask, fused_causal and q_len != k_len)(*args), None
 
     hit = None

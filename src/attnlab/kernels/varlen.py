@@ -7,8 +7,10 @@ only its own document (a block-diagonal mask):
 
     o_i = Σ_{j : doc(j) = doc(i) [, j ≤ i]} softmax_j(q_i·k_j · scale) v_j
 
-``cu_seqlens`` = [0, ℓ_1, ℓ_1 + ℓ_2, …, total] are the documents' boundaries. Here the mask is
-``attnlab.patterns.documents(lengths, causal)``, computed by the block-sparse CPU kernel
+``cu_seqlens`` = [0, ℓ_1, ℓ_1 + ℓ_2, …, total] are the documents' boundaries, or a mask value
+built once from them, ``attnlab.Mask.documents(cu_seqlens)``, which keeps the kernel's plan from call
+to call (given the boundaries, the plan is made for this call only: nothing is kept between calls
+but by the value). Here the mask is ``attnlab.patterns.documents(lengths, causal)``, computed by the block-sparse CPU kernel
 (``attnlab.kernels.block_sparse_attention``), which visits only the B × B tiles that hold a pair
 of one document: the cost is Σ ℓ_d² (plus tile rounding), not b · max(ℓ)² as in the padded batch.
 
@@ -25,20 +27,27 @@ request) (h, total, total), zero across documents. Caveats: self-attention only 
 
 from __future__ import annotations
 
-import functools
 import numbers
 
 import torch
 
 from .. import _checks
 from ..functional.attention import attention
+from ..mask import Mask
 from ..patterns import Documents, documents
 from .block_sparse import block_sparse_attention
 
 
-@functools.lru_cache(maxsize=64)
-def _pattern(lengths: tuple[int, ...], causal: bool) -> Documents:
-    return documents(lengths, causal)  # one object per packing, so the kernel's plan is reused
+def _pattern(cu_seqlens: torch.Tensor | list[int] | Mask, causal: bool, device: torch.device) -> Documents:
+    """The packing's pattern: the mask value's plan (made once per value, with the kernel's plans on it),
+    or made for this call from the boundaries."""
+    if not isinstance(cu_seqlens, Mask):
+        lengths = lengths_of(cu_seqlens, device)
+        return documents(lengths if lengths else (0,), causal)
+    m, held = cu_seqlens, cu_seqlens.document_lengths
+    if held is None:
+        raise ValueError(f"varlen_attention takes cu_seqlens or Mask.documents(cu_seqlens); got {m!r}")
+    return m.plan(("documents pattern", causal), lambda: documents(held if held else (0,), causal))
 
 
 _CU = "cu_seqlens must be non-decreasing integers starting at 0, [0, l_1, l_1 + l_2, …, total]"
@@ -78,7 +87,7 @@ def varlen_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    cu_seqlens: torch.Tensor | list[int],
+    cu_seqlens: torch.Tensor | list[int] | Mask,
     *,
     causal: bool = False,
     scale: float | None = None,
@@ -93,14 +102,13 @@ def varlen_attention(
     _checks.floating(("query", "key", "value"), (query, key, value))
     if scale is not None:
         scale = _checks.scale(scale)
-    lengths = lengths_of(cu_seqlens, query.device)
-    total = sum(lengths)
+    pattern = _pattern(cu_seqlens, bool(causal), query.device)
+    total = pattern.total
     if query.shape[:2] != key.shape[:2] or key.shape[:2] != value.shape[:2] or query.shape[0] != total:
         raise ValueError(
             f"query, key (total, h, d) and value (total, h, d_v) must share total = cu_seqlens[-1] = {total} and h; "
             f"got query {_checks.shape(query)}, key {_checks.shape(key)}, value {_checks.shape(value)}"
         )
-    pattern = _pattern(lengths if lengths else (0,), bool(causal))
     q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))  # (1, h, total, d)
     if need_weights:
         mask = pattern.materialize(total, device=query.device)  # (total, total)

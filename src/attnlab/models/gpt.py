@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._limits import check_fields
+from ..mask import Mask
 from ..nn.backends import ContextParallel, Dense
 from ..nn.cache import KVCache
 from ..nn.layers import TransformerEncoderLayer
@@ -122,8 +123,9 @@ class GPT(nn.Module):
         if self.pos is not None:
             x = self.pos(x, offset, positions=positions)
         x = self.drop(x)
+        mask = Mask.causal()  # built once per forward, passed to every layer (aligned to each call: after the cache)
         for i, block in enumerate(self.blocks):
-            x = block(x, causal=True, cache=None if cache is None else cache[i])
+            x = block(x, mask=mask, cache=None if cache is None else cache[i])
         return F.linear(self.norm(x), self.tok.weight)  # (b, n, vocab), tied to the embedding
 
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor, *, positions: torch.Tensor | None = None) -> torch.Tensor:

@@ -19,9 +19,11 @@ broadcastable to (b, h, q, k) (ALiBi's bias already added by the module).
 | ``BlockSparse(pattern, block=64)``       | self-attention over the pairs ``pattern`` allows, tile by tile (``attnlab.kernels.block_sparse_attention``); mask: a bool (b, 1, 1, n) padding mask |
 | ``ContextParallel(group, mode, layout)`` | self-attention of this rank's shard over the whole sharded sequence (``attnlab.distributed.context_parallel_attention``); mask: this rank's (b, n/W) bool padding mask |
 
-Besides the call, a backend says what it refuses before any work is done: ``check_module``
-(the module's positions and extra keys it cannot take) and ``check_call`` (a call's shape:
-cross-attention, a cache, weights, a mask), and where this call's positions start
+Besides the call, a backend says what it takes, so that a module asks before any work is done and
+never asks which backend it holds: ``check_module`` (the module's positions and extra keys it
+cannot take), ``supports(mask, self_attention=, cached=, need_weights=)`` (True when it can make
+the call: the mask as the caller gave it, an ``attnlab.Mask`` or a raw tensor) with ``takes`` (what
+it takes, in words, for the module's one refusal), and where this call's positions start
 (``position_offset``: a shard of a longer sequence starts at rank · n/W).
 """
 
@@ -51,15 +53,29 @@ def _as_tensor(mask: torch.Tensor | Mask | None, q_len: int, k_len: int, device:
     return mask.keys[:, None, None, :] if mask.keys is not None else mask.tensor(q_len, k_len, device)
 
 
+def _causal_value(mask: torch.Tensor | Mask | None, causal: bool) -> tuple[torch.Tensor | Mask | None, bool]:
+    """``Mask.causal()`` as the kernel's own causal flag (self-attention: q = k, so both alignments agree)."""
+    return (None, True) if isinstance(mask, Mask) and mask.is_causal else (mask, causal)
+
+
 def _padding_or_none(mask: torch.Tensor | None, b: int, n: int) -> bool:
     """No mask, or a bool (b, 1, 1, n) key padding mask (what ``score_mask`` makes of a (b, n) one)."""
     return mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n))
+
+
+def _key_padding(mask: torch.Tensor | Mask | None) -> bool:
+    """No mask, or key padding alone: ``Mask.padding``, a (b, k) or a (b, 1, 1, k) bool tensor."""
+    if mask is None or isinstance(mask, Mask):
+        return mask is None or mask.keys is not None
+    return mask.dtype == torch.bool and (mask.dim() == 2 or (mask.dim() == 4 and mask.shape[1] == mask.shape[2] == 1))
 
 
 class Backend:
     """The interface: ``__call__`` on heads, and the checks a module runs before calling it."""
 
     accepts_extra_keys = False  # torch's add_bias_kv / add_zero_attn columns appended after the real keys
+    takes = "every call"  # what ``supports`` accepts, in words (the module's refusal quotes it)
+    key_padding_only = False  # True: every mask is key padding, so a 2-D mask reads as (b, k), even when b = q
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
@@ -71,12 +87,13 @@ class Backend:
     def check_module(self, *, rope: bool, alibi: bool) -> None:
         """Refuse (``ValueError``) a module's positions that this backend cannot take."""
 
-    def check_call(
-        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | Mask | None:
-        """Refuse (``ValueError``) a call this backend cannot make; ``mask`` as the caller gave it, returned
-        as the module should read it (``attnlab.masks.score_mask``)."""
-        return mask
+    def supports(
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool = True, cached: bool = False,
+        need_weights: bool = False,
+    ) -> bool:
+        """Whether this backend makes a call with ``mask`` (an ``attnlab.Mask``, a raw tensor as the caller
+        gave it, or None), as self-attention or not, over a cache or not, with weights or not."""
+        return True
 
     def position_offset(self, n: int) -> int:
         """The position of this call's first token within the sequence (n: its length here)."""
@@ -87,6 +104,7 @@ class Dense(Backend):
     """Every (query, key) pair, by ``attnlab.attention``: any mask, causal, weights, caches, extra keys."""
 
     accepts_extra_keys = True
+    takes = "any mask, causal, weights, caches and cross-attention"
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
@@ -137,12 +155,23 @@ class BlockSparse(Backend):
         self.pattern, self.block = pattern, block
         self.causal_pattern = pattern & patterns.causal()
 
+    takes = ("self-attention m(x) without a cache, with no mask or a bool one (True = may attend): an attnlab.Mask "
+             "without a bias, a (b, n) padding mask or a bool mask broadcastable to (b, h, n, n)")
+
+    def supports(
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool = True, cached: bool = False,
+        need_weights: bool = False,
+    ) -> bool:
+        bool_mask = mask is None or (not mask.is_bias if isinstance(mask, Mask) else mask.dtype == torch.bool)
+        return self_attention and not cached and bool_mask
+
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | Mask | None = None,
         causal: bool = False, need_weights: bool = False, scale: float | None = None, dropout_p: float = 0.0,
         kv_finite: bool = False,
     ) -> Result:
         b, n = q.shape[0], q.shape[-2]
+        mask, causal = _causal_value(mask, causal)
         mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and mask.dtype != torch.bool:
             raise ValueError(
@@ -163,15 +192,6 @@ class BlockSparse(Backend):
     def check_module(self, *, rope: bool, alibi: bool) -> None:
         if alibi:
             raise ValueError("pattern= and alibi=True do not combine: the block-sparse kernel adds no bias")
-
-    def check_call(
-        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | Mask | None:
-        if not self_attention:
-            raise ValueError("a module with a sparse pattern does self-attention: call it as m(x), without key and value")
-        if cached:
-            raise ValueError("a sparse pattern works without a cache (and without ALiBi); got a cache")
-        return mask  # (a mask value becomes the kernel's bool tensor in the call, at the call's n: ``_as_tensor``)
 
     def __repr__(self) -> str:
         return f"BlockSparse({self.pattern!r}, block={self.block})"
@@ -205,6 +225,7 @@ class ContextParallel(Backend):
         from ..distributed import context_parallel_attention
 
         b, n = q.shape[0], q.shape[-2]
+        mask, causal = _causal_value(mask, causal)
         mask = _as_tensor(mask, n, n, q.device)
         if mask is not None and not _padding_or_none(mask, b, n):
             raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
@@ -222,22 +243,17 @@ class ContextParallel(Backend):
                              f"(global positions rank·n/W + i); got alibi={alibi}, rope={rope}, "
                              f"cp_layout={self.layout!r}")
 
-    def check_call(
-        self, mask: torch.Tensor | Mask | None, *, self_attention: bool, cached: bool, need_weights: bool,
-    ) -> torch.Tensor | Mask | None:
-        if not self_attention or cached or need_weights:
-            raise ValueError("context_parallel is for self-attention m(x) of a sharded sequence, without a cache "
-                             "and without weights (they would be n × n)")
-        if mask is None:
-            return None
-        if isinstance(mask, Mask):
-            if mask.keys is None:
-                raise ValueError(f"with context_parallel, the mask is this rank's key padding (Mask.padding); got {mask!r}")
-            mask = mask.keys
-        if not (mask.dtype == torch.bool and mask.dim() == 2):
-            raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
-                             f"{mask.dtype} {_checks.shape(mask)}")
-        return mask[:, None, None, :]  # always padding, even when b = n/W (a 2-D mask would be ambiguous then)
+    key_padding_only = True
+    takes = ("self-attention m(x) of a sharded sequence, without a cache and without weights (they would be "
+             "n × n), with no mask, Mask.causal() or this rank's key padding: Mask.padding(keep), or a (b, n/W) or "
+             "(b, 1, 1, n/W) bool mask")
+
+    def supports(
+        self, mask: torch.Tensor | Mask | None, *, self_attention: bool = True, cached: bool = False,
+        need_weights: bool = False,
+    ) -> bool:
+        causal = isinstance(mask, Mask) and mask.is_causal
+        return self_attention and not cached and not need_weights and (causal or _key_padding(mask))
 
     def position_offset(self, n: int) -> int:
         from ..distributed.layout import world

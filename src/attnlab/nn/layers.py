@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _checks
+from ..mask import Mask
 from .cache import LayerCache
 from .multihead import MultiHeadAttention
 
@@ -86,7 +87,7 @@ class TransformerEncoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def _sa(
-        self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool, cache: LayerCache | None
+        self, x: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool, cache: LayerCache | None
     ) -> torch.Tensor:
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
@@ -97,7 +98,7 @@ class TransformerEncoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         *,
-        mask: torch.Tensor | None = None,
+        mask: torch.Tensor | Mask | None = None,
         causal: bool = False,
         cache: LayerCache | None = None,
     ) -> torch.Tensor:
@@ -152,7 +153,7 @@ class TransformerDecoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def _sa(
-        self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool, cache: LayerCache | None
+        self, x: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool, cache: LayerCache | None
     ) -> torch.Tensor:
         return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
@@ -160,7 +161,7 @@ class TransformerDecoderLayer(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor,
-        memory_mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | Mask | None,
         need_weights: bool = False,
         cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -176,8 +177,8 @@ class TransformerDecoderLayer(nn.Module):
         x: torch.Tensor,
         memory: torch.Tensor,
         *,
-        mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
+        mask: torch.Tensor | Mask | None = None,
+        memory_mask: torch.Tensor | Mask | None = None,
         causal: bool = True,
         cache: LayerCache | None = None,
         need_weights: bool = False,

@@ -132,6 +132,23 @@ def _value_mask_for_module(
     return (None if mask.is_causal else mask.tensor(q_len, k_len, device)), pad
 
 
+def _check_backend(backend: Backend, mask: torch.Tensor | Mask | None, self_attention: bool, cached: bool,
+                   need_weights: bool) -> None:
+    """The mask's type checked, then the one refusal of a call the module's backend cannot make (it says
+    what it supports)."""
+    if mask is not None and not isinstance(mask, Mask):
+        _checks.tensor("mask", mask)
+    if backend.supports(mask, self_attention=self_attention, cached=cached, need_weights=need_weights):
+        return
+    given = [("self-attention" if self_attention else "cross-attention (key and value given)")]
+    given += ["a cache"] * cached + ["need_weights=True"] * need_weights
+    if isinstance(mask, torch.Tensor):
+        given.append(f"a {mask.dtype} mask of shape {_checks.shape(mask)}")
+    elif mask is not None:
+        given.append(f"the mask {mask!r}")
+    raise ValueError(f"the backend {backend!r} takes {backend.takes}; got {', '.join(given)}")
+
+
 @register("multi-head", functional=multi_head_attention, supports=("mask", "causal", "weights", "cache"))
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; self-attention when ``key`` is None, cross-attention otherwise."""
@@ -295,8 +312,7 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``forward`` on batched inputs (b, q, dim)."""
         key, value, self_attention, cache, memory_cache = self._check_call(query, key, value, cache)
-        mask = self.backend.check_call(mask, self_attention=self_attention, cached=cache is not None,
-                                       need_weights=need_weights)
+        _check_backend(self.backend, mask, self_attention, cache is not None, need_weights)
         b, q_len = query.shape[:2]
         offset = 0 if cache is None else cache.length
         value_mask = None
@@ -304,8 +320,8 @@ class MultiHeadAttention(nn.Module):
             value_mask = mask
             smask, key_pad = _value_mask_for_module(mask, b, q_len, offset + key.shape[1], query.device)
         else:
-            if mask is not None:
-                _checks.tensor("mask", mask)
+            if self.backend.key_padding_only and mask is not None and mask.dim() == 2:
+                mask = mask[:, None, None, :]  # (b, k): padding, never the (q, k) reading
             smask, padding = masks.score_mask(mask, b, q_len, offset + key.shape[1])  # broadcastable to (b, h, q, k)
             key_pad = smask if padding else None
         pad_q = None  # (b, q) True = a real query token, in self-attention with a (b, n) padding mask
