@@ -49,7 +49,7 @@ def test_a_long_message_is_cut_at_500_characters():
 
 def test_a_missing_optional_package_names_its_extra():
     written = {
-        "matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
+        "matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "emoji": "vision",
         "transformers": "hf", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "mkdocs": "docs",
         "tensorboard": "tensorboard",
     }  # fmt: skip

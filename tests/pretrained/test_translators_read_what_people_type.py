@@ -68,3 +68,13 @@ def test_zh_en_numbers_notes_a_number_longer_than_its_training_numbers(capsys):
     assert pretrained.translate("zh-en-numbers", "三" * 30).notes == [
         "note: 30 tokens, longer than any sentence this model was trained on (at most 25); the translation is "
         "likely wrong"]
+
+
+def test_explain_and_view_read_two_thousand_as_translate_does(capsys, tmp_path):
+    # 两千 is read as 二千 by every verb that runs the translator, not only by translate
+    assert main(["explain", "--pretrained", "zh-en-numbers", "--text", "两千"]) == 0
+    out = capsys.readouterr().out
+    assert "this step writes “two”" in out and "key tokens: 1:两 2:千" in out
+    page = tmp_path / "two.html"
+    assert main(["view", "--pretrained", "zh-en-numbers", "--text", "两万", "-o", str(page)]) == 0  # it refused 两
+    assert page.stat().st_size > 0 and capsys.readouterr().err == ""

@@ -24,7 +24,7 @@ from ._errors import UsageError
 from ._verbs import VERBS
 
 # Optional packages → the extra that installs them.
-EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "cn2an": "lab", "emoji": "vision",
+EXTRAS = {"matplotlib": "viz", "sacrebleu": "lab", "num2words": "lab", "emoji": "vision",
           "transformers": "hf", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx", "mkdocs": "docs",
           "tensorboard": "tensorboard"}
 

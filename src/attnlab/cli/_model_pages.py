@@ -17,8 +17,11 @@ def translator_page(loaded, text: str | None, rt) -> dict:
 
     if not text or not text.strip():
         raise UsageError("a translator needs --text: the sentence to translate")
+    from ..pretrained import as_trained, source_ids
+
     sv = loaded.vocabs["src_vocab"]
-    return translation_page(loaded, sv.encode(text.strip(), strict=True), tokenize(text.strip(), sv.level), rt)
+    ids = source_ids(text, sv, loaded.config)  # read as translate reads it (两千 as 二千)
+    return translation_page(loaded, ids, tokenize(as_trained(text.strip(), loaded.config), sv.level), rt)
 
 
 def translation_page(loaded, ids: list[int], src_tokens: list[str], rt) -> dict:

@@ -175,7 +175,9 @@ def translator_step(checkpoint: str, text: str, step: int, rt=None):
                          "additive (Bahdanau) attention")
     if not text.strip():
         raise UsageError("--text must not be empty")
-    ids = sv.encode(text.strip(), strict=True)
+    from ..pretrained import source_ids
+
+    ids = source_ids(text, sv, loaded.config)  # read as translate reads it (两千 as 二千)
     src, mask = rt.to(*source_batch([ids]))
     out: list[int] = []
     with torch.no_grad(), rt.autocast():
