@@ -203,5 +203,6 @@ def translator_step(checkpoint: str, text: str, step: int, rt=None):
         params={"w_q": att.w_q.weight.double().tolist(), "w_k": att.w_k.weight.double().tolist(),
                 "v": att.v.double().tolist()},
         tokens=[words[-1]], key_tokens=tokenize(text.strip(), sv.level),
-        # The weights the model itself used at this step, written as a claim the walkthrough checks.
-        claims=[{"step": "weights", "value": [round(float(w), 4) for w in weights[0]]}])
+        # The weights the model itself used at this step, written as a claim the walkthrough checks, to
+        # the decimals its precision holds (bf16 and fp16 keep 2 to 3 significant digits).
+        claims=[{"step": "weights", "value": [round(float(w), 4 if rt.precision == "fp32" else 2) for w in weights[0]]}])

@@ -122,7 +122,10 @@ class Verdict:
 
 
 def decimals(x: Any) -> int:
-    """Decimal places a number was written with (integers: 0)."""
+    """Decimal places a number was written with (integers: 0; a float built in code, such as a claim a
+    command writes, as many as its shortest repr: 0.8242 has 4)."""
+    if isinstance(x, float) and math.isfinite(x):
+        x = Decimal(repr(x))
     if isinstance(x, Decimal):
         exp = x.as_tuple().exponent
         return max(0, -exp) if isinstance(exp, int) else 0
