@@ -219,7 +219,7 @@ def test_cli_on_a_run(tmp_path, capsys):
     assert main([*train, "--attention", "luong", "--out", str(run)]) == 0
     out = tmp_path / "f"
     t0 = time.perf_counter()
-    assert main(["experiment", "faithfulness", "--run", str(run), "--test-size", "5", "--adv-steps", "2",
+    assert main(["experiment", "faithfulness", "--checkpoint", str(run), "--test-size", "5", "--adv-steps", "2",
                  "--quiet", "--out", str(out)]) == 0
     took = time.perf_counter() - t0
     assert "| luong | uniform |" in capsys.readouterr().out
@@ -228,6 +228,6 @@ def test_cli_on_a_run(tmp_path, capsys):
     none = tmp_path / "none"
     assert main([*train, "--attention", "none", "--out", str(none)]) == 0
     capsys.readouterr()
-    assert main(["experiment", "faithfulness", "--run", str(none), "--out", str(out)]) == 2
+    assert main(["experiment", "faithfulness", "--checkpoint", str(none), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "no attention" in err and len(err.splitlines()) == 1

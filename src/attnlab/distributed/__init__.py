@@ -45,12 +45,11 @@ def context_parallel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         k: this rank's shard of the keys, (b, h, n/W, d).
         v: this rank's shard of the values, (b, h, n/W, d_v).
         mode: ``"ring"`` or ``"ulysses"``.
-        causal: each position attends itself and earlier positions (global positions).
-        pattern: an ``attnlab.patterns`` pattern over the global positions (intersected with
-            causal when both are given).
-        mask: bool (b, n/W), True = may attend (a real key), over this rank's shard of the keys;
-            None: every key.
-        layout: how the sequence was sharded (``attnlab.distributed.shard``).
+        **options: ``causal``: each position attends itself and earlier positions (global
+            positions); ``pattern``: an ``attnlab.patterns`` pattern over the global positions
+            (intersected with causal when both are given); ``mask``: bool (b, n/W), True = may
+            attend (a real key), over this rank's shard of the keys, None: every key; ``scale``;
+            ``group``; ``layout``: how the sequence was sharded (``attnlab.distributed.shard``).
 
     The ranks first agree that their calls match (``agree``: one line names what differs).
 

@@ -20,7 +20,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .._files import writing
+from .._files import write_bytes
 from .viewer import VIEWS
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -104,9 +104,10 @@ def screenshot(page: str | Path, png: str | Path, *, view: str = "head", focus: 
     # In a thread of its own: the sync API refuses to run where an asyncio loop runs (Jupyter, another
     # Playwright session), and a fresh thread has none.
     address = page.as_uri() + f"#view={view}" + ("" if focus is None else f"&query={focus}")
-    with writing(png) as tmp, ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(_shoot, sync_playwright, exe, address, tmp, width, height).result()
-        tmp.write_bytes(marked(tmp.read_bytes()))
+    with tempfile.TemporaryDirectory(prefix="attnlab-shot-") as folder, ThreadPoolExecutor(max_workers=1) as pool:
+        shot = Path(folder) / "shot.png"  # the browser's picture; the file the user named gets it marked, whole
+        pool.submit(_shoot, sync_playwright, exe, address, shot, width, height).result()
+        write_bytes(png, marked(shot.read_bytes()))
     return png
 
 
