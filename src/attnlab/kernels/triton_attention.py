@@ -30,8 +30,8 @@ import torch
 from .. import _checks
 
 try:  # an optional dependency: the kernel exists where Triton does
-    import triton  # type: ignore[import-not-found]
-    import triton.language as tl  # type: ignore[import-not-found]
+    import triton
+    import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the environment
     triton = None
 
