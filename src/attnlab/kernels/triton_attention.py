@@ -16,7 +16,8 @@ causal masking, in which a masked key or value is never read into the arithmetic
 
 Shapes: query (b, h, q, d), key (b, h, k, d), value (b, h, k, d_v); ``lengths`` (b,) int, the
 real keys of each sequence (default: all); causal is bottom-right aligned (the queries are the last
-q positions). Forward only (no gradient). Needs Triton; on the CPU it runs under Triton's
+q positions). Every product is in float32 (``input_precision="ieee"``: not TF32, which a GPU's
+``tl.dot`` takes by default). Forward only (no gradient). Needs Triton; on the CPU it runs under Triton's
 interpreter (``TRITON_INTERPRET=1``), which is how the tests check it.
 """
 
@@ -30,8 +31,8 @@ import torch
 from .. import _checks
 
 try:  # an optional dependency: the kernel exists where Triton does
-    import triton  # type: ignore[import-not-found]
-    import triton.language as tl  # type: ignore[import-not-found]
+    import triton
+    import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the environment
     triton = None
 
@@ -76,13 +77,13 @@ if triton is not None:
                 ok = ok & (cols[None, :] <= rows[:, None] + (n_k - n_q))
             hit = hit | (tl.sum((ok & bad[None, :]).to(tl.int32), 1) > 0)
             seen += tl.sum(ok.to(tl.int32), 1)
-            s = tl.where(ok, tl.dot(q, tl.trans(k)) * scale, float("-inf"))  # (B, B)
+            s = tl.where(ok, tl.dot(q, tl.trans(k), input_precision="ieee") * scale, float("-inf"))  # (B, B)
             new = tl.maximum(top, tl.max(s, 1))
             base = tl.where(new == float("-inf"), 0.0, new)
             p = tl.exp(s - base[:, None])  # 0 where masked
             alpha = tl.exp(top - base)
             total = total * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p, v)
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
             top = new
         out = acc / tl.where(total > 0, total, 1.0)[:, None]
         out = tl.where(hit[:, None], float("nan"), out)
