@@ -11,8 +11,9 @@ code spans of a verb with arguments; trailing ``# comments`` dropped, ``\\`` con
   dependencies and the extras its Makefile target names (``-e ".[lab,viz]"``), and their own
   dependencies; anything else in this venv (the test tools, ``[hf]``, ``[vision]``...) cannot be
   imported, as in the demo's venv. A command that needs more has its extra named beside it in the
-  README (``[hf]`` on its line or in its paragraph): ``NOT_RUN`` lists the commands that are not run
-  (minutes of training, a folder of the reader's own) with the reason and what each needs.
+  README (``[hf]`` in its paragraph or block, or the paragraph before or after), and stops at once in
+  the demo's venv with the line saying what to install. ``NOT_RUN`` lists the commands that are not
+  run (minutes of training, a folder of the reader's own) with the reason and the extras each needs.
 
 The ``make`` and ``pip`` lines are checked against the Makefile and pyproject.toml (targets and extras
 that exist). The README's Python blocks (run by tests/test_readme.py) run here too with the same
@@ -216,8 +217,9 @@ def run_in_demo_venv(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @dataclass(frozen=True)
 class Run:
     prints: tuple[str, ...]  # lines (or parts of lines) of its real output
-    writes: dict[str, str] = field(default_factory=dict)  # file → a text it holds ("" for a binary file)
+    writes: dict[str, str] = field(default_factory=dict)  # file → a text it holds
     code: int = 0
+    lines: int = 1  # at least this many lines of output
     needs_program: str = ""  # a program on the PATH the command says it needs (skipped without it)
 
 
@@ -234,10 +236,10 @@ RUNS = {
         ("wrote page.html",), {"page.html": "The water is cold."}),
     "attnlab explain --pretrained zh-en-numbers --text '三千零五' --step 3 --lang zh": Run(
         ("“三千零五”的第 3 步；已写出：three thousand；这一步写出“and”",)),
-    "attnlab generate --pretrained char-gpt --text ROMEO: --tokens 200": Run(("ROMEO:",)),
+    "attnlab generate --pretrained char-gpt --text ROMEO: --tokens 200": Run(("ROMEO:",), lines=4),  # 200 characters
     "attnlab caption --pretrained caption": Run(("attention accuracy on this image:",)),
     "attnlab view --example tutorial2-multi-head -o heads.html --screenshot heads.png --focus 2": Run(
-        ("wrote heads.html", "wrote heads.png"), {"heads.html": "坐", "heads.png": ""}, needs_program="chromium"),
+        ("wrote heads.html", "wrote heads.png"), {"heads.html": "坐", "heads.png": "PNG"}, needs_program="chromium"),
     "attnlab view --pretrained char-gpt --text 'To be, or not' -o gpt.html": Run(
         ("wrote gpt.html",), {"gpt.html": "To be, or not"}),
     "attnlab explain additive --example tutorial1-additive": Run(
@@ -311,6 +313,7 @@ def test_a_readme_command_runs_in_the_demo_venv_and_prints_what_it_does(command,
         f"README line {command.line}: {command.text} exited {done.returncode} in the demo's venv:\n{done.stderr[-2000:]}")
     for text in expected.prints:
         assert text in done.stdout, f"README line {command.line}: {command.text} did not print {text!r}:\n{done.stdout[-2000:]}"
+    assert len(done.stdout.splitlines()) >= expected.lines, done.stdout
     written = sorted(p.relative_to(here).as_posix() for p in set(here.rglob("*")) - before if "__pycache__" not in p.parts)
     assert written == sorted(expected.writes), f"{command.text} wrote {written}, not {sorted(expected.writes)}"
     for name, text in expected.writes.items():
