@@ -342,8 +342,10 @@ def branch_free(monkeypatch):
     monkeypatch.setattr(importlib.import_module("attnlab.functional.attention"), "_host_checks", lambda t: False)
 
 
+@pytest.mark.parametrize("form", ["value", "tensor"])
 @pytest.mark.parametrize("grad", [False, True])
-def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad):
+def test_key_padding_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad, form):
+    """A padding value and the (b, 1, 1, k) bool tensor it replaces take the same lean path."""
     q, k, v = _qkv(b=3, q=4, k=6)
     k[0, :, 4], v[0, :, 5, 1] = float("nan"), float("inf")  # padded: must change nothing
     v[1, 1, 2, 3] = float("nan")  # allowed: every row of that (sequence, head) is NaN, whole
@@ -351,7 +353,9 @@ def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the
     lengths = [4, 6, 0]
     allowed = np.array([[j < n for j in range(6)] for n in lengths])[:, None, None, :]
     q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
-    out, _ = attnlab.attention(q, k, v, mask=Mask.padding(lengths, 6))
+    keep = torch.arange(6) < torch.tensor(lengths)[:, None]
+    mask = Mask.padding(lengths, 6) if form == "value" else keep[:, None, None, :]
+    out, _ = attnlab.attention(q, k, v, mask=mask)
     clean = [np.nan_to_num(t.detach().numpy(), posinf=0.0) for t in (q, k, v)]
     want = _np_attention(*clean, allowed)
     want[1, 1] = np.nan
@@ -363,11 +367,15 @@ def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the
         assert torch.all(k.grad[0, :, 4:] == 0) and torch.all(v.grad[0, :, 4:] == 0)
 
 
-def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value_fourteen_for_a_tensor():
+def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value_eleven_for_a_tensor():
     value = Mask.padding(torch.tensor([64, 30]), 64)
     _ops_outside(mask=value)  # the value's plan for this call's shape, made once
     assert len(_ops_outside(mask=value)) <= 7, _ops_outside(mask=value)
+    empty = Mask.padding(torch.tensor([64, 0]), 64)  # a sequence with no key: its rows zeroed, one more
+    _ops_outside(mask=empty)
+    assert len(_ops_outside(mask=empty)) <= 8, _ops_outside(mask=empty)
     for kw in ({"causal": True}, {"mask": Mask.causal()}):
         assert len(_ops_outside(**kw)) <= 8, _ops_outside(**kw)
-    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")  # read each call: its rows and empty rows
-    assert len(_ops_outside(mask=tensor)) <= 14, _ops_outside(mask=tensor)
+    # read each call: its padded key rows and its rows that may attend nothing (from one negation), zeroed at the end
+    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")
+    assert len(_ops_outside(mask=tensor)) <= 11, _ops_outside(mask=tensor)
