@@ -342,8 +342,10 @@ def branch_free(monkeypatch):
     monkeypatch.setattr(importlib.import_module("attnlab.functional.attention"), "_host_checks", lambda t: False)
 
 
+@pytest.mark.parametrize("form", ["value", "tensor"])
 @pytest.mark.parametrize("grad", [False, True])
-def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad):
+def test_key_padding_on_the_device_path_cleans_the_padded_rows_and_keeps_the_rule(branch_free, grad, form):
+    """A padding value and the (b, 1, 1, k) bool tensor it replaces take the same lean path."""
     q, k, v = _qkv(b=3, q=4, k=6)
     k[0, :, 4], v[0, :, 5, 1] = float("nan"), float("inf")  # padded: must change nothing
     v[1, 1, 2, 3] = float("nan")  # allowed: every row of that (sequence, head) is NaN, whole
@@ -351,7 +353,9 @@ def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the
     lengths = [4, 6, 0]
     allowed = np.array([[j < n for j in range(6)] for n in lengths])[:, None, None, :]
     q, k, v = (t.requires_grad_(grad) for t in (q, k, v))
-    out, _ = attnlab.attention(q, k, v, mask=Mask.padding(lengths, 6))
+    keep = torch.arange(6) < torch.tensor(lengths)[:, None]
+    mask = Mask.padding(lengths, 6) if form == "value" else keep[:, None, None, :]
+    out, _ = attnlab.attention(q, k, v, mask=mask)
     clean = [np.nan_to_num(t.detach().numpy(), posinf=0.0) for t in (q, k, v)]
     want = _np_attention(*clean, allowed)
     want[1, 1] = np.nan
@@ -363,11 +367,92 @@ def test_a_padding_value_on_the_device_path_cleans_the_padded_rows_and_keeps_the
         assert torch.all(k.grad[0, :, 4:] == 0) and torch.all(v.grad[0, :, 4:] == 0)
 
 
-def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value_fourteen_for_a_tensor():
+def test_the_rule_dispatches_at_most_eight_operations_for_causal_and_a_padding_value_eleven_for_a_tensor():
     value = Mask.padding(torch.tensor([64, 30]), 64)
     _ops_outside(mask=value)  # the value's plan for this call's shape, made once
     assert len(_ops_outside(mask=value)) <= 7, _ops_outside(mask=value)
+    empty = Mask.padding(torch.tensor([64, 0]), 64)  # a sequence with no key: its rows zeroed, one more
+    _ops_outside(mask=empty)
+    assert len(_ops_outside(mask=empty)) <= 8, _ops_outside(mask=empty)
     for kw in ({"causal": True}, {"mask": Mask.causal()}):
         assert len(_ops_outside(**kw)) <= 8, _ops_outside(**kw)
-    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")  # read each call: its rows and empty rows
-    assert len(_ops_outside(mask=tensor)) <= 14, _ops_outside(mask=tensor)
+    # read each call: its padded key rows and its rows that may attend nothing (from one negation), zeroed at the end
+    tensor = torch.ones(2, 1, 1, 64, dtype=torch.bool, device="meta")
+    assert len(_ops_outside(mask=tensor)) <= 11, _ops_outside(mask=tensor)
+
+
+class _StubMask:
+    """``Mask`` as a model module sees it, with ``padding`` handing back the raw (b, s) tensor: the path before."""
+
+    @staticmethod
+    def padding(keep):
+        return keep
+
+
+@pytest.mark.parametrize("decoder,rnn,dropout", [("bahdanau", "gru", 0.0), ("luong", "lstm", 0.0),
+                                                 ("bahdanau", "gru", 0.3)])
+def test_an_rnn_translator_passes_one_padding_value_to_every_step_and_keeps_its_numbers(monkeypatch, decoder, rnn,
+                                                                                        dropout):
+    from attnlab.models import seq2seq
+    from attnlab.train.decode import beam_search
+
+    torch.manual_seed(0)
+    model = seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig(src_vocab=11, tgt_vocab=13, decoder=decoder, rnn=rnn, emb_dim=8,
+                                                  hidden=16, attn_dim=16, dropout=dropout)).double()
+    model.train(dropout > 0)  # with dropout, teacher forcing runs step by step
+    src, tgt = torch.randint(1, 11, (3, 6)), torch.randint(1, 13, (3, 4))
+    src_mask = torch.arange(6) < torch.tensor([6, 3, 1])[:, None]
+    seen = []
+    hook = model.attention.register_forward_pre_hook(lambda mod, a, kw: seen.append(kw["mask"]), with_kwargs=True)
+
+    def run():
+        torch.manual_seed(1)
+        logits, weights = model(src, src_mask, tgt, need_weights=True)
+        memory, state = model.start(src, src_mask)
+        steps = [model.step(memory, state, tgt[:, 0])]
+        steps.append(model.step(memory, steps[0][1], tgt[:, 1]))
+        hyps = beam_search(model.eval(), src, src_mask, beam=2, max_len=4)
+        model.train(dropout > 0)
+        return [logits, weights, *(x for s in steps for x in (s[0], s[2]))], [h.tokens for h in hyps]
+
+    outs, tokens = run()
+    forward_masks, step_masks = seen[:4], seen[4:6]
+    assert all(isinstance(m, Mask) for m in seen) and len({id(m) for m in forward_masks}) == 1
+    assert forward_masks[0].keys.tolist() == src_mask.tolist()
+    assert len({id(m) for m in step_masks}) == 2  # a step is a forward of its own: one value each
+    hook.remove()
+    monkeypatch.setattr(seq2seq, "Mask", _StubMask)  # every step reads the (b, s) tensor itself, as before
+    ref, ref_tokens = run()
+    for a, b in zip(outs, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert tokens == ref_tokens
+    assert torch.all(outs[1][1, :, 3:] == 0) and torch.all(outs[1][2, :, 1:] == 0)  # no weight on padding
+
+
+def test_the_transformer_translator_passes_one_padding_value_to_its_encoder_and_decoder(monkeypatch):
+    from attnlab.models import transformer_translator as module
+    from attnlab.models.transformer import TransformerConfig
+
+    torch.manual_seed(0)
+    model = module.TransformerTranslator(TransformerConfig(src_vocab=11, tgt_vocab=13, dim=16, num_heads=2,
+                                                           num_encoder_layers=2, num_decoder_layers=2,
+                                                           dropout=0.0)).double().eval()
+    src, tgt = torch.randint(1, 11, (2, 5)), torch.randint(1, 13, (2, 4))
+    src_mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    seen = []
+    real_forward = MultiHeadAttention.forward
+    monkeypatch.setattr(MultiHeadAttention, "forward", lambda self, *a, **kw: seen.append(kw.get("mask")) or
+                        real_forward(self, *a, **kw))
+    logits, w = model(src, src_mask, tgt, need_weights=True)
+    values = [m for m in seen if isinstance(m, Mask)]
+    assert len(values) == 2 + 2 and len({id(m) for m in values}) == 1  # encoder self- and decoder cross-attention
+    memory, state = model.start(src, src_mask)
+    step_logits, _, step_w = model.step(memory, state, tgt[:, 0])
+    monkeypatch.setattr(MultiHeadAttention, "forward", real_forward)
+    monkeypatch.setattr(module, "Mask", _StubMask)  # the (b, s) tensor, read by the Transformer per call
+    ref, ref_w = model(src, src_mask, tgt, need_weights=True)
+    memory, state = model.start(src, src_mask)
+    ref_step, _, ref_step_w = model.step(memory, state, tgt[:, 0])
+    for a, b in ((logits, ref), (w, ref_w), (step_logits, ref_step), (step_w, ref_step_w)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.all(w[1, :, 3:] == 0)

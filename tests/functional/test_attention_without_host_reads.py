@@ -142,6 +142,27 @@ def test_the_compiled_device_path_equals_the_eager_one_with_nan_padding_and_grad
     assert all(torch.isfinite(g).all() for g in results[1][1:])
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_the_compiled_lean_path_of_a_padding_tensor_equals_numpy_with_an_empty_sequence(grad):
+    """``_device_fast`` compiled for the CPU on a (b, 1, 1, k) bool tensor read as key padding: a NaN key
+    at a padded position changes nothing, a sequence with no key (its query inf) is zero, whether
+    its row is opened for the kernel (a gradient) or zeroed after it (none)."""
+    q, k, v = _inputs(5, 5, seed=7)
+    real = torch.tensor([[True] * 3 + [False] * 2, [False] * 5])[:, None, None, :]
+    k[0, :, 4, 1], q[1, 0, 2, 0] = float("nan"), float("inf")
+    rows, dead = core._raw_padding(real, torch.Size((2, 3, 5, 5)), q.dtype, False)
+    compiled = torch.compile(core._device_fast, dynamic=False)
+    qq, kk, vv = (t.clone().requires_grad_(grad) for t in (q, k, v))
+    out = compiled(qq, kk, vv, real, False, 8 ** -0.5, 0.0, torch.Size((2, 3)), False, dead, rows)
+    want = _np_attention(q.numpy(), np.nan_to_num(k.numpy()), v.numpy(), real.numpy())
+    want[1] = 0.0
+    np.testing.assert_allclose(out.detach().numpy(), want, rtol=1e-10, atol=1e-12)
+    if grad:
+        out.sum().backward()
+        assert all(torch.isfinite(t.grad).all() for t in (qq, kk, vv))
+        assert torch.all(kk.grad[0, :, 3:] == 0) and torch.all(qq.grad[1] == 0)
+
+
 def test_a_nan_query_reaches_no_key_gradient_when_only_the_keys_need_one(path):
     """The query is cleaned whenever any gradient flows: a NaN query row (a padded position's
     garbage) must not reach dK or dV through the kernel's backward, even if q itself needs none."""

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import Mask
 from attnlab.nn import AdditiveAttention, LuongAttention
 from attnlab.nn._keyed import check_projected, finish, mask_keys, prepare
 
@@ -40,7 +41,9 @@ def test_shape_messages_in_full(m):
         "values must be (b, k, d_v) with the keys' b and k; keys (2, 4, 3), values (2, 5, 2)")
     assert message(lambda: m(q, k, t(1, 4, 2))) == (
         "values must be (b, k, d_v) with the keys' b and k; keys (2, 4, 3), values (1, 4, 2)")
-    assert message(lambda: m(q, k, mask=[[True] * 4] * 2)) == "mask must be a torch.Tensor; got list"
+    assert message(lambda: m(q, k, mask=[[True] * 4] * 2)) == "mask must be a torch.Tensor or an attnlab.Mask; got list"
+    assert message(lambda: m(q, k, mask=Mask.padding([4, 3, 2], 4))) == (
+        "the mask Mask(padding(lengths=[4, 3, 2])) is for b=3; the call has b=2 (b=2, q=1, k=4)")
     bad = torch.ones(2, 1, 5, dtype=torch.bool)
     assert message(lambda: m(q, k, mask=bad)).startswith("mask of shape (2, 1, 5) does not broadcast")
 
@@ -58,6 +61,27 @@ def test_masks_of_every_accepted_form_agree(m):
         torch.testing.assert_close(m(q, k, v, mask=other, need_weights=True)[1], w, atol=1e-15, rtol=0)
     _, w_one = m(q[:, 0], k, v, mask=ok, need_weights=True)  # one decoding step: (b, k) weights
     torch.testing.assert_close(w_one, w[:, 0], atol=1e-15, rtol=0)
+
+
+@pytest.mark.parametrize("m", modules(), ids=["additive", "luong"])
+@pytest.mark.parametrize("kv_finite", [False, True])
+def test_a_padding_value_gives_the_numbers_of_the_bool_mask_it_replaces(m, kv_finite):
+    """``Mask.padding`` (lengths or the (b, k) bool) as a decoder passes it: bit for bit the (b, k) tensor's
+    context and weights, per step and with ``projected_keys``; a padded NaN key changes nothing."""
+    q, k, v = t(2, 3, 3), t(2, 4, 3, seed=1), t(2, 4, 2, seed=2)
+    ok = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    if not kv_finite:
+        k[1, 3], v[1, 2] = float("nan"), float("inf")
+    pk = m.precompute(k, ok)
+    for mask in (Mask.padding([4, 2], 4), Mask.padding(ok)):
+        for query in (q, q[:, 0]):
+            for kw in ({}, {"projected_keys": pk}):
+                ref = m(query, k, v, mask=ok, need_weights=True, kv_finite=kv_finite, **kw)
+                out = m(query, k, v, mask=mask, need_weights=True, kv_finite=kv_finite, **kw)
+                for a, b in zip(out, ref):
+                    torch.testing.assert_close(a, b, rtol=0, atol=0)
+                assert torch.isfinite(out[0]).all() and torch.all(out[1][1, ..., 2:] == 0)
+        torch.testing.assert_close(m.precompute(k, mask), pk, rtol=0, atol=0)
 
 
 def test_prepare_lifts_a_single_step_and_returns_what_it_was_given():
@@ -82,10 +106,13 @@ def test_mask_keys_zeroes_forbidden_rows_and_its_message():
     np.testing.assert_array_equal(out.numpy(), ref)
     assert out.dtype == torch.float64
     assert mask_keys(k, None) is k
+    np.testing.assert_array_equal(mask_keys(k, Mask.padding(ok)).numpy(), ref)  # the value's key padding
     for bad, got in ((ok.float(), "torch.float32 (2, 3)"), (ok[:, :2], "torch.bool (2, 2)"),
-                     (ok[None], "torch.bool (1, 2, 3)"), ([[True] * 3] * 2, "list ")):
+                     (ok[None], "torch.bool (1, 2, 3)"), ([[True] * 3] * 2, "list"),
+                     (Mask.causal(), "Mask(causal(align='bottom-right'))")):
         assert message(lambda bad=bad: mask_keys(k, bad)) == (
-            f"precompute's mask must be a bool (b, k) = (2, 3) padding mask (True = real key); got {got}")
+            f"precompute's mask must be a bool (b, k) = (2, 3) padding mask (True = real key) "
+            f"or Mask.padding(...); got {got}")
 
 
 def test_check_projected_messages():

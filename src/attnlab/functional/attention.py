@@ -38,13 +38,16 @@ What the rule costs:
   look, and the cleaning copies only when something is not finite;
 * on CUDA and every other device (and under ``torch.compile``), where looking
   would wait for the device: no host read and no data-dependent branch. For
-  ``causal`` and for a key padding ``attnlab.Mask`` (``_device_lean``): the
-  masked keys cleaned (a padding value's padded rows set to zero whole, one
-  ``masked_fill`` each; for causal ``nan_to_num`` of key and value), one sum
-  per input to find the rows that see a non-finite entry (a running sum along
-  the keys for causal), and one fused ``addcmul_`` that puts NaN in those rows
-  of the kernel's output: 8 operations for causal, 7 for a padding value,
-  without a gradient (with one, the query is cleaned too). For other masks:
+  ``causal`` and for key padding, an ``attnlab.Mask`` or a bool (b|1, 1, 1, k)
+  tensor (``_device_lean``): the masked keys cleaned (the padded rows set to
+  zero whole, one ``masked_fill`` each; for causal ``nan_to_num`` of key and
+  value), one sum per input to find the rows that see a non-finite entry (a
+  running sum along the keys for causal), one fused ``addcmul_`` that puts NaN
+  in those rows of the kernel's output, and one ``masked_fill_`` of the rows
+  that may attend nothing where there may be some: 8 operations for causal, 7
+  for a padding value (8 with an empty sequence), 11 for a padding tensor (its
+  padded rows and empty rows read each call), without a gradient (with one,
+  the query is cleaned too). For other masks:
   one cleaning pass (``nan_to_num``: read once, write once) and one
   matrix-vector read for the row flags over key and value, the same over the
   query when a gradient will flow (only the read otherwise), small work on the
@@ -272,12 +275,16 @@ def _device_lean(
             key, value = zero_nonfinite_entries(key), zero_nonfinite_entries(value)
     if grad:
         query = zero_nonfinite_entries(query)
-    out = _fast(query, key, value, mask, dead, causal, scale, dropout_p, lead, grad)
+    # A fully masked row (a sequence with no key: all its keys are padded, so zeroed) is opened onto
+    # its keys only for a gradient's sake, and its query needs zeroing only when the keys were not
+    # cleaned (kv_finite); without a gradient its output, whatever the kernel made of it, is zeroed below.
+    out = _fast(query, key, value, mask, dead if grad else None, causal, scale, dropout_p, lead, grad and kv_finite)
     if grad:  # not in place (the kernel keeps its output for its backward): 0 or NaN per row, then one add
         out = out + (seen if kv is None else seen * kv).mul_(0.0).to(out.dtype)
-    else:  # 0 · (the query's sum) · (what it sees): 0 where both are finite, NaN otherwise
-        out = out.add_(seen, alpha=0.0) if kv is None else out.addcmul_(seen, kv, value=0.0)
-    return finish_nonfinite(out, None, dead)
+        return out if dead is None else out.masked_fill(dead, 0.0)
+    # 0 · (the query's sum) · (what it sees): 0 where both are finite, NaN otherwise
+    out = out.add_(seen, alpha=0.0) if kv is None else out.addcmul_(seen, kv, value=0.0)
+    return out if dead is None else out.masked_fill_(dead, 0.0)
 
 
 def _device_fast(
@@ -532,7 +539,8 @@ def _raw_padding(mask: torch.Tensor, scores_shape: torch.Size, dtype: torch.dtyp
     lead = scores_shape[:-2]
     if on_host or mask.dtype != torch.bool or mask.dim() != 4 or len(lead) != 2 or tuple(mask.shape[1:3]) != (1, 1):
         return None, UNKNOWN
-    return ~mask.transpose(-1, -2), ~mask.any(-1, keepdim=True)
+    padded = ~mask  # (b|1, 1, 1, k): one negation serves both
+    return padded.transpose(-1, -2), padded.all(-1, keepdim=True)
 
 
 def _empty_rows(mask: torch.Tensor | None) -> torch.Tensor | None:

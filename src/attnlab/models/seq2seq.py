@@ -31,6 +31,10 @@ Interface (shared with any model the training loop and decoders accept):
   weights this way. ``fn`` must return rows that are zero on padding (a bool ``memory["mask"]``).
 
 src (b, s) long, src_mask (b, s) bool (True on real tokens), tgt_in (b, t) long.
+
+The attention module takes the source's padding as one ``attnlab.Mask`` (``Mask.padding(src_mask)``),
+built once per ``forward`` for every target step, and once per ``step``: ``memory`` keeps the (b, s)
+tensor, which beam search reorders with the rest.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from .._limits import check_fields
 from ..functional.attention import combine_values
+from ..mask import Mask
 from ..nn.additive import AdditiveAttention
 from ..nn.attentional import AttentionalOutput
 from ..nn.luong import LuongAttention
@@ -184,9 +189,9 @@ class Seq2Seq(nn.Module):
             state["feed"] = keys.new_zeros(keys.shape[0], self.config.hidden)  # h̃_0
         return memory, state
 
-    def _attend(self, memory, query, weights_override=None):
+    def _attend(self, memory, query, mask: Mask, weights_override=None):
         # kv_finite: the encoder's states (and their bias-free projections) are exactly zero on padding
-        context, weights = self.attention(query, memory["keys"], mask=memory["mask"], need_weights=True,
+        context, weights = self.attention(query, memory["keys"], mask=mask, need_weights=True,
                                           projected_keys=memory["projected"], kv_finite=True)
         if weights_override is None:
             return context, weights
@@ -208,20 +213,25 @@ class Seq2Seq(nn.Module):
         ``weights_override``: optional ``fn(weights (b, s)) -> (b, s)`` that replaces the attention
         weights before the context is formed (see the module docstring); the returned weights are fn's.
         """
+        if weights_override is not None and self.config.decoder == "none":
+            raise ValueError("weights_override needs an attention decoder (bahdanau or luong); this one is 'none'")
+        mask = None if self.attention is None else Mask.padding(memory["mask"])  # one value for this step
+        return self._step(memory, state, y_prev, mask, weights_override)
+
+    def _step(self, memory, state, y_prev: torch.Tensor, mask: Mask | None, weights_override=None):
+        """``step`` with the source's mask value given (``forward`` builds one for every step)."""
         e = self.dropout(self.embed(y_prev))  # (b, d_emb)
         weights = None
         kind = self.config.decoder
-        if weights_override is not None and kind == "none":
-            raise ValueError("weights_override needs an attention decoder (bahdanau or luong); this one is 'none'")
         if kind == "none":
             context = memory["fixed"]  # (b, d_e), the same at every step
             new = self._cell(torch.cat([e, context], -1), state)
         elif kind == "bahdanau":
-            context, weights = self._attend(memory, state["h"], weights_override)  # from s_{t-1}
+            context, weights = self._attend(memory, state["h"], mask, weights_override)  # from s_{t-1}
             new = self._cell(torch.cat([e, context], -1), state)
         else:
             new = self._cell(torch.cat([e, state["feed"]], -1), state)
-            context, weights = self._attend(memory, new["h"], weights_override)  # from s_t
+            context, weights = self._attend(memory, new["h"], mask, weights_override)  # from s_t
         h_tilde, logits = self.output(context, new["h"])
         if kind == "luong":
             new["feed"] = h_tilde
@@ -231,11 +241,12 @@ class Seq2Seq(nn.Module):
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False):
         """src (b, s), src_mask (b, s), tgt_in (b, t) → logits (b, t, V) [, weights (b, t, s) | None]."""
         memory, state = self.start(src, src_mask)
+        mask = None if self.attention is None else Mask.padding(memory["mask"])  # one value for every step
         if self.config.decoder != "luong" and not (self.training and self.config.dropout > 0):
-            return self._forward_batched_output(memory, state, tgt_in, need_weights)
+            return self._forward_batched_output(memory, state, tgt_in, mask, need_weights)
         logits, weights = [], []
         for t in range(tgt_in.shape[1]):
-            lg, state, w = self.step(memory, state, tgt_in[:, t])
+            lg, state, w = self._step(memory, state, tgt_in[:, t], mask)
             logits.append(lg)
             weights.append(w)
         out = torch.stack(logits, 1)  # (b, t, V)
@@ -243,7 +254,7 @@ class Seq2Seq(nn.Module):
             return out
         return out, (torch.stack(weights, 1) if self.attention is not None else None)
 
-    def _forward_batched_output(self, memory, state, tgt_in, need_weights):
+    def _forward_batched_output(self, memory, state, tgt_in, mask, need_weights):
         """Teacher forcing for the decoders whose h̃_t is not fed back (bahdanau, none): the recurrence
         runs step by step, the embedding and the output layer once over all steps (b, t, ·)."""
         e = self.embed(tgt_in)  # (b, t, d_emb)
@@ -252,7 +263,7 @@ class Seq2Seq(nn.Module):
             if self.attention is None:
                 context, w = memory["fixed"], None  # (b, d_e)
             else:
-                context, w = self._attend(memory, state["h"])  # from s_{t-1}
+                context, w = self._attend(memory, state["h"], mask)  # from s_{t-1}
             state = self._cell(torch.cat([e[:, t], context], -1), state)
             contexts.append(context), states.append(state["h"]), weights.append(w)
         _, out = self.output(torch.stack(contexts, 1), torch.stack(states, 1))  # (b, t, V)

@@ -29,6 +29,7 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
+from ..mask import Mask
 from ..nn.cache import KVCache, LayerCache
 from .transformer import Transformer, TransformerConfig
 
@@ -59,17 +60,18 @@ class TransformerTranslator(nn.Module):
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False):
         """src (b, s), src_mask (b, s), tgt_in (b, t) → logits (b, t, V) [, weights (b, t, s)]."""
         _check_source(src_mask)
-        memory = self.transformer.encode(src, src_mask)  # (b, s, dim)
+        mask = Mask.padding(src_mask)  # one value for the encoder's and the decoder's layers
+        memory = self.transformer.encode(src, mask)  # (b, s, dim)
         if not need_weights:
-            return self.transformer.decode(tgt_in, memory, src_mask=src_mask)
-        logits, w = self.transformer.decode(tgt_in, memory, src_mask=src_mask, need_weights=True)
+            return self.transformer.decode(tgt_in, memory, src_mask=mask)
+        logits, w = self.transformer.decode(tgt_in, memory, src_mask=mask, need_weights=True)
         return logits, w.mean(1)  # (b, t, s): averaged over heads
 
     # -- the step interface ------------------------------------------------------------------
     def start(self, src: torch.Tensor, src_mask: torch.Tensor):
         """Encode once: memory {memory (b, s, dim), mask (b, s)}; state {length (b,)} (an empty cache)."""
-        _check_source(src_mask)
-        memory = {"memory": self.transformer.encode(src, src_mask), "mask": src_mask}
+        _check_source(src_mask)  # (memory keeps the (b, s) tensor, which beam search reorders; a step makes its value)
+        memory = {"memory": self.transformer.encode(src, Mask.padding(src_mask)), "mask": src_mask}
         return memory, {"length": torch.zeros(src.shape[0], dtype=torch.long, device=src.device)}
 
     def step(self, memory, state, y_prev: torch.Tensor):
@@ -78,8 +80,8 @@ class TransformerTranslator(nn.Module):
         length = int(state["length"][0]) if state["length"].numel() else 0
         cache = KVCache(n)
         cache.layers = [LayerCache.from_buffers(state.get(f"k.{i}"), state.get(f"v.{i}"), length) for i in range(n)]
-        logits, w = self.transformer.decode(y_prev[:, None], memory["memory"], src_mask=memory["mask"], cache=cache,
-                                            need_weights=True)  # (b, 1, V), (b, h, 1, s)
+        logits, w = self.transformer.decode(y_prev[:, None], memory["memory"], src_mask=Mask.padding(memory["mask"]),
+                                            cache=cache, need_weights=True)  # (b, 1, V), (b, h, 1, s)
         new = {"length": state["length"] + 1}
         for i, layer in enumerate(cache.layers):
             new[f"k.{i}"], new[f"v.{i}"] = layer.buffers()

@@ -3,7 +3,8 @@
 Their call shape is the one of every classic module (``_signature.classic_forward``):
 ``forward(query, key, value=None, *, mask=None, need_weights=False)`` with query ``(b, d_q)``
 (one decoding step) or ``(b, q, d_q)``, key ``(b, k, d_k)``, value ``(b, k, d_v)`` (default:
-the keys), mask ``(b, k)`` or ``(b, q, k)`` (bool True = may attend, or a float bias). Returns
+the keys), mask an ``attnlab.Mask`` (a model builds one per forward, e.g. ``Mask.padding(src_mask)``,
+and passes it to every step), ``(b, k)`` or ``(b, q, k)`` (bool True = may attend, or a float bias). Returns
 ``(context, weights or None)`` with context ``(b, d_v)`` / ``(b, q, d_v)`` and weights ``(b, k)`` /
 ``(b, q, k)`` when ``need_weights=True``. That ``forward`` is written once, here (``keyed_forward``);
 a module gives its score (``_score(projected)``), its ``query_dim`` and ``key_dim``, the width of
@@ -29,14 +30,16 @@ import torch
 
 from .. import _checks
 from ..functional.attention import ScoreFn, attention
+from ..mask import Mask
 from ..trace import active
 from ._signature import classic_forward
 
 
 def prepare(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None, mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
-    """Validate and lift to (b, q, ·); returns (query, values, mask, single_step)."""
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor | None, mask: torch.Tensor | Mask | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | Mask | None, bool]:
+    """Validate and lift to (b, q, ·); returns (query, values, mask, single_step). A mask value is
+    checked against the call's sizes and passed to the core as it is (the core reads its plan)."""
     _checks.tensor("query", query, 2)
     _checks.tensor("keys", keys, 3)
     if keys.dim() != 3:
@@ -55,9 +58,11 @@ def prepare(
             f"values must be (b, k, d_v) with the keys' b and k; keys {_checks.shape(keys)}, values {_checks.shape(values)}"
         )
     b, q, k = query.shape[0], query.shape[1], keys.shape[1]
-    if mask is not None:
+    if isinstance(mask, Mask):
+        mask.check(b, q, k)
+    elif mask is not None:
         if not isinstance(mask, torch.Tensor):
-            raise ValueError(f"mask must be a torch.Tensor; got {type(mask).__name__}")
+            raise ValueError(f"mask must be a torch.Tensor or an attnlab.Mask; got {type(mask).__name__}")
         if mask.dim() == 2:
             mask = mask.unsqueeze(1)  # (b, 1, k)
         if mask.dtype != torch.bool or mask.shape not in ((b, 1, k), (b, q, k)):  # else: valid, skip the general check
@@ -65,15 +70,19 @@ def prepare(
     return query, values, mask, single
 
 
-def mask_keys(keys: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Zero the key rows that a (b, k) bool mask forbids (for ``precompute``: keep NaN out of W_k)."""
+def mask_keys(keys: torch.Tensor, mask: torch.Tensor | Mask | None) -> torch.Tensor:
+    """Zero the key rows that a (b, k) bool mask (or ``Mask.padding``) forbids (for ``precompute``: keep
+    NaN out of W_k)."""
     if mask is None:
         return keys
+    if isinstance(mask, Mask) and mask.keys is not None:
+        mask = mask.keys.to(keys.device)  # (b, k), True = a real key
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(keys.shape[:2]):
         raise ValueError(
-            f"precompute's mask must be a bool (b, k) = {tuple(keys.shape[:2])} padding mask (True = real key); "
-            f"got {mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__} "
-            f"{tuple(mask.shape) if isinstance(mask, torch.Tensor) else ''}"
+            f"precompute's mask must be a bool (b, k) = {tuple(keys.shape[:2])} padding mask (True = real key) "
+            f"or Mask.padding(...); got "
+            + (f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else
+               repr(mask) if isinstance(mask, Mask) else type(mask).__name__)
         )
     return torch.where(mask.unsqueeze(-1), keys, torch.zeros((), dtype=keys.dtype, device=keys.device))
 
@@ -94,7 +103,7 @@ def finish(
     keys: torch.Tensor,
     values: torch.Tensor,
     score: ScoreFn,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | Mask | None,
     single: bool,
     need_weights: bool,
     kv_finite: bool = False,
@@ -118,13 +127,13 @@ def keyed_forward(
     key: torch.Tensor,
     value: torch.Tensor | None = None,
     *,
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | Mask | None = None,
     need_weights: bool = False,
     projected_keys: torch.Tensor | None = None,
     kv_finite: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """query (b, d_q) | (b, q, d_q), key (b, k, d_k), value (b, k, d_v) (default: the keys),
-    mask (b, k) | (b, q, k) → (context, weights or None).
+    mask ``attnlab.Mask`` | (b, k) | (b, q, k) → (context, weights or None).
 
     ``projected_keys``: ``precompute(key)``, computed once per sentence (not read while a trace
     records: the readable scores run on the keys). ``kv_finite=True``: the caller vouches that keys,

@@ -35,6 +35,7 @@ from ..functional import scores as _scores
 from ..functional.attention import ScoreFn
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
+from ..mask import Mask
 from ..trace import active
 from ._keyed import keyed_forward, mask_keys
 from .registry import register
@@ -68,10 +69,10 @@ class AdditiveAttention(nn.Module):
         self.w_k = nn.Linear(key_dim, attn_dim, bias=False)
         self.v = nn.Parameter(torch.empty(attn_dim).uniform_(-attn_dim**-0.5, attn_dim**-0.5))
 
-    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | Mask | None = None) -> torch.Tensor:
         """W_k h_j for every key: (b, k, d_k) → (b, k, d_a). Reuse it at every decoding step.
 
-        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first. With or without it, a
+        ``mask``: the (b, k) bool padding mask (or ``Mask.padding``); masked keys are zeroed first. With or without it, a
         key holding NaN or inf gives an all-NaN row without entering W_k (``map_finite_rows``), so
         where the forward's mask forbids it, it reaches neither the output nor W_k's gradient.
         """

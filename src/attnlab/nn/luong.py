@@ -35,6 +35,7 @@ from .. import _checks
 from ..functional import scores as _scores
 from ..functional.nonfinite import map_finite_rows
 from ..kernels.chunked_additive import DEFAULT_MAX_ELEMS, chunked_additive_scores
+from ..mask import Mask
 from ..trace import active, record
 from ._keyed import keyed_forward, mask_keys
 from .registry import register
@@ -79,10 +80,10 @@ class LuongAttention(nn.Module):
             self.weight = nn.Linear(query_dim + key_dim, self.attn_dim, bias=False)  # (d_a, d_q + d_k)
             self.v = nn.Parameter(torch.empty(self.attn_dim).uniform_(-self.attn_dim**-0.5, self.attn_dim**-0.5))
 
-    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def precompute(self, keys: torch.Tensor, mask: torch.Tensor | Mask | None = None) -> torch.Tensor:
         """The keys' part of the score: h̄ (dot), W_a h̄ (general, (b, k, d_q)), W_k h̄ (concat, (b, k, d_a)).
 
-        ``mask``: the (b, k) bool padding mask; masked keys are zeroed first. With or without it, a
+        ``mask``: the (b, k) bool padding mask (or ``Mask.padding``); masked keys are zeroed first. With or without it, a
         key holding NaN or inf gives an all-NaN row without entering W_a (``map_finite_rows``), so
         where the forward's mask forbids it, it reaches neither the output nor W_a's gradient.
         """
