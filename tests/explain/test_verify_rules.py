@@ -43,7 +43,7 @@ def test_decimals_counts_the_written_places():
     assert decimals(D("2")) == 0
     assert decimals(D("1E+2")) == 0  # 100: no decimal places (exponent +2)
     assert decimals(D("Infinity")) == 0  # no numeric exponent
-    assert decimals(2) == 0 and decimals(0.5) == 0  # not a Decimal: an integer as written
+    assert decimals(2) == 0 and decimals(0.5) == 1  # an int as written; a float built in code: its repr's places
 
 
 def test_a_tie_agrees_either_way_and_nothing_agrees_with_a_non_finite_value():
