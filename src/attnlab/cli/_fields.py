@@ -10,7 +10,7 @@ dataclass from the parsed options, each value checked once (``attnlab._limits``)
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from .._limits import check_values
@@ -62,6 +62,13 @@ def config_from(args: argparse.Namespace, cls: type, *, flags: dict[str, str] | 
             raise
         raise ValueError(flags[field] + str(e)[len(field):]) from None
     return cls(**values)
+
+
+def preset(cls: type, args: argparse.Namespace, **given: Any):
+    """An experiment's config: ``cls.quick()`` under ``--quick``, else ``cls()``, with each of ``given``
+    that is not None (the options the user gave) on top."""
+    cfg = cls.quick() if args.quick else cls()
+    return replace(cfg, **{k: v for k, v in given.items() if v is not None})
 
 
 def saved_config(out: str, cls: type, **given: Any):

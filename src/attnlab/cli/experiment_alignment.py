@@ -10,8 +10,8 @@ the Makefile installs it).
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 from ._types import fraction, positive_int
 
@@ -35,10 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.alignment import run as run_experiment
 
     apply_threads(args)
-    cfg = AlignmentConfig.quick() if args.quick else AlignmentConfig()
-    changes = {k: v for k, v in (("steps", args.steps), ("threshold", args.threshold),
-                                  ("source_form", args.source_form)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(AlignmentConfig, args, seed=args.seed, steps=args.steps, threshold=args.threshold,
+                 source_form=args.source_form)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""

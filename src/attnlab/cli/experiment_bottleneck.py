@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 
 
@@ -40,11 +40,8 @@ def run(args: argparse.Namespace) -> int:
         bad = [m for m in models if m not in MODEL_NAMES]
         if bad or not models or len(set(models)) != len(models):
             raise UsageError(f"--models takes distinct names from {','.join(MODEL_NAMES)}; got {args.models!r}")
-    cfg = BottleneckConfig.quick() if args.quick else BottleneckConfig()
-    changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("n", args.n)) if v is not None}
-    if args.models is not None:
-        changes["decoders"] = models
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(BottleneckConfig, args, seed=args.seed, data=args.data, steps=args.steps, n=args.n,
+                 decoders=None if args.models is None else models)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     secs = ", ".join(f"{d} {r['seconds']:.1f} s" for d, r in results["models"].items())

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 from ._types import positive_int, positive_int_list
 
@@ -32,9 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.distance import run as run_experiment
 
     apply_threads(args)
-    cfg = DistanceConfig.quick() if args.quick else DistanceConfig()
-    changes = {k: v for k, v in (("distances", args.distances), ("seeds", args.seeds), ("steps", args.steps)) if v is not None}
-    cfg = replace(cfg, **changes)
+    cfg = preset(DistanceConfig, args, distances=args.distances, seeds=args.seeds, steps=args.steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     results = run_experiment(cfg, args.out, progress=log)
     print(table(results), end="")

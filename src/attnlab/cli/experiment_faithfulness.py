@@ -19,6 +19,7 @@ from dataclasses import asdict, replace
 
 from ._deprecated import deprecated_alias
 from ._errors import UsageError
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 
@@ -58,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.faithfulness import run as run_experiment
 
     apply_threads(args)
-    cfg = FaithfulnessConfig.quick() if args.quick else FaithfulnessConfig()
-    changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("test_size", args.test_size),
-                                 ("epsilon", args.epsilon), ("adv_steps", args.adv_steps)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(FaithfulnessConfig, args, seed=args.seed, data=args.data, steps=args.steps, test_size=args.test_size,
+                 epsilon=args.epsilon, adv_steps=args.adv_steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     if args.run:
         from .._files import claim

@@ -9,8 +9,8 @@ Needs Debian's trans-de-en dictionary (the Makefile installs it when run as root
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 
@@ -33,9 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.length import run as run_experiment
 
     apply_threads(args)
-    cfg = LengthConfig.quick() if args.quick else LengthConfig()
-    changes = {k: v for k, v in (("steps", args.steps), ("resamples", args.resamples)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(LengthConfig, args, seed=args.seed, steps=args.steps, resamples=args.resamples)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""

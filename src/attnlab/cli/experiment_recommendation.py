@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
+from ._fields import preset
 from ._threads import add_threads, apply_threads
 from ._types import positive_int
 
@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.recommendation import run as run_experiment
 
     apply_threads(args)
-    cfg = RecommendationConfig.quick() if args.quick else RecommendationConfig()
-    cfg = replace(cfg, **{k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v is not None})
+    cfg = preset(RecommendationConfig, args, seeds=args.seeds, steps=args.steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     results = run_experiment(cfg, args.out, progress=log)
     print(table(results), end="")
