@@ -30,7 +30,6 @@ from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
-from ._threads import add_threads
 
 SHADES = " ·░▒▓█"
 
@@ -49,7 +48,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--attention-out", metavar="FILE.json",
                    help="write the first text's attention weights as the viewer's JSON (attnlab view --json)")
     add_inference_device(p)
-    add_threads(p)
     p.set_defaults(func=run)
 
 
