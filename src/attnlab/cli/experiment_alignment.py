@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._fields import preset
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import fraction, positive_int
 
 
@@ -24,10 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=fraction, help="weight for the thresholded alignment (default 0.3)")
     p.add_argument("--source-form", choices=("lemma", "text"), help="Greek lemmas (default) or surface forms")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/alignment", help="folder for table.md, results.json and alignment.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/alignment", "table.md, results.json and alignment.png", run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,8 +19,8 @@ from dataclasses import asdict, replace
 
 from ._deprecated import deprecated_alias
 from ._errors import UsageError
-from ._fields import preset
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -48,10 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adv-steps", type=positive_int, help="the adversary's gradient steps per position (default 40)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data, the models and the adversary (default 0)")
     p.add_argument("--data-path", help="with --checkpoint: the Ding file, if not where training found it")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/faithfulness", help="folder for table.md, results.json, faithfulness.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/faithfulness", "table.md, results.json, faithfulness.png", run)
 
 
 def run(args: argparse.Namespace) -> int:

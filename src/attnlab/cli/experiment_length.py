@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._fields import preset
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -22,10 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, help="training steps per model (default 1500)")
     p.add_argument("--resamples", type=positive_int, help="bootstrap resamples (default 200)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/length", help="folder for table.md, results.json, length.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/length", "table.md, results.json, length.png", run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._fields import preset
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -21,10 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a small version that runs in under a minute")
     p.add_argument("--seeds", type=positive_int, help="seeds per model (default 3)")
     p.add_argument("--steps", type=positive_int, help="training steps per run (default 2000)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/recommendation", help="folder for table.md and results.json")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/recommendation", "table.md and results.json", run)
 
 
 def run(args: argparse.Namespace) -> int:
