@@ -61,7 +61,6 @@ import torch
 from .. import _checks
 
 
-
 def _check_update(cached: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor) -> None:
     """Refuse new heads k, v that are not (b, h_kv, n, d_h) alike, or do not fit the ``cached`` keys."""
     if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
@@ -71,6 +70,7 @@ def _check_update(cached: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor)
             f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(cached)} "
             "(same b, h_kv and d_h needed); call reset() to start a new sequence"
         )
+
 
 class MemoryCache:
     """A cross-attention's projected memory keys and values, computed at the first decoding step
