@@ -27,7 +27,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attnlab"
 
 _SEQ2SEQ = "the seq2seq decoder's kind ('none' | 'bahdanau' | 'luong') of models.seq2seq and the verbs and experiments that train it"
 _SCORE = "the score function's name ('dot', 'scaled_dot', 'general', ...) that functional.attention takes"
-_GATE = "the CNN's gate kind (models.cnn.GATES) and the vision experiment's variants"
 OTHER_CONCEPTS: dict[str, dict[str, str]] = {
     "bahdanau": {
         **dict.fromkeys(["cli/explain.py", "cli/train_seq2seq.py", "experiments/alignment.py", "experiments/bottleneck.py",
@@ -49,7 +48,6 @@ OTHER_CONCEPTS: dict[str, dict[str, str]] = {
     "linear": dict.fromkeys(["experiments/rope_scaling.py", "nn/positional.py"], "RoPE's linear position scaling"),
     "channel": {"viz/viewer.py": "a vision map's kind, naming the viewer's axes"},
     "spatial": {"viz/viewer.py": "a vision map's kind, naming the viewer's axes"},
-    **{n: dict.fromkeys(["experiments/vision.py", "models/cnn.py"], _GATE) for n in ("se", "eca", "cbam")},
 }
 NAMES = sorted(set(attnlab.available()) | set(MECHANISMS))
 

@@ -135,6 +135,13 @@ def module_input(module: torch.nn.Module, names: tuple[str, ...], tensors: tuple
             )
 
 
+
+def sequence_input(module: torch.nn.Module, x: torch.Tensor, dim: int) -> None:
+    """A self-attention module's input x is (b, n, dim), floating and of the module's dtype (``module_input``)."""
+    if x.dim() != 3 or x.shape[-1] != dim:
+        raise ValueError(f"x must be (b, n, dim) with dim={dim}; got shape {tuple(x.shape)}")
+    module_input(module, ("x",), (x,))
+
 def _values_readable(t: torch.Tensor) -> bool:
     return not tracing() and t.device.type != "meta"
 

@@ -47,7 +47,7 @@ def test_config_defaults():
         (16, 32),
         "none",
         4,
-        7,
+        None,
     )
     g = GPTConfig(vocab_size=5)
     assert (
@@ -594,7 +594,7 @@ def test_build_model_messages_and_model_config_lists():
         "widths": [3],
         "attention": "none",
         "reduction": 4,
-        "kernel_size": 7,
+        "kernel_size": None,
     }
     with pytest.raises(TypeError) as e:
         model_config(torch.nn.Linear(1, 1))

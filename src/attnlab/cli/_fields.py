@@ -10,11 +10,12 @@ dataclass from the parsed options, each value checked once (``attnlab._limits``)
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from .._limits import check_values
 from ._static import Defaults
+from ._threads import add_threads
 
 
 def field_default(cls: type | Defaults, name: str) -> Any:
@@ -62,6 +63,23 @@ def config_from(args: argparse.Namespace, cls: type, *, flags: dict[str, str] | 
             raise
         raise ValueError(flags[field] + str(e)[len(field):]) from None
     return cls(**values)
+
+
+def preset(cls: type, args: argparse.Namespace, **given: Any):
+    """An experiment's config: ``cls.quick()`` under ``--quick``, else ``cls()``, with each of ``given``
+    that is not None (the options the user gave) on top."""
+    cfg = cls.quick() if args.quick else cls()
+    return replace(cfg, **{k: v for k, v in given.items() if v is not None})
+
+
+def add_outputs(p: argparse.ArgumentParser, out: str, files: str, run: Any, *,
+                threads: str = "torch threads (default 1)") -> None:
+    """The options an experiment's command ends with: ``--threads`` (default 1), ``--out`` (default the
+    folder ``out``, for ``files``) and ``--quiet``; ``run`` is the function the command calls."""
+    add_threads(p, default=1, help=threads)
+    p.add_argument("--out", default=out, help=f"folder for {files}")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=run)
 
 
 def saved_config(out: str, cls: type, **given: Any):

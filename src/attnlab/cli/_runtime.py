@@ -13,6 +13,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from ._static import constant
+from ._threads import add_threads
 
 if TYPE_CHECKING:
     from ..train.runtime import Runtime
@@ -45,8 +46,10 @@ def runtime_from(args: argparse.Namespace) -> Runtime:
 
 
 def add_inference_device(p: argparse.ArgumentParser, what: str = "run the model") -> None:
-    """``--device`` and ``--precision`` for a verb that runs a trained model (no processes, no logs)."""
+    """``--device`` and ``--precision`` for a verb that runs a trained model (no processes, no logs), and
+    ``--threads`` (torch's CPU threads)."""
     _add_device(p.add_argument_group("device"), what, "the model's forward")
+    add_threads(p)
 
 
 def inference_runtime(args: argparse.Namespace) -> Runtime:

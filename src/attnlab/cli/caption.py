@@ -32,7 +32,6 @@ from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
 from ._static import constant
-from ._threads import add_threads
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,7 +55,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--attention-out", metavar="FILE.json",
                    help="write the words' attention onto the region grid as the viewer's JSON (attnlab view --json)")
     add_inference_device(p)
-    add_threads(p)
     p.set_defaults(func=run_caption)
 
 

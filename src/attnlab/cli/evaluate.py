@@ -13,7 +13,6 @@ import argparse
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
-from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
@@ -28,7 +27,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--attention-out", metavar="FILE.json", help="write the first scored sentence's attention as the "
                    "viewer's JSON (attnlab view --json FILE.json -o page.html)")
     add_inference_device(p)
-    add_threads(p)
     p.set_defaults(func=run)
 
 

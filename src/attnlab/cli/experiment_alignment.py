@@ -10,9 +10,9 @@ the Makefile installs it).
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import fraction, positive_int
 
 
@@ -24,10 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=fraction, help="weight for the thresholded alignment (default 0.3)")
     p.add_argument("--source-form", choices=("lemma", "text"), help="Greek lemmas (default) or surface forms")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/alignment", help="folder for table.md, results.json and alignment.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/alignment", "table.md, results.json and alignment.png", run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,10 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.alignment import run as run_experiment
 
     apply_threads(args)
-    cfg = AlignmentConfig.quick() if args.quick else AlignmentConfig()
-    changes = {k: v for k, v in (("steps", args.steps), ("threshold", args.threshold),
-                                  ("source_form", args.source_form)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(AlignmentConfig, args, seed=args.seed, steps=args.steps, threshold=args.threshold,
+                 source_form=args.source_form)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""

@@ -8,9 +8,9 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,10 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, help="numbers in all splits")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
     p.add_argument("--models", help="comma-separated, from none,bahdanau,luong,transformer (default none,bahdanau,luong)")
-    add_threads(p, default=1, help="torch threads (default 1: small RNN steps run fastest so)")
-    p.add_argument("--out", default="runs/bottleneck", help="folder for table.md, results.json, bottleneck.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/bottleneck", "table.md, results.json, bottleneck.png", run,
+                threads="torch threads (default 1: small RNN steps run fastest so)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,11 +38,8 @@ def run(args: argparse.Namespace) -> int:
         bad = [m for m in models if m not in MODEL_NAMES]
         if bad or not models or len(set(models)) != len(models):
             raise UsageError(f"--models takes distinct names from {','.join(MODEL_NAMES)}; got {args.models!r}")
-    cfg = BottleneckConfig.quick() if args.quick else BottleneckConfig()
-    changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("n", args.n)) if v is not None}
-    if args.models is not None:
-        changes["decoders"] = models
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(BottleneckConfig, args, seed=args.seed, data=args.data, steps=args.steps, n=args.n,
+                 decoders=None if args.models is None else models)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     secs = ", ".join(f"{d} {r['seconds']:.1f} s" for d, r in results["models"].items())

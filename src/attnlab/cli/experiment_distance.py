@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int, positive_int_list
 
 
@@ -21,10 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--distances", type=positive_int_list, help="comma-separated distances k (default 4,16,64,256)")
     p.add_argument("--seeds", type=positive_int, help="seeds per model and distance (default 3)")
     p.add_argument("--steps", type=positive_int, help="training steps per run (default 300)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/distance", help="folder for table.md, results.json, distance.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/distance", "table.md, results.json, distance.png", run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,9 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.distance import run as run_experiment
 
     apply_threads(args)
-    cfg = DistanceConfig.quick() if args.quick else DistanceConfig()
-    changes = {k: v for k, v in (("distances", args.distances), ("seeds", args.seeds), ("steps", args.steps)) if v is not None}
-    cfg = replace(cfg, **changes)
+    cfg = preset(DistanceConfig, args, distances=args.distances, seeds=args.seeds, steps=args.steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     results = run_experiment(cfg, args.out, progress=log)
     print(table(results), end="")

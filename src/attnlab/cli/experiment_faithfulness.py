@@ -19,7 +19,8 @@ from dataclasses import asdict, replace
 
 from ._deprecated import deprecated_alias
 from ._errors import UsageError
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -47,10 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adv-steps", type=positive_int, help="the adversary's gradient steps per position (default 40)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data, the models and the adversary (default 0)")
     p.add_argument("--data-path", help="with --checkpoint: the Ding file, if not where training found it")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/faithfulness", help="folder for table.md, results.json, faithfulness.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/faithfulness", "table.md, results.json, faithfulness.png", run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,10 +56,8 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.faithfulness import run as run_experiment
 
     apply_threads(args)
-    cfg = FaithfulnessConfig.quick() if args.quick else FaithfulnessConfig()
-    changes = {k: v for k, v in (("data", args.data), ("steps", args.steps), ("test_size", args.test_size),
-                                 ("epsilon", args.epsilon), ("adv_steps", args.adv_steps)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(FaithfulnessConfig, args, seed=args.seed, data=args.data, steps=args.steps, test_size=args.test_size,
+                 epsilon=args.epsilon, adv_steps=args.adv_steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     if args.run:
         from .._files import claim

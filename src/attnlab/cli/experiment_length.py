@@ -9,9 +9,9 @@ Needs Debian's trans-de-en dictionary (the Makefile installs it when run as root
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -22,10 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=positive_int, help="training steps per model (default 1500)")
     p.add_argument("--resamples", type=positive_int, help="bootstrap resamples (default 200)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/length", help="folder for table.md, results.json, length.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/length", "table.md, results.json, length.png", run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,9 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.length import run as run_experiment
 
     apply_threads(args)
-    cfg = LengthConfig.quick() if args.quick else LengthConfig()
-    changes = {k: v for k, v in (("steps", args.steps), ("resamples", args.resamples)) if v is not None}
-    cfg = replace(cfg, seed=args.seed, **changes)
+    cfg = preset(LengthConfig, args, seed=args.seed, steps=args.steps, resamples=args.resamples)
     results = run_experiment(cfg, args.out, progress=not args.quiet)
     print(table(results), end="")
     label = "smoke-run figures (--quick): too small to read anything into; " if args.quick else ""

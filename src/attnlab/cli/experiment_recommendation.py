@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs, preset
+from ._threads import apply_threads
 from ._types import positive_int
 
 
@@ -21,10 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a small version that runs in under a minute")
     p.add_argument("--seeds", type=positive_int, help="seeds per model (default 3)")
     p.add_argument("--steps", type=positive_int, help="training steps per run (default 2000)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/recommendation", help="folder for table.md and results.json")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/recommendation", "table.md and results.json", run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiments.recommendation import run as run_experiment
 
     apply_threads(args)
-    cfg = RecommendationConfig.quick() if args.quick else RecommendationConfig()
-    cfg = replace(cfg, **{k: v for k, v in (("seeds", args.seeds), ("steps", args.steps)) if v is not None})
+    cfg = preset(RecommendationConfig, args, seeds=args.seeds, steps=args.steps)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     results = run_experiment(cfg, args.out, progress=log)
     print(table(results), end="")

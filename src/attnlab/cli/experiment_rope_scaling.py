@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from ._threads import add_threads, apply_threads
+from ._fields import add_outputs
+from ._threads import apply_threads
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,10 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--factor", type=float, help="the scaling factor s of every method (default 8 = 1024/128)")
     p.add_argument("--methods", help="comma-separated, from rope,linear,ntk,dynamic,yarn,llama3,longrope,alibi (default all)")
     p.add_argument("--seed", type=int, default=0, help="the seed of the data and the models (default 0)")
-    add_threads(p, default=1, help="torch threads (default 1)")
-    p.add_argument("--out", default="runs/rope-scaling", help="folder for table.md, results.json, rope_scaling.png")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    add_outputs(p, "runs/rope-scaling", "table.md, results.json, rope_scaling.png", run)
 
 
 def run(args: argparse.Namespace) -> int:

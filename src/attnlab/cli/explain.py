@@ -23,7 +23,6 @@ from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
 from ._static import constant
-from ._threads import add_threads
 from ._types import positive_int
 
 FORMATS = ("text", "markdown", "json")
@@ -73,7 +72,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--format", choices=sorted(FORMATS), default="text", help="output format (default text)")
     p.add_argument("--list", action="store_true", help="list the built-in examples and exit")
     add_inference_device(p, what="run the --checkpoint or --pretrained translator (--hf runs on the CPU)")
-    add_threads(p)
     p.set_defaults(func=run_explain)
 
 

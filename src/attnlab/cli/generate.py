@@ -18,7 +18,6 @@ from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
-from ._threads import add_threads
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +40,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute the prefix at every step")
     p.add_argument("--attention-out", help="write per-layer, per-head attention weights as JSON")
     add_inference_device(p)
-    add_threads(p)
     p.set_defaults(func=run_generate)
 
 

@@ -32,7 +32,7 @@ from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source, check_hf_source
-from ._threads import add_threads, apply_threads
+from ._threads import apply_threads
 from ._types import Span, positive_int, token_span
 
 MAX_FLOW_TOKENS = 64
@@ -75,7 +75,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
                    "heads: draw the loss against heads removed as a PNG here (needs matplotlib)")
     deprecated_alias(p, "--plot", "--picture")
     add_inference_device(p, what="run the model (heads; rollout and flow read a JSON file)")
-    add_threads(p)
     p.set_defaults(func=run_interpret)
 
 

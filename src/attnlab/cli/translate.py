@@ -30,7 +30,6 @@ from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
-from ._threads import add_threads
 
 SHADES = " ·░▒▓█"
 
@@ -49,7 +48,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--attention-out", metavar="FILE.json",
                    help="write the first text's attention weights as the viewer's JSON (attnlab view --json)")
     add_inference_device(p)
-    add_threads(p)
     p.set_defaults(func=run)
 
 
@@ -71,15 +69,12 @@ def alignment_text(src_tokens: list[str], out_tokens: list[str], weights) -> str
 
 
 def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weights, title: str | None = None) -> None:
-    from .._files import writing
+    from ..experiments._outputs import save_figure
+    from ..viz.heatmap import pyplot_or_none
 
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UsageError("--picture needs matplotlib: pip install 'attnlab[viz]'") from None
+    plt = pyplot_or_none()
+    if plt is None:
+        raise UsageError("--picture needs matplotlib: pip install 'attnlab[viz]'")
     fig, ax = plt.subplots(figsize=(max(4, 0.3 * len(src_tokens) + 2), max(3, 0.3 * len(out_tokens) + 1.5)))
     ax.imshow(weights.numpy(), cmap="Greys", vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(src_tokens)), [t if t != " " else "␣" for t in src_tokens], rotation=90)
@@ -88,10 +83,7 @@ def plot_alignment(path: str, src_tokens: list[str], out_tokens: list[str], weig
     ax.set_ylabel("output")
     if title:
         ax.set_title(title, fontsize=8)
-    fig.tight_layout()
-    with writing(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    save_figure(plt, fig, path)
 
 
 def attention_document(model, src, src_mask, src_tokens: list[str], out_tokens: list[str], hyp, title: str) -> dict:

@@ -20,7 +20,6 @@ from ._deprecated import deprecated_alias
 from ._errors import UsageError
 from ._runtime import add_inference_device, inference_runtime
 from ._source import add_model_source
-from ._threads import add_threads
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
@@ -57,7 +56,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--focus", type=int, metavar="N", help="open the page with query token N chosen, counted from 1 "
                    "as the page numbers them (the first token is 1), in every view and in the --screenshot")
     add_inference_device(p, what="run the --hf, --checkpoint or --pretrained model")
-    add_threads(p)
     p.set_defaults(func=run_view)
 
 

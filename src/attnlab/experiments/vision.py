@@ -38,13 +38,13 @@ import torch
 
 from .._files import claim, write_text
 from ..data import canvas, mnist
-from ..models.cnn import GATES, CNNConfig, SmallCNN, count_parameters
+from ..models.cnn import CNNConfig, SmallCNN, count_parameters
 from ..train.classify import ClassifierTask, train_classifier
 from ..viz.heatmap import pyplot_or_none
 from ._outputs import save_figure
 from .distance import interval
 
-VARIANTS = ("none", "se", "eca", "cbam")
+VARIANTS = ("none", "se", "eca", "cbam")  # what the experiment compares: the plain CNN and three of models.cnn.gates()
 
 
 def _mnist5k(cfg: VisionConfig):
@@ -94,9 +94,9 @@ class VisionConfig:
     def validate(self) -> None:
         if self.dataset not in DATASETS:
             raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {self.dataset!r}")
-        bad = [v for v in self.variants if v not in GATES]
+        bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ValueError(f"variants must be among {', '.join(GATES)}; got {', '.join(self.variants) or 'none'}")
+            raise ValueError(f"variants must be among {', '.join(VARIANTS)}; got {', '.join(self.variants) or 'none'}")
         for name in ("epochs", "batch_size", "n_test", "clutter"):
             if getattr(self, name) < (0 if name == "clutter" else 1):
                 raise ValueError(f"{name} must be >= {0 if name == 'clutter' else 1}; got {getattr(self, name)}")

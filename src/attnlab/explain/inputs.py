@@ -43,13 +43,18 @@ def rows(ex: Example, key: str) -> torch.Tensor:
     return t
 
 
+def _batch_of(ex: Example, key: str, dims: int, expected: str) -> torch.Tensor:
+    """[inputs] ``key`` with ``dims`` dimensions, or one fewer (one item: a leading axis of 1 is added)."""
+    t = need(ex, "inputs", key)
+    if t.dim() == dims - 1:
+        t = t.unsqueeze(0)
+    if t.dim() != dims:
+        raise ExampleError(f"{ex.at('inputs', key)} must be {expected}; got shape {tuple(t.shape)}")
+    return t
+
+
 def query(ex: Example) -> torch.Tensor:
-    q = need(ex, "inputs", "query")
-    if q.dim() == 1:
-        q = q.unsqueeze(0)
-    if q.dim() != 2:
-        raise ExampleError(f"{ex.at('inputs', 'query')} must be a vector or rows of queries; got shape {tuple(q.shape)}")
-    return q
+    return _batch_of(ex, "query", 2, "a vector or rows of queries")
 
 
 def qkv(ex: Example) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -97,12 +102,7 @@ def scale(ex: Example) -> float | None:
 
 
 def feature_map(ex: Example) -> torch.Tensor:
-    f = need(ex, "inputs", "feature_map")
-    if f.dim() == 3:
-        f = f.unsqueeze(0)
-    if f.dim() != 4:
-        raise ExampleError(f"{ex.at('inputs', 'feature_map')} must be (C, H, W) or (b, C, H, W); got shape {tuple(f.shape)}")
-    return f
+    return _batch_of(ex, "feature_map", 4, "(C, H, W) or (b, C, H, W)")
 
 
 # --- what one mechanism reads -------------------------------------------------------

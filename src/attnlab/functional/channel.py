@@ -56,7 +56,11 @@ def reduced_channels(channels: int, reduction: int) -> int:
     return max(1, channels // reduction)
 
 
-def _mlp_weights(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> None:
+def _mlp_gate_inputs(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor,
+                     b2: torch.Tensor | None) -> None:
+    """The inputs of a gate with the bottleneck MLP (CBAM's channel half, SE): the map as ``_feature_map``
+    checks it, w1 (C/r, C) and w2 (C, C/r)."""
+    _feature_map(x, w1=w1, b1=b1, w2=w2, b2=b2)
     c = x.shape[1]
     if w1.dim() != 2 or w1.shape[1] != c:
         raise ValueError(f"w1 must be (C/r, C) = (·, {c}); got {_checks.shape(w1)}")
@@ -127,8 +131,7 @@ def channel_attention(
     b2: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """CBAM channel attention. x (b, C, H, W), w1 (C_r, C), w2 (C, C_r) → (F', M_c (b, C, 1, 1))."""
-    _feature_map(x, w1=w1, b1=b1, w2=w2, b2=b2)
-    _mlp_weights(x, w1, w2)
+    _mlp_gate_inputs(x, w1, b1, w2, b2)
     avg = mean_pool(x)  # (b, C)
     mx = max_pool(x)  # (b, C)
     record("avg_pool", "F_avg = AvgPool(F)", avg, latex=r"F^c_{avg} = \mathrm{AvgPool}(F)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ..trace import record
-from .channel import _feature_map, _mlp_weights, bottleneck_mlp, mean_pool
+from .channel import _mlp_gate_inputs, bottleneck_mlp, channel_gate, gate, mean_pool
 
 
 def se(
@@ -30,15 +30,14 @@ def se(
     b2: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Squeeze-and-excitation. x (b, C, H, W), w1 (C/r, C), w2 (C, C/r) → (F', s (b, C, 1, 1))."""
-    _feature_map(x, w1=w1, b1=b1, w2=w2, b2=b2)
-    _mlp_weights(x, w1, w2)
+    _mlp_gate_inputs(x, w1, b1, w2, b2)
     z = mean_pool(x)  # (b, C); zeros for an empty image
     record("squeeze", "z = AvgPool(F)", z, latex=r"z = F_{sq}(F) = \mathrm{AvgPool}(F)")
     logits = bottleneck_mlp(z, w1, b1, w2, b2)  # (b, C)
     record("mlp", "W_2 δ(W_1 z)", logits, latex=r"W_2\,\delta(W_1 z)")
-    s_ = torch.sigmoid(logits)[:, :, None, None]  # (b, C, 1, 1)
+    s_ = channel_gate(logits)  # (b, C, 1, 1)
     record("weights", "s = σ(W_2 δ(W_1 z))", s_, latex=r"s = \sigma(W_2\,\delta(W_1 z))")
-    out = x * s_
+    out = gate(x, s_)
     record("output", "F' = F ⊗ s", out, latex=r"F' = F \otimes s")
     return out, s_
 

@@ -1,11 +1,13 @@
 """A small CNN for 28×28 images with an optional attention gate after each block.
 
-    block_i:  conv3×3 → batch norm → ReLU → gate (none | se | eca | cbam) → max-pool 2×2
+    block_i:  conv3×3 → batch norm → ReLU → gate → max-pool 2×2
     head:     global average pool → linear → class logits
 
-The same network with ``attention="none"``, ``"se"``, ``"eca"`` or ``"cbam"``
-is what ``attnlab experiment vision`` compares (the gates: ``attnlab.nn.channel``, ``se``, ``eca``).
-Shapes: images (b, C_in, H, W) → logits (b, num_classes). With
+The gate is ``"none"`` or any registered mechanism built with ``channels`` (``gates()``: squeeze-and-excite,
+ECA, CBAM and CBAM's channel attention; ``attnlab.nn.se``, ``eca``, ``channel``), made by
+``attnlab.create(attention, channels=C, ...)`` with the config's ``reduction`` and ``kernel_size`` where
+its constructor takes them. The same network plain and with each gate is what ``attnlab experiment vision``
+compares. Shapes: images (b, C_in, H, W) → logits (b, num_classes). With
 ``need_weights=True`` the forward pass also returns one entry per block: the
 gate's maps (``None`` for ``"none"``; M (b, C, 1, 1) for SE/ECA;
 ``CBAMMaps(channel, spatial)`` for CBAM, spatial (b, 1, H_i, W_i)).
@@ -13,13 +15,13 @@ gate's maps (``None`` for ``"none"``; M (b, C, 1, 1) for SE/ECA;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..nn import CBAM, ECA, SqueezeExcite
+from ..nn.registry import RECORDS, record
 
 
 @dataclass
@@ -27,17 +29,28 @@ class CNNConfig:
     in_channels: int = 1
     num_classes: int = 10
     widths: tuple[int, ...] = (16, 32)  # channels of each block
-    attention: str = "none"  # none | se | eca | cbam
-    reduction: int = 4  # the MLP ratio r of SE and CBAM (hidden = max(1, C // r))
-    kernel_size: int = 7  # CBAM's spatial kernel
+    attention: str = "none"  # "none" or one of gates()
+    reduction: int = 4  # the MLP ratio r of the gates with an MLP (hidden = max(1, C // r))
+    kernel_size: int | None = None  # the gate's kernel (CBAM's spatial k × k, ECA's 1-D k); None: the gate's own
 
 
-GATES: dict[str, Callable[[int, CNNConfig], nn.Module] | None] = {
-    "none": None,
-    "se": lambda c, cfg: SqueezeExcite(c, cfg.reduction),
-    "eca": lambda c, cfg: ECA(c),
-    "cbam": lambda c, cfg: CBAM(c, cfg.reduction, cfg.kernel_size),
-}
+def _takes_channels(module: type[nn.Module]) -> bool:
+    return "channels" in inspect.signature(module).parameters
+
+
+def gates() -> tuple[str, ...]:
+    """The names ``CNNConfig.attention`` takes: ``"none"`` and every registered mechanism built with ``channels``."""
+    return ("none", *(name for name, rec in sorted(RECORDS.items()) if _takes_channels(rec.module)))
+
+
+def make_gate(cfg: CNNConfig, channels: int) -> nn.Module | None:
+    """The gate ``cfg.attention`` for a block of ``channels``, given the config's options that its constructor takes."""
+    if cfg.attention == "none":
+        return None
+    rec = record(cfg.attention)
+    options = {"channels": channels, "reduction": cfg.reduction, "kernel_size": cfg.kernel_size}
+    takes = inspect.signature(rec.module).parameters
+    return rec.build(**{k: v for k, v in options.items() if k in takes and v is not None})
 
 
 class Block(nn.Module):
@@ -62,16 +75,13 @@ class SmallCNN(nn.Module):
     def __init__(self, config: CNNConfig | None = None, **kwargs):
         super().__init__()
         cfg = config or CNNConfig(**kwargs)
-        if cfg.attention not in GATES:
-            raise ValueError(f"attention must be one of {', '.join(GATES)}; got {cfg.attention!r}")
+        if cfg.attention not in gates():
+            raise ValueError(f"attention must be one of {', '.join(gates())}; got {cfg.attention!r}")
         if not cfg.widths:
             raise ValueError("widths must name at least one block")
         self.config = cfg
-        make = GATES[cfg.attention]
         chans = (cfg.in_channels, *cfg.widths)
-        self.blocks = nn.ModuleList(
-            Block(a, b, make(b, cfg) if make else None) for a, b in zip(chans[:-1], chans[1:])
-        )
+        self.blocks = nn.ModuleList(Block(a, b, make_gate(cfg, b)) for a, b in zip(chans[:-1], chans[1:]))
         self.head = nn.Linear(cfg.widths[-1], cfg.num_classes)
 
     def forward(self, x: torch.Tensor, *, need_weights: bool = False):
@@ -91,4 +101,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-__all__ = ["SmallCNN", "CNNConfig", "GATES", "count_parameters"]
+__all__ = ["SmallCNN", "CNNConfig", "gates", "make_gate", "count_parameters"]

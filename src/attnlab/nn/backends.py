@@ -58,6 +58,17 @@ def _causal_value(mask: torch.Tensor | Mask | None, causal: bool) -> tuple[torch
     return (None, True) if isinstance(mask, Mask) and mask.is_causal else (mask, causal)
 
 
+def _self_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]:
+    """Self-attention's inputs as a kernel over n positions takes them: keys and values repeated to the
+    queries' heads (b, h, n, d_h), the mask as a tensor (or None), ``Mask.causal()`` as the causal flag."""
+    n = q.shape[-2]
+    mask, causal = _causal_value(mask, causal)
+    groups = q.shape[1] // k.shape[1]
+    return repeat_kv(k, groups), repeat_kv(v, groups), _as_tensor(mask, n, n, q.device), causal
+
+
 def _padding_or_none(mask: torch.Tensor | None, b: int, n: int) -> bool:
     """No mask, or a bool (b, 1, 1, n) key padding mask (what ``score_mask`` makes of a (b, n) one)."""
     return mask is None or (mask.dtype == torch.bool and tuple(mask.shape) == (b, 1, 1, n))
@@ -171,15 +182,12 @@ class BlockSparse(Backend):
         kv_finite: bool = False,
     ) -> Result:
         b, n = q.shape[0], q.shape[-2]
-        mask, causal = _causal_value(mask, causal)
-        mask = _as_tensor(mask, n, n, q.device)
+        k, v, mask, causal = _self_attention(q, k, v, mask, causal)  # k, v: (b, h, n, d_h)
         if mask is not None and mask.dtype != torch.bool:
             raise ValueError(
                 f"with a sparse pattern, mask must be bool (True = may attend): a padding mask (b, n) = ({b}, {n}) "
                 f"or a mask broadcastable to (b, h, n, n); got shape {_checks.shape(mask)} dtype {mask.dtype}"
             )
-        groups = q.shape[1] // k.shape[1]
-        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (b, h, n, d_h)
         pattern = self.causal_pattern if causal else self.pattern
         ctx, _ = block_sparse_attention(q, k, v, pattern, block=self.block, mask=mask,
                                         dropout_p=dropout_p, scale=scale)
@@ -225,13 +233,10 @@ class ContextParallel(Backend):
         from ..distributed import context_parallel_attention
 
         b, n = q.shape[0], q.shape[-2]
-        mask, causal = _causal_value(mask, causal)
-        mask = _as_tensor(mask, n, n, q.device)
+        k, v, mask, causal = _self_attention(q, k, v, mask, causal)  # k, v: (b, h, n/W, d_h)
         if mask is not None and not _padding_or_none(mask, b, n):
             raise ValueError(f"with context_parallel, mask is this rank's (b, n/W) bool padding mask; got "
                              f"{mask.dtype} {_checks.shape(mask)}")
-        groups = q.shape[1] // k.shape[1]
-        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (b, h, n/W, d_h)
         keys = None if mask is None else mask.reshape(b, n)  # (b, n/W), True = may attend
         return context_parallel_attention(q, k, v, causal=causal, pattern=self.pattern,
                                           mask=keys, mode=self.mode, group=self.group,

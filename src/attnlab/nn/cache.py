@@ -61,6 +61,17 @@ import torch
 from .. import _checks
 
 
+def _check_update(cached: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Refuse new heads k, v that are not (b, h_kv, n, d_h) alike, or do not fit the ``cached`` keys."""
+    if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {_checks.shape(k)}, {_checks.shape(v)}")
+    if cached is not None and (cached.shape[:2] != k.shape[:2] or cached.shape[-1] != k.shape[-1]):
+        raise ValueError(
+            f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(cached)} "
+            "(same b, h_kv and d_h needed); call reset() to start a new sequence"
+        )
+
+
 class MemoryCache:
     """A cross-attention's projected memory keys and values, computed at the first decoding step
     and reused while the same memory tensor comes back.
@@ -120,13 +131,7 @@ class LayerCache:
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new heads k, v (b, h_kv, n, d_h); return all cached (b, h_kv, length, d_h)."""
-        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
-            raise ValueError(f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {_checks.shape(k)}, {_checks.shape(v)}")
-        if self._k is not None and (self._k.shape[:2] != k.shape[:2] or self._k.shape[-1] != k.shape[-1]):
-            raise ValueError(
-                f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(self._k)} "
-                "(same b, h_kv and d_h needed); call reset() to start a new sequence"
-            )
+        _check_update(self._k, k, v)
         n = k.shape[2]
         if k.requires_grad or v.requires_grad:  # autograd-safe path
             if self._k is None:
@@ -224,13 +229,7 @@ class WindowCache(LayerCache):
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (b, h_kv, n, d_h); return kept + new; then evict down to sinks + window − 1."""
-        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
-            raise ValueError(f"cache.update expects k, v of shape (b, h_kv, n, d_h); got {_checks.shape(k)}, {_checks.shape(v)}")
-        if self._k is not None and (self._k.shape[:2] != k.shape[:2] or self._k.shape[-1] != k.shape[-1]):
-            raise ValueError(
-                f"new keys {_checks.shape(k)} do not fit the cached keys {_checks.shape(self._k)} "
-                "(same b, h_kv and d_h needed); call reset() to start a new sequence"
-            )
+        _check_update(self._k, k, v)
         n = k.shape[2]
         new_pos = torch.arange(self.length, self.length + n)
         k_all = k if self._k is None else torch.cat([self._k, k], dim=2)  # (b, h_kv, kept + n, d_h)

@@ -68,9 +68,7 @@ class DifferentialAttention(nn.Module):
     def forward(
         self, x: torch.Tensor, *, mask: torch.Tensor | None = None, causal: bool = False, need_weights: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
-        _checks.module_input(self, ("x",), (x,))
+        _checks.sequence_input(self, x, self.dim)
         b, n, _ = x.shape
         h, d = self.num_heads, self.head_dim
         mask, padding = masks.score_mask(mask, b, n, n)  # broadcastable to (b, h, n, n)

@@ -123,9 +123,7 @@ class MultiHeadLatentAttention(nn.Module):
         """x (b, n, dim) → ``(y (b, n, dim), weights (b, h, n, k) or None)``; ``mask`` a (b, 1, 1, k)
         key-padding mask (k counts cached tokens too; also (b, k) when b != n) or any mask that
         ``attnlab.masks.score_mask`` reads as broadcastable to (b, h, n, k)."""
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
-        _checks.module_input(self, ("x",), (x,))
+        _checks.sequence_input(self, x, self.dim)
         h = self.num_heads
         offset = 0 if cache is None else cache.length
         mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], offset + x.shape[1])  # (b|1, 1|h, q|1, k)

@@ -51,7 +51,37 @@ def _ffn_dim(dim: int, ffn_dim: int | None, dropout: float, layer_norm_eps: floa
     return 4 * dim if ffn_dim is None else _checks.integer("ffn_dim", ffn_dim)
 
 
-class TransformerEncoderLayer(nn.Module):
+class _Layer(nn.Module):
+    """What both layers hold besides their attention: FFN's ``linear1``, ``linear2``, its inner ``dropout``,
+    ``norm1``, ``norm2`` and the sublayers' ``dropout1``, ``dropout2``; and the self-attention sublayer.
+    The subclass makes ``self_attn`` (and ``multihead_attn``) first: the parameters come in PyTorch's order."""
+
+    self_attn: MultiHeadAttention
+
+    def _add_sublayers(self, dim: int, ffn_dim: int, *, dropout: float, activation: str, norm_first: bool,
+                       layer_norm_eps: float, bias: bool) -> None:
+        self.linear1 = nn.Linear(dim, ffn_dim, bias=bias)
+        self.linear2 = nn.Linear(ffn_dim, dim, bias=bias)
+        self.norm1 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.norm2 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.activation = _activation(activation)
+        self.activation_name = activation
+        self.norm_first = norm_first
+
+    def _sa(
+        self, x: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool, cache: LayerCache | None
+    ) -> torch.Tensor:
+        return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        """FFN(x) = W_2 Drop(act(W_1 x + b_1)) + b_2 (the sublayer's own dropout is the caller's)."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class TransformerEncoderLayer(_Layer):
     """Self-attention + feed-forward, pre- or post-norm. ``forward(x, *, mask, causal, cache)``."""
 
     def __init__(
@@ -75,24 +105,11 @@ class TransformerEncoderLayer(nn.Module):
             dim, num_heads, num_kv_heads=num_kv_heads, qkv_bias=bias, proj_bias=bias,
             attn_drop=dropout, rope=rope, alibi=alibi,
         )
-        self.linear1 = nn.Linear(dim, ffn_dim, bias=bias)
-        self.linear2 = nn.Linear(ffn_dim, dim, bias=bias)
-        self.norm1 = nn.LayerNorm(dim, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(dim, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.activation = _activation(activation)
-        self.activation_name = activation
-        self.norm_first = norm_first
-
-    def _sa(
-        self, x: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool, cache: LayerCache | None
-    ) -> torch.Tensor:
-        return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
+        self._add_sublayers(dim, ffn_dim, dropout=dropout, activation=activation, norm_first=norm_first,
+                            layer_norm_eps=layer_norm_eps, bias=bias)
 
     def _ff(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return self.dropout2(self._ffn(x))
 
     def forward(
         self,
@@ -112,7 +129,7 @@ class TransformerEncoderLayer(nn.Module):
         return self.norm2(x + self._ff(x))
 
 
-class TransformerDecoderLayer(nn.Module):
+class TransformerDecoderLayer(_Layer):
     """Causal self-attention, cross-attention to ``memory``, feed-forward; pre- or post-norm."""
 
     def __init__(
@@ -139,23 +156,10 @@ class TransformerDecoderLayer(nn.Module):
             dim, num_heads, kdim=memory_dim, vdim=memory_dim, num_kv_heads=num_kv_heads,
             qkv_bias=bias, proj_bias=bias, attn_drop=dropout,
         )
-        self.linear1 = nn.Linear(dim, ffn_dim, bias=bias)
-        self.linear2 = nn.Linear(ffn_dim, dim, bias=bias)
-        self.norm1 = nn.LayerNorm(dim, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(dim, eps=layer_norm_eps)
+        self._add_sublayers(dim, ffn_dim, dropout=dropout, activation=activation, norm_first=norm_first,
+                            layer_norm_eps=layer_norm_eps, bias=bias)
         self.norm3 = nn.LayerNorm(dim, eps=layer_norm_eps)
-        self.dropout = nn.Dropout(dropout)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-        self.activation = _activation(activation)
-        self.activation_name = activation
-        self.norm_first = norm_first
-
-    def _sa(
-        self, x: torch.Tensor, mask: torch.Tensor | Mask | None, causal: bool, cache: LayerCache | None
-    ) -> torch.Tensor:
-        return self.dropout1(self.self_attn(x, mask=mask, causal=causal, cache=cache)[0])
 
     def _ca(
         self,
@@ -170,7 +174,7 @@ class TransformerDecoderLayer(nn.Module):
         return self.dropout2(out), weights
 
     def _ff(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout3(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return self.dropout3(self._ffn(x))
 
     def forward(
         self,

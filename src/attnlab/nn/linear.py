@@ -53,9 +53,7 @@ class LinearAttention(nn.Module):
         need_weights: bool = False,
         state: LinearState | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | LinearState | None]:
-        if x.dim() != 3 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must be (b, n, dim) with dim={self.dim}; got shape {tuple(x.shape)}")
-        _checks.module_input(self, ("x",), (x,))
+        _checks.sequence_input(self, x, self.dim)
         pad_q = None
         if state is None:
             mask, padding = masks.score_mask(mask, x.shape[0], x.shape[1], x.shape[1])  # broadcastable to (b, h, n, n)
