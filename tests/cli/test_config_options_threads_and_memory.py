@@ -283,6 +283,7 @@ def test_device_options_of_training_and_inference():
     assert vars(q.parse_args(["--device", "cpu", "--precision", "bf16"])) == {
         "device": "cpu",
         "precision": "bf16",
+        "threads": None,  # every verb that runs a model takes --threads beside its device
     }
     assert [g.title for g in q._action_groups][-1] == "device"
     helps = {a.dest: a.help for a in q._actions}
