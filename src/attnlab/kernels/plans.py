@@ -21,7 +21,10 @@ raises a ValueError naming both (``Plan.check``).
 
 The custom CPU op (``block_sparse``) takes numbers, not Python objects: a plan goes in as its number
 ``plan.id``, found again through ``_LIVE`` (weak references only: a registry of the live plans,
-not a cache; a plan that nobody holds leaves it).
+not a cache; a plan that nobody holds is gone, and its entry is dropped when the next plan is made).
+A plain dict of weak references, not a ``WeakValueDictionary``: that one deletes entries from
+within the garbage collector, and ``torch.compile``, which reads the dict while it traces a call,
+then met "dictionary changed size during iteration".
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from .tiles import plan as build_tiles
 if TYPE_CHECKING:
     from torch.nn.attention.flex_attention import BlockMask
 
-_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # plan.id → plan (the op's numbers)
+_LIVE: dict[int, weakref.ref] = {}  # plan.id → a weak reference to the plan (the op's numbers)
 _NEXT = itertools.count(1)
 
 
@@ -69,7 +72,9 @@ class Plan:
         self.parts: tuple[Window | None, GlobalTokens | None, Pattern | None] = split(pattern)
         self.forms: dict[tuple[Any, ...], Any] = {}
         self.id = next(_NEXT)
-        _LIVE[self.id] = self
+        for number in [n for n, ref in _LIVE.items() if ref() is None]:  # plans that nobody holds now
+            del _LIVE[number]
+        _LIVE[self.id] = weakref.ref(self)
 
     def __repr__(self) -> str:
         return f"Plan({self.pattern!r}, n={self.n}, block={self.block}, device={str(self.device)!r})"
@@ -156,7 +161,9 @@ def as_plan(pattern_or_plan: Pattern | Plan, n: int, block: int | None, device: 
 
 def live(plan_id: int) -> Plan:
     """The live plan with this number (the custom op's argument)."""
-    pl: Plan = _LIVE[plan_id]
+    pl: Plan | None = _LIVE[plan_id]()  # KeyError: no such number
+    if pl is None:
+        raise KeyError(plan_id)  # a plan that nobody holds any more
     return pl
 
 
