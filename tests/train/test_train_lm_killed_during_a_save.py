@@ -17,6 +17,7 @@ import pytest
 from attnlab.cli import main
 from attnlab.train import fit as fit_module
 from attnlab.train.checkpoint import exists, load_checkpoint
+from tests.train.test_checkpoint_kill_anywhere import _counted  # the same kill at call n
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
               pytest.mark.usefixtures("one_thread")]
@@ -31,16 +32,6 @@ TINY = ["--batch-size", "2", "--block-size", "8", "--dim", "8", "--num-layers", 
 def _quiet(argv: list[str]) -> int:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         return main(argv)
-
-
-def _counted(f, count: list[int], n: int):
-    def call(*args, **kwargs):
-        count[0] += 1
-        if count[0] == n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return f(*args, **kwargs)
-
-    return call
 
 
 def _killed_in_its_save(n: int, argv: list[str]) -> bool:
